@@ -1,0 +1,217 @@
+#include "common/model_config.h"
+
+#include <sstream>
+
+#include "common/error.h"
+#include "common/gguf.h"
+
+namespace ds {
+namespace {
+
+std::string key(const ModelConfig& c, const char* suffix) { return c.arch + "." + suffix; }
+
+// Some converters write per-layer arrays for head counts / FFN sizes (0 on GDN layers).
+// Accept a scalar, or an array whose non-zero entries all agree.
+uint32_t scalar_or_layer_array(const GgufFile& g, const std::string& k, uint32_t fallback, bool required) {
+  const GgufValue* v = g.find(k);
+  if (v == nullptr) {
+    if (required) throw ConfigError("GGUF key '" + k + "' is missing");
+    return fallback;
+  }
+  if (!v->is_array()) return g.get_u32(k);
+  uint32_t value = 0;
+  for (int64_t x : g.get_int_array(k)) {
+    if (x < 0) throw ConfigError("GGUF key '" + k + "': negative entry");
+    if (x == 0) continue;
+    if (value != 0 && static_cast<uint32_t>(x) != value) throw ConfigError("GGUF key '" + k + "': per-layer values differ, which deltaserve does not support");
+    value = static_cast<uint32_t>(x);
+  }
+  if (value == 0) throw ConfigError("GGUF key '" + k + "': all entries are zero");
+  return value;
+}
+
+void expect_shape(const GgufFile& g, const std::string& name, std::initializer_list<uint64_t> dims) {
+  const GgufTensor& t = g.tensor(name);
+  size_t i = 0;
+  bool ok = t.n_dims >= dims.size();
+  for (uint64_t d : dims) {
+    if (!ok) break;
+    ok = t.ne[i++] == d;
+  }
+  for (; ok && i < t.n_dims; ++i) ok = t.ne[i] == 1;
+  if (!ok) {
+    std::string want = "[";
+    i = 0;
+    for (uint64_t d : dims) want += (i++ ? ", " : "") + std::to_string(d);
+    throw ConfigError("tensor '" + name + "' has shape " + t.shape_string() + ", the config implies " + want + "]");
+  }
+}
+
+void read_layer_kinds(const GgufFile& g, ModelConfig& c) {
+  c.layer_kinds.assign(c.n_layer, LayerKind::kFullAttention);
+  if (c.arch != "qwen35") return;
+  const std::string rk = key(c, "attention.recurrent_layers");
+  if (g.has(rk)) {
+    std::vector<int64_t> flags = g.get_int_array(rk);
+    if (flags.size() < c.n_layer) throw ConfigError("GGUF key '" + rk + "' has " + std::to_string(flags.size()) + " entries, need " + std::to_string(c.n_layer));
+    for (uint32_t i = 0; i < c.n_layer; ++i) c.layer_kinds[i] = flags[i] ? LayerKind::kLinearAttention : LayerKind::kFullAttention;
+    return;
+  }
+  c.full_attention_interval = g.get_u32_or(key(c, "full_attention_interval"), 4);
+  if (c.full_attention_interval == 0) throw ConfigError(key(c, "full_attention_interval") + " must be > 0");
+  for (uint32_t i = 0; i < c.n_layer; ++i) {
+    c.layer_kinds[i] = ((i + 1) % c.full_attention_interval == 0) ? LayerKind::kFullAttention : LayerKind::kLinearAttention;
+  }
+}
+
+void read_hparams(const GgufFile& g, ModelConfig& c) {
+  c.name = g.get_string_or("general.name", "");
+  c.n_embd = g.get_u32(key(c, "embedding_length"));
+  const uint32_t blocks = g.get_u32(key(c, "block_count"));
+  c.n_nextn = g.get_u32_or(key(c, "nextn_predict_layers"), 0);
+  if (c.n_nextn >= blocks) throw ConfigError(key(c, "nextn_predict_layers") + " (" + std::to_string(c.n_nextn) + ") must be smaller than block_count (" + std::to_string(blocks) + ")");
+  c.n_layer = blocks - c.n_nextn;
+  c.n_ff = scalar_or_layer_array(g, key(c, "feed_forward_length"), 0, true);
+  c.n_head = scalar_or_layer_array(g, key(c, "attention.head_count"), 0, true);
+  c.n_head_kv = scalar_or_layer_array(g, key(c, "attention.head_count_kv"), c.n_head, false);
+  c.head_dim = g.get_u32_or(key(c, "attention.key_length"), c.n_head ? c.n_embd / c.n_head : 0);
+  const uint32_t vdim = g.get_u32_or(key(c, "attention.value_length"), c.head_dim);
+  if (vdim != c.head_dim) throw ConfigError("attention key_length " + std::to_string(c.head_dim) + " != value_length " + std::to_string(vdim) + " is not supported");
+  c.n_rot = g.get_u32_or(key(c, "rope.dimension_count"), c.head_dim);
+  c.rope_theta = g.get_f32_or(key(c, "rope.freq_base"), c.arch == "qwen3" ? 1e6f : 1e7f);
+  c.rms_eps = g.get_f32_or(key(c, "attention.layer_norm_rms_epsilon"), 1e-6f);
+  c.context_length = g.get_u32_or(key(c, "context_length"), 0);
+  const std::string sk = key(c, "rope.dimension_sections");
+  if (g.has(sk)) {
+    std::vector<int64_t> s = g.get_int_array(sk);
+    for (size_t i = 0; i < 4 && i < s.size(); ++i) c.rope_sections[i] = static_cast<int32_t>(s[i]);
+  }
+  c.pooling_type = g.get_u32_or(key(c, "pooling_type"), 0);
+  if (c.arch == "qwen35") {
+    c.ssm_conv_kernel = g.get_u32(key(c, "ssm.conv_kernel"));
+    c.ssm_d_state = g.get_u32(key(c, "ssm.state_size"));
+    c.ssm_n_group = g.get_u32(key(c, "ssm.group_count"));
+    c.ssm_dt_rank = g.get_u32(key(c, "ssm.time_step_rank"));
+    c.ssm_d_inner = g.get_u32(key(c, "ssm.inner_size"));
+  }
+}
+
+void check_divisibility(const ModelConfig& c) {
+  auto fail = [](const std::string& m) { throw ConfigError("inconsistent model config: " + m); };
+  if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 || c.n_ff == 0) fail("zero-sized dimension");
+  if (c.n_head % c.n_head_kv != 0) fail("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) fail("rope dimension_count " + std::to_string(c.n_rot) + " must be even and <= head dim");
+  if (c.arch != "qwen35") return;
+  if (c.ssm_conv_kernel < 1 || c.ssm_d_state == 0 || c.ssm_n_group == 0 || c.ssm_dt_rank == 0) fail("zero-sized GDN dimension");
+  if (c.ssm_dt_rank % c.ssm_n_group != 0) fail("ssm.time_step_rank (value heads) must be a multiple of ssm.group_count (key heads)");
+  if (c.ssm_d_inner % c.ssm_dt_rank != 0) fail("ssm.inner_size must be a multiple of ssm.time_step_rank");
+}
+
+void check_attention_tensors(const GgufFile& g, const ModelConfig& c, const std::string& p, bool gated) {
+  const uint64_t D = c.n_embd, d = c.head_dim;
+  expect_shape(g, p + "attn_norm.weight", {D});
+  expect_shape(g, p + "attn_q.weight", {D, (gated ? 2 : 1) * c.n_head * d});
+  expect_shape(g, p + "attn_k.weight", {D, c.n_head_kv * d});
+  expect_shape(g, p + "attn_v.weight", {D, c.n_head_kv * d});
+  expect_shape(g, p + "attn_q_norm.weight", {d});
+  expect_shape(g, p + "attn_k_norm.weight", {d});
+  expect_shape(g, p + "attn_output.weight", {c.n_head * d, D});
+}
+
+void check_ffn_tensors(const GgufFile& g, const ModelConfig& c, const std::string& p, const char* post_norm) {
+  const uint64_t D = c.n_embd, F = c.n_ff;
+  expect_shape(g, p + post_norm, {D});
+  expect_shape(g, p + "ffn_gate.weight", {D, F});
+  expect_shape(g, p + "ffn_up.weight", {D, F});
+  expect_shape(g, p + "ffn_down.weight", {F, D});
+}
+
+void check_gdn_tensors(const GgufFile& g, const ModelConfig& c, const std::string& p) {
+  const uint64_t D = c.n_embd, C = c.ssm_conv_channels(), nv = c.ssm_dt_rank;
+  expect_shape(g, p + "attn_norm.weight", {D});
+  expect_shape(g, p + "attn_qkv.weight", {D, C});
+  expect_shape(g, p + "attn_gate.weight", {D, c.ssm_d_inner});
+  expect_shape(g, p + "ssm_conv1d.weight", {c.ssm_conv_kernel, C});
+  expect_shape(g, p + "ssm_dt.bias", {nv});
+  expect_shape(g, p + "ssm_a", {nv});
+  expect_shape(g, p + "ssm_alpha.weight", {D, nv});
+  expect_shape(g, p + "ssm_beta.weight", {D, nv});
+  expect_shape(g, p + "ssm_norm.weight", {c.ssm_head_v_dim()});
+  expect_shape(g, p + "ssm_out.weight", {c.ssm_d_inner, D});
+}
+
+void check_tensors(const GgufFile& g, const ModelConfig& c) {
+  expect_shape(g, "token_embd.weight", {c.n_embd, c.n_vocab});
+  expect_shape(g, "output_norm.weight", {c.n_embd});
+  if (!c.tied_embeddings) expect_shape(g, "output.weight", {c.n_embd, c.n_vocab});
+  const bool qwen35 = c.arch == "qwen35";
+  for (uint32_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    if (c.layer_kinds[i] == LayerKind::kLinearAttention) {
+      check_gdn_tensors(g, c, p);
+    } else {
+      check_attention_tensors(g, c, p, qwen35);
+    }
+    check_ffn_tensors(g, c, p, qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight");
+  }
+  for (uint32_t m = 0; m < c.n_nextn; ++m) {
+    const std::string p = "blk." + std::to_string(c.n_layer + m) + ".";
+    expect_shape(g, p + "nextn.eh_proj.weight", {2 * uint64_t{c.n_embd}, c.n_embd});
+    expect_shape(g, p + "nextn.enorm.weight", {c.n_embd});
+    expect_shape(g, p + "nextn.hnorm.weight", {c.n_embd});
+    check_attention_tensors(g, c, p, qwen35);
+    check_ffn_tensors(g, c, p, "post_attention_norm.weight");
+  }
+}
+
+}  // namespace
+
+const char* layer_kind_name(LayerKind kind) {
+  return kind == LayerKind::kLinearAttention ? "linear" : "full";
+}
+
+uint32_t ModelConfig::n_attention_layers() const {
+  uint32_t n = 0;
+  for (LayerKind k : layer_kinds) n += k == LayerKind::kFullAttention;
+  return n;
+}
+
+std::string ModelConfig::describe() const {
+  std::ostringstream o;
+  o << "arch: " << arch << (name.empty() ? "" : " (" + name + ")") << "\n"
+    << "hidden: " << n_embd << ", ffn: " << n_ff << ", vocab: " << n_vocab << "\n"
+    << "main layers: " << n_layer << " (" << n_attention_layers() << " full attention), MTP layers: " << n_nextn << "\n"
+    << "layer kinds:";
+  for (uint32_t i = 0; i < n_layer; ++i) o << (i ? ", " : " ") << layer_kind_name(layer_kinds[i]);
+  o << "\nattention: " << n_head << " q heads / " << n_head_kv << " kv heads, head dim " << head_dim << ", rotary dims "
+    << n_rot << ", rope theta " << rope_theta << ", sections [" << rope_sections[0] << ", " << rope_sections[1] << ", "
+    << rope_sections[2] << ", " << rope_sections[3] << "]\n";
+  if (arch == "qwen35") {
+    o << "gated deltanet: " << ssm_n_group << " key heads / " << ssm_dt_rank << " value heads, dk " << ssm_d_state << ", dv "
+      << ssm_head_v_dim() << ", conv kernel " << ssm_conv_kernel << " (value head n reads key head n mod " << ssm_n_group << ")\n";
+  }
+  o << "rms eps: " << rms_eps << ", context: " << context_length << "\n"
+    << "embeddings: " << (tied_embeddings ? "tied (LM head = token_embd)" : "untied (output.weight)") << "\n";
+  return o.str();
+}
+
+ModelConfig load_model_config(const GgufFile& g) {
+  ModelConfig c;
+  c.arch = g.get_string("general.architecture");
+  if (c.arch != "qwen35" && c.arch != "qwen3") {
+    throw ConfigError("unsupported general.architecture '" + c.arch + "' (deltaserve runs qwen35 and qwen3)");
+  }
+  read_hparams(g, c);
+  read_layer_kinds(g, c);
+  check_divisibility(c);
+  c.attn_output_gate = c.arch == "qwen35";
+  c.norm_weights_plus_one_baked = c.arch == "qwen35";
+  const GgufTensor& embd = g.tensor("token_embd.weight");
+  if (embd.n_dims != 2) throw ConfigError("token_embd.weight must be 2-D, has shape " + embd.shape_string());
+  c.n_vocab = static_cast<uint32_t>(embd.ne[1]);
+  c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  check_tensors(g, c);
+  return c;
+}
+
+}  // namespace ds

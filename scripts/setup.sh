@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package deltaserve needs to build and test.
+# Idempotent; run as root (or with sudo) on Debian 12.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git gzip ca-certificates
+  # protobuf contract and ZeroMQ transport
+  libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev
+  # HTTP server, options
+  libboost-dev libboost-program-options-dev
+  # JSON, tokenizer regexes
+  rapidjson-dev libpcre2-dev
+  # tests and fuzzing (libFuzzer ships with clang's runtime)
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev
+  # sd_notify for systemd units
+  libsystemd-dev systemd curl
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
