@@ -1,0 +1,61 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ds::cpu {
+namespace {
+
+// One (query token, head): out[d] = sum_{tau < n_keys} softmax(scale * q.k_tau)_tau v_tau[d].
+// k, v point at the kv head's first element of cache row 0. scores: n_keys floats of scratch.
+void attend_one(const float* q, const float* k, const float* v, size_t row_stride, size_t n_keys, size_t d,
+                float scale, float* scores, float* out) {
+  float mx = -INFINITY;
+  for (size_t tau = 0; tau < n_keys; ++tau) {
+    scores[tau] = detail::dot(q, k + tau * row_stride, d) * scale;
+    mx = std::max(mx, scores[tau]);
+  }
+  float sum = 0.0f;
+  for (size_t tau = 0; tau < n_keys; ++tau) {
+    scores[tau] = std::exp(scores[tau] - mx);
+    sum += scores[tau];
+  }
+  for (size_t tau = 0; tau < n_keys; ++tau) scores[tau] /= sum;  // probabilities, as softmax() returns
+
+  std::fill(out, out + d, 0.0f);
+  for (size_t tau = 0; tau < n_keys; ++tau) {
+    const float p = scores[tau];
+    const float* vt = v + tau * row_stride;
+    for (size_t j = 0; j < d; ++j) out[j] += p * vt[j];
+  }
+}
+
+}  // namespace
+
+void attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, float scale,
+                      float* out, ThreadPool* pool) {
+  if (s.n_q_tokens == 0 || s.n_heads == 0) return;
+  if (pool == nullptr) pool = default_pool();
+  const size_t group = s.n_heads / s.n_kv_heads;  // query heads per kv head (grouped mapping)
+  const size_t first_row = s.kv_len - s.n_q_tokens;  // cache row of query token 0
+
+  // Work item i = (token t, head h) with i = t * n_heads + h.
+  pool->parallel_for(s.n_q_tokens * s.n_heads, 1, [&](size_t begin, size_t end) {
+    std::vector<float> scores(s.kv_len);
+    for (size_t i = begin; i < end; ++i) {
+      const size_t t = i / s.n_heads, h = i % s.n_heads;
+      const size_t g = h / group;
+      const size_t n_keys = first_row + t + 1;  // causal: rows 0 .. first_row + t
+      attend_one(q + t * s.q_token_stride + h * s.q_head_stride, k_cache + g * s.head_dim, v_cache + g * s.head_dim,
+                 s.kv_row_stride, n_keys, s.head_dim, scale, scores.data(),
+                 out + t * s.out_token_stride + h * s.head_dim);
+    }
+  });
+}
+
+}  // namespace ds::cpu
+

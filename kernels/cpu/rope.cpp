@@ -1,0 +1,54 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+namespace ds::cpu {
+namespace {
+
+// Which position stream (0 = t, 1 = h, 2 = w) frequency slot i reads (IMROPE interleaving).
+size_t stream_of_slot(size_t i, const std::array<int32_t, 4>& sections) {
+  const size_t sh = sections[1] > 0 ? static_cast<size_t>(sections[1]) : 0;
+  const size_t sw = sections[2] > 0 ? static_cast<size_t>(sections[2]) : 0;
+  if (i % 3 == 1 && i < 3 * sh) return 1;
+  if (i % 3 == 2 && i < 3 * sw) return 2;
+  return 0;
+}
+
+}  // namespace
+
+// Angles follow the transformers reference bit for bit where it matters: inv_freq in f32 as
+// 1 / theta^(2i/n_rot), angle = f32(position) * inv_freq in f32, then f32 cos/sin.
+void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride, size_t head_dim,
+               size_t n_rot, const int32_t* positions, std::array<int32_t, 4> sections, float theta) {
+  (void)head_dim;  // dims n_rot .. head_dim-1 pass through
+  const size_t half = n_rot / 2;
+  std::vector<float> inv_freq(half);
+  std::vector<size_t> stream(half);
+  for (size_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(n_rot);
+    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+    stream[i] = stream_of_slot(i, sections);
+  }
+
+  std::vector<float> cos_v(half), sin_v(half);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (size_t i = 0; i < half; ++i) {
+      const float pos = static_cast<float>(positions[stream[i] * n_tokens + t]);
+      const float angle = pos * inv_freq[i];
+      cos_v[i] = std::cos(angle);
+      sin_v[i] = std::sin(angle);
+    }
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* z = x + t * token_stride + h * head_stride;
+      // NEOX pairing (z_i, z_{i+half}) -> (a cos - b sin, b cos + a sin)
+      for (size_t i = 0; i < half; ++i) {
+        const float a = z[i], b = z[i + half];
+        z[i] = a * cos_v[i] - b * sin_v[i];
+        z[i + half] = b * cos_v[i] + a * sin_v[i];
+      }
+    }
+  }
+}
+
+}  // namespace ds::cpu

@@ -1,0 +1,53 @@
+#include "tests/worker/model_harness.h"
+
+#include <algorithm>
+
+#include "tests/testutil/testutil.h"
+
+namespace ds::test {
+
+LoadedModel load_fixture(bool keep_all_hidden, StageRange range) {
+  LoadedModel m;
+  m.gguf = std::make_shared<const GgufFile>(GgufFile::open(tiny_model_path()));
+  m.config = load_model_config(*m.gguf);
+  if (range.last_layer == 0) range = {0, m.config.n_layer};
+  StageOptions o;
+  o.n_threads = 2;
+  o.keep_all_hidden = keep_all_hidden;
+  m.stage = load_cpu_stage(m.gguf, m.config, range, o);
+  return m;
+}
+
+std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<int32_t>& ids,
+                              const std::vector<uint32_t>& rows, size_t chunk, std::vector<float>* final_hidden) {
+  std::vector<float> logits;
+  if (chunk == 0) chunk = ids.size();
+  size_t w = 0;
+  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const size_t end = std::min(ids.size(), begin + chunk);
+    StepInput in;
+    SeqStep s;
+    s.seq_id = seq_id;
+    s.start_pos = static_cast<uint32_t>(begin);
+    s.token_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(begin), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    for (; w < rows.size() && rows[w] < end; ++w) s.logit_rows.push_back(static_cast<uint32_t>(rows[w] - begin));
+    in.seqs.push_back(std::move(s));
+    StepOutput out;
+    m.forward(in, &out);
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+    if (final_hidden) final_hidden->insert(final_hidden->end(), out.final_hidden.begin(), out.final_hidden.end());
+  }
+  return logits;
+}
+
+std::vector<uint32_t> all_rows(size_t n) {
+  std::vector<uint32_t> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = static_cast<uint32_t>(i);
+  return r;
+}
+
+int32_t argmax(const float* x, size_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+}  // namespace ds::test

@@ -1,0 +1,34 @@
+// Shared helpers for model tests: load the fixture as one in-process CPU stage and run prompts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/gguf.h"
+#include "common/model_config.h"
+#include "worker/stage_model.h"
+
+namespace ds::test {
+
+struct LoadedModel {
+  std::shared_ptr<const GgufFile> gguf;
+  ModelConfig config;
+  std::unique_ptr<StageModel> stage;
+};
+
+LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0});
+
+// Runs `ids` as sequence `seq_id` from position 0 in chunks of `chunk` tokens (0: one step),
+// returning the logits of `rows` ([rows.size(), V]), rows ascending, and optionally their
+// final-normed hidden states.
+std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<int32_t>& ids,
+                              const std::vector<uint32_t>& rows, size_t chunk = 0,
+                              std::vector<float>* final_hidden = nullptr);
+
+// All rows 0..n-1.
+std::vector<uint32_t> all_rows(size_t n);
+
+// Index of the largest value (lowest index on ties).
+int32_t argmax(const float* x, size_t n);
+
+}  // namespace ds::test

@@ -1,0 +1,103 @@
+// Chaining calls through per-sequence state: prefill in one call, in chunks of 1 / 7 / 64,
+// and prefill + decode must give the same logits (1e-4 absolute: the only difference is f32
+// summation order between the chunked and recurrent GDN forms), and a batch mixing several
+// sequences in one step must equal running them alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/error.h"
+#include "tests/testutil/reference.h"
+#include "tests/worker/model_harness.h"
+
+namespace ds::test {
+namespace {
+
+constexpr float kChainTol = 1e-4f;
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+TEST(Qwen35State, ChunkedPrefillMatchesOneCall) {
+  const ReferencePrompt ref = load_reference_prompt("rand_200");
+  LoadedModel m = load_fixture();
+  const std::vector<uint32_t> rows = {0, 63, 64, 65, 127, 199};
+  const std::vector<float> whole = run_prompt(*m.stage, 1, ref.ids, rows);
+  for (size_t chunk : {1, 7, 64}) {
+    const std::vector<float> chunked = run_prompt(*m.stage, 2, ref.ids, rows, chunk);
+    EXPECT_LE(max_abs_diff(whole, chunked), kChainTol) << "chunk " << chunk;
+  }
+}
+
+TEST(Qwen35State, MixedBatchEqualsSeparateRuns) {
+  const ReferencePrompt ref = load_reference_prompt("chat_basic");
+  LoadedModel m = load_fixture();
+  const size_t V = m.config.n_vocab;
+  // Alone: A = chat_basic, B = its first 5 tokens, then 3 decode tokens for B.
+  std::vector<int32_t> a = ref.ids, b(ref.ids.begin(), ref.ids.begin() + 5);
+  const std::vector<int32_t> b_tail = {11, 12, 13};
+  std::vector<float> a_alone = run_prompt(*m.stage, 10, a, {static_cast<uint32_t>(a.size() - 1)});
+  std::vector<int32_t> b_full = b;
+  b_full.insert(b_full.end(), b_tail.begin(), b_tail.end());
+  std::vector<float> b_alone = run_prompt(*m.stage, 11, b_full, {static_cast<uint32_t>(b_full.size() - 1)});
+
+  // Together: step 1 prefills B; step 2 mixes A's whole prefill with B's 3-token continuation.
+  run_prompt(*m.stage, 21, b, {});
+  StepInput in;
+  in.seqs.push_back({20, 0, a, {static_cast<uint32_t>(a.size() - 1)}});
+  in.seqs.push_back({21, 5, b_tail, {2}});
+  StepOutput out;
+  m.stage->forward(in, &out);
+  ASSERT_EQ(out.logits.size(), 2 * V);
+  EXPECT_LE(max_abs_diff(std::vector<float>(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(V)), a_alone), kChainTol);
+  EXPECT_LE(max_abs_diff(std::vector<float>(out.logits.begin() + static_cast<std::ptrdiff_t>(V), out.logits.end()), b_alone), kChainTol);
+}
+
+TEST(Qwen35State, BadStepsAreRejectedWithoutCorruptingState) {
+  LoadedModel m = load_fixture();
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  const std::vector<float> before = run_prompt(*m.stage, 5, ids, {3});
+  StepOutput out;
+  StepInput gap;
+  gap.seqs.push_back({5, 9, {7}, {0}});  // skips positions 4..8
+  EXPECT_THROW(m.stage->forward(gap, &out), ConfigError);
+  StepInput bad_id;
+  bad_id.seqs.push_back({5, 4, {static_cast<int32_t>(m.config.n_vocab)}, {0}});
+  EXPECT_THROW(m.stage->forward(bad_id, &out), ConfigError);
+  StepInput bad_row;
+  bad_row.seqs.push_back({5, 4, {7}, {1}});
+  EXPECT_THROW(m.stage->forward(bad_row, &out), ConfigError);
+  // The sequence still continues at position 4 exactly as a fresh run would.
+  std::vector<int32_t> longer = ids;
+  longer.push_back(7);
+  const std::vector<float> fresh = run_prompt(*m.stage, 6, longer, {4});
+  StepInput next;
+  next.seqs.push_back({5, 4, {7}, {0}});
+  m.stage->forward(next, &out);
+  // 4 + 1 tokens (chunked then recurrent GDN) vs 5 in one call: summation order only.
+  EXPECT_LE(max_abs_diff(out.logits, fresh), kChainTol);
+  EXPECT_EQ(before.size(), m.config.n_vocab);
+}
+
+TEST(Qwen35State, TwoStagesEqualOneStage) {
+  const ReferencePrompt ref = load_reference_prompt("chat_basic");
+  LoadedModel whole = load_fixture();
+  const std::vector<float> want = run_prompt(*whole.stage, 1, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)});
+  LoadedModel first = load_fixture(false, {0, 3});
+  LoadedModel second = load_fixture(false, {3, first.config.n_layer});
+  StepInput in;
+  in.seqs.push_back({1, 0, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)}});
+  StepOutput mid, out;
+  first.stage->forward(in, &mid);
+  in.hidden = mid.hidden.data();
+  second.stage->forward(in, &out);
+  EXPECT_EQ(out.logits, want);  // same ops in the same order: bit-identical
+}
+
+}  // namespace
+}  // namespace ds::test

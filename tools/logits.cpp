@@ -1,0 +1,161 @@
+// deltaserve-logits: runs the forward pass on a token list and prints one JSON object with
+// the logit digest (top-16 ids + logits, log-sum-exp) of the last position, of every position
+// (--all-positions) or of the MTP rows (--mtp). This is the stable interface every backend and
+// deployment shape is checked against the reference with.
+//
+//   deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] [--chunk N]
+//                     [--out FILE.f32] [--threads T]
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gguf.h"
+#include "common/model_config.h"
+#include "kernels/cpu/digest.h"
+#include "worker/stage_model.h"
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::vector<int32_t> ids;
+  bool all_positions = false;
+  bool mtp = false;
+  size_t chunk = 0;  // 0: the whole prompt in one step
+  std::string out;
+  int threads = 2;
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::fprintf(stderr,
+               "deltaserve-logits: %s\nusage: deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] "
+               "[--chunk N] [--out FILE.f32] [--threads T]\n",
+               error.c_str());
+  std::exit(2);
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > 0x7FFFFFFF) usage("bad token id '" + item + "'");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) usage("--ids is empty");
+  return ids;
+}
+
+long parse_positive(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n <= 0) usage(flag + " needs a positive integer, got '" + v + "'");
+  return n;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--ids") o.ids = parse_ids(value());
+    else if (a == "--all-positions") o.all_positions = true;
+    else if (a == "--mtp") o.mtp = true;
+    else if (a == "--chunk") o.chunk = static_cast<size_t>(parse_positive(a, value()));
+    else if (a == "--out") o.out = value();
+    else if (a == "--threads") o.threads = static_cast<int>(parse_positive(a, value()));
+    else usage("unknown argument '" + a + "'");
+  }
+  if (o.model.empty()) usage("--model is required");
+  if (o.ids.empty()) usage("--ids is required");
+  if (o.mtp && o.ids.size() < 2) usage("--mtp needs at least 2 ids");
+  return o;
+}
+
+// Runs the prompt through a single in-process stage, chunk by chunk. Returns logits of the
+// requested rows ([n_rows, V]) and, when `final_hidden` is given, their final-normed hidden.
+std::vector<float> run_prompt(ds::StageModel& model, const Options& o, const std::vector<size_t>& wanted,
+                              std::vector<float>* final_hidden) {
+  std::vector<float> logits;
+  const size_t chunk = o.chunk ? o.chunk : o.ids.size();
+  size_t w = 0;
+  for (size_t begin = 0; begin < o.ids.size(); begin += chunk) {
+    const size_t end = std::min(o.ids.size(), begin + chunk);
+    ds::StepInput in;
+    ds::SeqStep s;
+    s.seq_id = 1;
+    s.start_pos = static_cast<uint32_t>(begin);
+    s.token_ids.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    for (; w < wanted.size() && wanted[w] < end; ++w) s.logit_rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
+    in.seqs.push_back(std::move(s));
+    ds::StepOutput out;
+    model.forward(in, &out);
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+    if (final_hidden) final_hidden->insert(final_hidden->end(), out.final_hidden.begin(), out.final_hidden.end());
+  }
+  return logits;
+}
+
+void print_digests(const std::vector<float>& logits, size_t vocab) {
+  std::printf("{\"positions\": [");
+  const size_t n = logits.size() / vocab;
+  for (size_t r = 0; r < n; ++r) {
+    const ds::cpu::LogitDigest d = ds::cpu::logit_digest(logits.data() + r * vocab, vocab, 16);
+    std::printf("%s{\"top_ids\": [", r ? ", " : "");
+    for (size_t i = 0; i < d.top_ids.size(); ++i) std::printf("%s%d", i ? ", " : "", d.top_ids[i]);
+    std::printf("], \"top_logits\": [");
+    for (size_t i = 0; i < d.top_logits.size(); ++i) std::printf("%s%.9g", i ? ", " : "", static_cast<double>(d.top_logits[i]));
+    std::printf("], \"logsumexp\": %.17g}", d.logsumexp);
+  }
+  std::printf("]}\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_args(argc, argv);
+  try {
+    auto gguf = std::make_shared<const ds::GgufFile>(ds::GgufFile::open(o.model));
+    const ds::ModelConfig cfg = ds::load_model_config(*gguf);
+    ds::StageOptions so;
+    so.n_threads = o.threads;
+    auto model = ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
+    std::vector<size_t> wanted;
+    const size_t T = o.ids.size();
+    if (o.mtp) {
+      for (size_t t = 0; t + 1 < T; ++t) wanted.push_back(t);
+    } else if (o.all_positions) {
+      for (size_t t = 0; t < T; ++t) wanted.push_back(t);
+    } else {
+      wanted.push_back(T - 1);
+    }
+    std::vector<float> hidden;
+    std::vector<float> logits = run_prompt(*model, o, wanted, o.mtp ? &hidden : nullptr);
+    if (o.mtp) {
+      // Row t = (final-normed hidden at t, token ids[t+1]) at position t: predicts ids[t+2].
+      std::vector<int32_t> next(o.ids.begin() + 1, o.ids.end());
+      model->forward_mtp(1, 0, next, hidden.data(), &logits);
+    }
+    print_digests(logits, cfg.n_vocab);
+    if (!o.out.empty()) {
+      std::ofstream f(o.out, std::ios::binary | std::ios::trunc);
+      f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+      if (!f) throw std::runtime_error("cannot write " + o.out);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deltaserve-logits: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

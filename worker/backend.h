@@ -1,0 +1,77 @@
+// The compute backend a model runs on: device memory plus one launcher per op, with the
+// same contracts as the reference kernels in kernels/cpu/*.h. Pointers passed to ops are
+// device pointers of this backend; small control arrays (token ids, positions) are host
+// arrays the backend uploads itself. The CPU backend calls kernels/cpu directly; the CUDA
+// backend calls the twins in kernels/cuda.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gdn.h"
+#include "kernels/cpu/matmul.h"
+
+namespace ds {
+
+struct GgufTensor;
+using cpu::AttentionShape;
+using cpu::GdnShape;
+using cpu::WeightView;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // ---- memory (floats on the backend's device) ----------------------------------------------
+  virtual float* alloc(size_t n_floats) = 0;  // zero-filled; throws on failure
+  virtual void release(float* p) = 0;
+  virtual void upload(float* dst, const float* host_src, size_t n) = 0;
+  virtual void download(float* host_dst, const float* src, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual void zero(float* dst, size_t n) = 0;
+  // A weight matrix in its GGUF type, resident on the device (CPU: the mmap itself).
+  virtual WeightView weight(const GgufTensor& t) = 0;
+  // A small tensor (norm gains, conv taps, biases) as f32 on the device; lives with the backend.
+  virtual const float* f32_tensor(const GgufTensor& t) = 0;
+
+  // ---- ops ------------------------------------------------------------------------------------
+  virtual void embed_rows(const WeightView& table, const int32_t* host_ids, size_t n, float* out) = 0;
+  virtual void matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
+                      size_t y_stride) = 0;
+  virtual void rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t n_rows, size_t dim,
+                        float* y, size_t y_stride) = 0;
+  virtual void gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,
+                              float* y) = 0;
+  virtual void l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y,
+                       size_t y_stride) = 0;
+  virtual void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride,
+                         size_t head_dim, size_t n_rot, const int32_t* host_positions,
+                         std::array<int32_t, 4> sections, float theta) = 0;
+  virtual void causal_conv1d_silu(const float* x, size_t x_stride, size_t n_tokens, size_t channels,
+                                  const float* weight, size_t kernel, float* state, float* y) = 0;
+  // g = a * softplus(alpha + dt_bias), beta = sigmoid(beta_raw); inputs [n_tokens, nv] with row
+  // strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous.
+  virtual void gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
+                         const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g,
+                         float* beta) = 0;
+  virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                   const float* beta, float* state, float* out) = 0;
+  virtual void attention_causal(const AttentionShape& s, const float* q, const float* k_cache,
+                                const float* v_cache, float scale, float* out) = 0;
+  virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
+  virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride,
+                            size_t n_rows, size_t dim, float* y, size_t y_stride) = 0;
+  virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  // Copies rows: dst[i] = src[rows[i]] (row length `dim`, host row indices).
+  virtual void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
+  virtual void synchronize() = 0;
+};
+
+// CPU backend over kernels/cpu with `n_threads` worker threads.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace ds

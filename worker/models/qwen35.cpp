@@ -1,0 +1,500 @@
+// Qwen3.5 / Qwen3.6 dense hybrid (GGUF arch `qwen35`): one pipeline stage, written as a
+// readable sequence of backend ops. Formulas: qwen35-model-spec.md §4 (gated attention),
+// §5 (Gated DeltaNet), §6 (block, FFN, head), §7 (MTP).
+//
+// A step processes a batch of sequences with different lengths and start positions; token
+// rows of all sequences are concatenated so the projections run as one matmul, while conv,
+// recurrence and attention run per sequence over that sequence's state.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "common/model_config.h"
+#include "worker/backend.h"
+#include "worker/models/workspace.h"
+#include "worker/stage_model.h"
+
+namespace ds {
+namespace {
+
+// ---- weights ---------------------------------------------------------------------------------
+
+struct AttentionWeights {
+  WeightView q, k, v, o;  // q: [D -> 2*H*d], per head [query | gate]
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+};
+
+struct GdnWeights {
+  WeightView qkv, gate, alpha, beta, out;
+  const float* conv = nullptr;      // [C][Kc]
+  const float* dt_bias = nullptr;   // [nv]
+  const float* a = nullptr;         // [nv], = -exp(A_log)
+  const float* ssm_norm = nullptr;  // [dv], shared by all value heads
+};
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::kLinearAttention;
+  const float* attn_norm = nullptr;
+  const float* post_norm = nullptr;
+  AttentionWeights attn;
+  GdnWeights gdn;
+  WeightView ffn_gate, ffn_up, ffn_down;
+};
+
+struct MtpWeights {
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  const float* head_norm = nullptr;
+  WeightView eh_proj, embed, head;
+  LayerWeights block;
+};
+
+// ---- per-sequence state -------------------------------------------------------------------------
+
+struct LayerState {
+  float* conv = nullptr;  // GDN: [Kc-1][C] raw inputs, oldest first
+  float* ssm = nullptr;   // GDN: [nv][dk][dv]
+  float* k = nullptr;     // attention: [kv_cap][Hkv*d]
+  float* v = nullptr;
+  size_t kv_cap = 0;
+};
+
+struct SeqState {
+  uint32_t n_past = 0;
+  std::vector<LayerState> layers;  // one per local layer
+  LayerState mtp;
+  uint32_t mtp_n_past = 0;
+};
+
+// Token rows of one sequence inside the concatenated batch.
+struct SeqSpan {
+  SeqState* state;
+  size_t offset;    // first row
+  size_t n_tokens;
+  uint32_t start_pos;
+};
+
+class Qwen35Stage final : public StageModel {
+ public:
+  Qwen35Stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config, StageRange range,
+              const StageOptions& options, std::unique_ptr<Backend> backend)
+      : gguf_(std::move(gguf)), cfg_(config), range_(range), opt_(options), be_(std::move(backend)), ws_(*be_) {
+    bind_weights();
+  }
+  ~Qwen35Stage() override { drop_all(); }
+
+  const StageRange& range() const override { return range_; }
+  bool is_first() const override { return range_.first_layer == 0; }
+  bool is_last() const override { return range_.last_layer == cfg_.n_layer; }
+  const std::vector<std::vector<float>>& layer_hidden() const override { return layer_hidden_; }
+
+  void forward(const StepInput& in, StepOutput* out) override;
+  void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden,
+                   std::vector<float>* logits) override;
+  void drop_sequence(uint64_t seq_id) override;
+  void drop_all() override;
+
+ private:
+  void bind_weights();
+  LayerWeights bind_layer(uint32_t il, LayerKind kind);
+  WeightView w(const std::string& name) const { return be_->weight(gguf_->tensor(name)); }
+  const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
+
+  std::vector<SeqSpan> prepare_batch(const StepInput& in);
+  SeqState& state_for(uint64_t seq_id, uint32_t start_pos, bool mtp);
+  void release_layer_state(LayerState& s);
+  void ensure_kv_capacity(LayerState& s, size_t rows);
+
+  void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
+  void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
+                       size_t local);
+  void ffn(const LayerWeights& lw, size_t T);
+  void run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T, bool mtp);
+  void lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head, std::vector<float>* logits,
+               std::vector<float>* normed_out);
+
+  std::shared_ptr<const GgufFile> gguf_;
+  ModelConfig cfg_;
+  StageRange range_;
+  StageOptions opt_;
+  std::unique_ptr<Backend> be_;
+  Workspace ws_;
+
+  WeightView token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  bool has_mtp_ = false;
+  MtpWeights mtp_;
+
+  std::unordered_map<uint64_t, SeqState> seqs_;
+  std::vector<int32_t> positions_;  // host [3][T]
+  std::vector<std::vector<float>> layer_hidden_;
+};
+
+// ---- loading ---------------------------------------------------------------------------------------
+
+LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
+  const std::string p = "blk." + std::to_string(il) + ".";
+  LayerWeights lw;
+  lw.kind = kind;
+  lw.attn_norm = f(p + "attn_norm.weight");
+  lw.post_norm = f(p + "post_attention_norm.weight");
+  if (kind == LayerKind::kFullAttention) {
+    lw.attn = {w(p + "attn_q.weight"), w(p + "attn_k.weight"), w(p + "attn_v.weight"), w(p + "attn_output.weight"),
+               f(p + "attn_q_norm.weight"), f(p + "attn_k_norm.weight")};
+  } else {
+    lw.gdn = {w(p + "attn_qkv.weight"), w(p + "attn_gate.weight"), w(p + "ssm_alpha.weight"),
+              w(p + "ssm_beta.weight"), w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
+              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight")};
+  }
+  lw.ffn_gate = w(p + "ffn_gate.weight");
+  lw.ffn_up = w(p + "ffn_up.weight");
+  lw.ffn_down = w(p + "ffn_down.weight");
+  return lw;
+}
+
+void Qwen35Stage::bind_weights() {
+  if (range_.first_layer >= range_.last_layer || range_.last_layer > cfg_.n_layer) {
+    throw ConfigError("invalid layer range [" + std::to_string(range_.first_layer) + ", " +
+                      std::to_string(range_.last_layer) + ") for a model with " + std::to_string(cfg_.n_layer) +
+                      " layers");
+  }
+  if (is_first() || (is_last() && cfg_.tied_embeddings)) token_embd_ = w("token_embd.weight");
+  for (uint32_t il = range_.first_layer; il < range_.last_layer; ++il) layers_.push_back(bind_layer(il, cfg_.layer_kinds[il]));
+  if (!is_last()) return;
+  output_norm_ = f("output_norm.weight");
+  output_ = cfg_.tied_embeddings ? token_embd_ : w("output.weight");
+  has_mtp_ = cfg_.n_nextn > 0;
+  if (!has_mtp_) return;
+  const std::string p = "blk." + std::to_string(cfg_.mtp_block()) + ".";
+  mtp_.enorm = f(p + "nextn.enorm.weight");
+  mtp_.hnorm = f(p + "nextn.hnorm.weight");
+  mtp_.head_norm = gguf_->find_tensor(p + "nextn.shared_head_norm.weight") ? f(p + "nextn.shared_head_norm.weight")
+                                                                           : output_norm_;
+  mtp_.eh_proj = w(p + "nextn.eh_proj.weight");
+  mtp_.embed = gguf_->find_tensor(p + "nextn.embed_tokens.weight") ? w(p + "nextn.embed_tokens.weight")
+                                                                   : w("token_embd.weight");
+  mtp_.head = gguf_->find_tensor(p + "nextn.shared_head_head.weight") ? w(p + "nextn.shared_head_head.weight") : output_;
+  mtp_.block = bind_layer(cfg_.mtp_block(), LayerKind::kFullAttention);
+}
+
+// ---- sequence state ------------------------------------------------------------------------------
+
+void Qwen35Stage::release_layer_state(LayerState& s) {
+  be_->release(s.conv);
+  be_->release(s.ssm);
+  be_->release(s.k);
+  be_->release(s.v);
+  s = LayerState{};
+}
+
+void Qwen35Stage::drop_sequence(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  for (auto& ls : it->second.layers) release_layer_state(ls);
+  release_layer_state(it->second.mtp);
+  seqs_.erase(it);
+}
+
+void Qwen35Stage::drop_all() {
+  while (!seqs_.empty()) drop_sequence(seqs_.begin()->first);
+}
+
+// Returns the state a step starting at `start_pos` continues (start_pos == 0: a fresh one).
+SeqState& Qwen35Stage::state_for(uint64_t seq_id, uint32_t start_pos, bool mtp) {
+  SeqState& st = seqs_[seq_id];
+  if (st.layers.empty()) {
+    st.layers.resize(layers_.size());
+    const size_t C = cfg_.ssm_conv_channels();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (layers_[i].kind != LayerKind::kLinearAttention) continue;
+      st.layers[i].conv = be_->alloc((cfg_.ssm_conv_kernel - 1) * C);
+      st.layers[i].ssm = be_->alloc(size_t{cfg_.ssm_dt_rank} * cfg_.ssm_d_state * cfg_.ssm_head_v_dim());
+    }
+  }
+  if (start_pos == 0) {  // restart: clear recurrent state, forget cached rows
+    if (mtp) {
+      st.mtp_n_past = 0;
+    } else {
+      st.n_past = 0;
+      const size_t C = cfg_.ssm_conv_channels();
+      for (size_t i = 0; i < layers_.size(); ++i) {
+        if (layers_[i].kind != LayerKind::kLinearAttention) continue;
+        be_->zero(st.layers[i].conv, (cfg_.ssm_conv_kernel - 1) * C);
+        be_->zero(st.layers[i].ssm, size_t{cfg_.ssm_dt_rank} * cfg_.ssm_d_state * cfg_.ssm_head_v_dim());
+      }
+    }
+  }
+  return st;
+}
+
+void Qwen35Stage::ensure_kv_capacity(LayerState& s, size_t rows) {
+  if (rows <= s.kv_cap) return;
+  const size_t row = size_t{cfg_.n_head_kv} * cfg_.head_dim;
+  const size_t cap = std::max({rows, 2 * s.kv_cap, size_t{256}});
+  float* k = be_->alloc(cap * row);
+  float* v = be_->alloc(cap * row);
+  if (s.k != nullptr) {
+    be_->copy(k, s.k, s.kv_cap * row);
+    be_->copy(v, s.v, s.kv_cap * row);
+    be_->release(s.k);
+    be_->release(s.v);
+  }
+  s.k = k;
+  s.v = v;
+  s.kv_cap = cap;
+}
+
+// Validates the whole step before touching any state, then resolves each sequence's state.
+std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
+  if (in.seqs.empty()) throw ConfigError("empty step");
+  if (!is_first() && in.hidden == nullptr) throw ConfigError("stage needs the previous stage's hidden states");
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    const SeqStep& s = in.seqs[i];
+    const std::string who = "sequence " + std::to_string(s.seq_id);
+    if (s.token_ids.empty()) throw ConfigError(who + ": no tokens");
+    for (size_t j = 0; j < i; ++j) {
+      if (in.seqs[j].seq_id == s.seq_id) throw ConfigError(who + " appears twice in one step");
+    }
+    for (int32_t id : s.token_ids) {
+      if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab) throw ConfigError(who + ": token id " + std::to_string(id) + " out of range");
+    }
+    for (uint32_t r : s.logit_rows) {
+      if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
+    }
+    auto it = seqs_.find(s.seq_id);
+    const uint32_t have = it == seqs_.end() ? 0 : it->second.n_past;
+    if (s.start_pos != 0 && s.start_pos != have) {
+      throw ConfigError(who + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds " +
+                        std::to_string(have) + " positions");
+    }
+    if (opt_.max_context && size_t{s.start_pos} + s.n_tokens() > opt_.max_context) {
+      throw ConfigError(who + ": exceeds the context limit of " + std::to_string(opt_.max_context));
+    }
+  }
+  std::vector<SeqSpan> spans;
+  size_t offset = 0;
+  for (const SeqStep& s : in.seqs) {
+    spans.push_back({&state_for(s.seq_id, s.start_pos, false), offset, s.n_tokens(), s.start_pos});
+    offset += s.n_tokens();
+  }
+  return spans;
+}
+
+// ---- layers ----------------------------------------------------------------------------------------
+
+void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T) {
+  const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
+  const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
+  const float* x = ws_.get(Slot::kNorm, T * D);
+  float* qkv = ws_.get(Slot::kProjA, T * C);       // raw conv input [T, C]
+  float* z = ws_.get(Slot::kProjB, T * nv * dv);   // output gate [T, nv*dv]
+  float* alpha = ws_.get(Slot::kAlpha, T * nv);
+  float* beta_raw = ws_.get(Slot::kBeta, T * nv);
+  float* g = ws_.get(Slot::kGateG, T * nv);
+  float* beta = ws_.get(Slot::kGateBeta, T * nv);
+  float* conv = ws_.get(Slot::kConv, T * C);       // silu(conv) [T, C] = [q | k | v]
+  float* o = ws_.get(Slot::kMix, T * nv * dv);
+  float* y = ws_.get(Slot::kGated, T * nv * dv);
+
+  be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
+  be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
+  be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
+  be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
+  be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  for (const SeqSpan& s : spans) {
+    be_->causal_conv1d_silu(qkv + s.offset * C, C, s.n_tokens, C, lw.gdn.conv, Kc, s.state->layers[local].conv,
+                            conv + s.offset * C);
+  }
+  for (size_t head = 0; head < 2 * nk; ++head) {  // L2-normalize every q and k head in place
+    be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
+  }
+  for (const SeqSpan& s : spans) {
+    const float* q = conv + s.offset * C;
+    const GdnShape shape{s.n_tokens, nk, nv, dk, dv, C, C};
+    be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv,
+             s.state->layers[local].ssm, o + s.offset * nv * dv);
+  }
+  be_->gated_rms_norm(o, z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
+  float* mixed = ws_.get(Slot::kOut, T * D);
+  be_->matmul(lw.gdn.out, y, nv * dv, T, mixed, D);
+}
+
+void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
+                                  size_t local) {
+  const size_t D = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  const float* x = ws_.get(Slot::kNorm, T * D);
+  float* qg = ws_.get(Slot::kProjA, T * 2 * H * d);  // per head [query | gate]
+  float* k = ws_.get(Slot::kProjB, T * Hkv * d);
+  float* v = ws_.get(Slot::kProjC, T * Hkv * d);
+  float* o = ws_.get(Slot::kMix, T * H * d);
+  float* y = ws_.get(Slot::kGated, T * H * d);
+
+  be_->matmul(lw.attn.q, x, D, T, qg, 2 * H * d);
+  be_->matmul(lw.attn.k, x, D, T, k, Hkv * d);
+  be_->matmul(lw.attn.v, x, D, T, v, Hkv * d);
+  be_->rms_norm(qg, 2 * d, lw.attn.q_norm, cfg_.rms_eps, T * H, d, qg, 2 * d);
+  be_->rms_norm(k, d, lw.attn.k_norm, cfg_.rms_eps, T * Hkv, d, k, d);
+  be_->rope_neox(qg, T, 2 * H * d, H, 2 * d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
+  be_->rope_neox(k, T, Hkv * d, Hkv, d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
+
+  const size_t row = Hkv * d;
+  for (const SeqSpan& s : spans) {
+    LayerState& ls = mtp ? s.state->mtp : s.state->layers[local];
+    const size_t kv_len = size_t{s.start_pos} + s.n_tokens;
+    ensure_kv_capacity(ls, kv_len);
+    be_->copy(ls.k + size_t{s.start_pos} * row, k + s.offset * row, s.n_tokens * row);
+    be_->copy(ls.v + size_t{s.start_pos} * row, v + s.offset * row, s.n_tokens * row);
+    const AttentionShape shape{s.n_tokens, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+    be_->attention_causal(shape, qg + s.offset * 2 * H * d, ls.k, ls.v, 1.0f / std::sqrt(static_cast<float>(d)),
+                          o + s.offset * H * d);
+  }
+  be_->sigmoid_gate(o, d, qg + d, 2 * d, T * H, d, y, d);
+  float* mixed = ws_.get(Slot::kOut, T * D);
+  be_->matmul(lw.attn.o, y, H * d, T, mixed, D);
+}
+
+void Qwen35Stage::ffn(const LayerWeights& lw, size_t T) {
+  const size_t D = cfg_.n_embd, F = cfg_.n_ff;
+  float* x = ws_.get(Slot::kHidden, T * D);
+  float* b = ws_.get(Slot::kNorm, T * D);
+  float* gate = ws_.get(Slot::kProjA, T * F);
+  float* up = ws_.get(Slot::kProjB, T * F);
+  float* down = ws_.get(Slot::kOut, T * D);
+  be_->rms_norm(x, D, lw.post_norm, cfg_.rms_eps, T, D, b, D);
+  be_->matmul(lw.ffn_gate, b, D, T, gate, F);
+  be_->matmul(lw.ffn_up, b, D, T, up, F);
+  be_->swiglu(gate, up, T * F, gate);
+  be_->matmul(lw.ffn_down, gate, F, T, down, D);
+  be_->add_inplace(x, down, T * D);
+}
+
+// One decoder block: h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)).
+void Qwen35Stage::run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T,
+                            bool mtp) {
+  const size_t D = cfg_.n_embd;
+  float* x = ws_.get(Slot::kHidden, T * D);
+  be_->rms_norm(x, D, lw.attn_norm, cfg_.rms_eps, T, D, ws_.get(Slot::kNorm, T * D), D);
+  if (lw.kind == LayerKind::kLinearAttention) {
+    gdn_layer(lw, local, spans, T);
+  } else {
+    attention_layer(lw, spans, T, mtp, local);
+  }
+  be_->add_inplace(x, ws_.get(Slot::kOut, T * D), T * D);
+  ffn(lw, T);
+}
+
+// ---- step ------------------------------------------------------------------------------------------
+
+void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
+                          std::vector<float>* logits, std::vector<float>* normed_out) {
+  const size_t D = cfg_.n_embd, V = head.rows;
+  float* normed = ws_.get(Slot::kHeadNorm, n_rows * D);
+  float* out = ws_.get(Slot::kLogits, n_rows * V);
+  be_->rms_norm(rows, D, norm, cfg_.rms_eps, n_rows, D, normed, D);
+  be_->matmul(head, normed, D, n_rows, out, V);
+  logits->resize(n_rows * V);
+  be_->download(logits->data(), out, n_rows * V);
+  if (normed_out != nullptr) {
+    normed_out->resize(n_rows * D);
+    be_->download(normed_out->data(), normed, n_rows * D);
+  }
+}
+
+void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
+  std::vector<SeqSpan> spans = prepare_batch(in);
+  const size_t D = cfg_.n_embd;
+  const size_t T = spans.back().offset + spans.back().n_tokens;
+  positions_.resize(3 * T);
+  for (const SeqSpan& s : spans) {
+    for (size_t j = 0; j < s.n_tokens; ++j) {
+      for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + s.offset + j] = static_cast<int32_t>(s.start_pos + j);
+    }
+  }
+  float* x = ws_.get(Slot::kHidden, T * D);
+  if (is_first()) {
+    std::vector<int32_t> ids;
+    for (const SeqStep& s : in.seqs) ids.insert(ids.end(), s.token_ids.begin(), s.token_ids.end());
+    be_->embed_rows(token_embd_, ids.data(), T, x);
+  } else {
+    be_->upload(x, in.hidden, T * D);
+  }
+  layer_hidden_.clear();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    run_layer(layers_[l], l, spans, T, false);
+    if (opt_.keep_all_hidden) {
+      layer_hidden_.emplace_back(T * D);
+      be_->download(layer_hidden_.back().data(), x, T * D);
+    }
+  }
+  for (size_t i = 0; i < spans.size(); ++i) spans[i].state->n_past = spans[i].start_pos + static_cast<uint32_t>(spans[i].n_tokens);
+
+  out->hidden.clear();
+  out->logits.clear();
+  out->final_hidden.clear();
+  if (!is_last()) {
+    out->hidden.resize(T * D);
+    be_->download(out->hidden.data(), x, T * D);
+    return;
+  }
+  std::vector<uint32_t> rows;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (uint32_t r : in.seqs[i].logit_rows) rows.push_back(static_cast<uint32_t>(spans[i].offset) + r);
+  }
+  if (rows.empty()) return;
+  float* picked = ws_.get(Slot::kPicked, rows.size() * D);
+  be_->gather_rows(x, rows.data(), rows.size(), D, picked);
+  lm_head(picked, rows.size(), output_norm_, output_, &out->logits, &out->final_hidden);
+}
+
+// MTP rows: u = eh_proj([enorm(embed(token)) ; hnorm(hidden)]), one attention block with its
+// own KV cache, shared-head norm, LM head (spec §7.1).
+void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
+                              const float* hidden, std::vector<float>* logits) {
+  if (!has_mtp_) throw ConfigError("this stage has no MTP block (not the last stage, or the GGUF has none)");
+  if (token_ids.empty()) throw ConfigError("MTP step without tokens");
+  for (int32_t id : token_ids) {
+    if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab) throw ConfigError("MTP token id out of range");
+  }
+  auto it = seqs_.find(seq_id);
+  const uint32_t have = it == seqs_.end() ? 0 : it->second.mtp_n_past;
+  if (start_pos != 0 && start_pos != have) {
+    throw ConfigError("MTP step for sequence " + std::to_string(seq_id) + " starts at " + std::to_string(start_pos) +
+                      " but the MTP cache holds " + std::to_string(have));
+  }
+  SeqState& st = state_for(seq_id, start_pos, true);
+  const size_t D = cfg_.n_embd, T = token_ids.size();
+  std::vector<SeqSpan> spans{{&st, 0, T, start_pos}};
+  positions_.resize(3 * T);
+  for (size_t j = 0; j < T; ++j) {
+    for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + j] = static_cast<int32_t>(start_pos + j);
+  }
+  float* e = ws_.get(Slot::kProjA, T * D);
+  float* h = ws_.get(Slot::kProjB, T * D);
+  float* cat = ws_.get(Slot::kConv, T * 2 * D);  // row t = [enorm(e_t) ; hnorm(h_t)]
+  be_->embed_rows(mtp_.embed, token_ids.data(), T, e);
+  be_->upload(h, hidden, T * D);
+  be_->rms_norm(e, D, mtp_.enorm, cfg_.rms_eps, T, D, cat, 2 * D);
+  be_->rms_norm(h, D, mtp_.hnorm, cfg_.rms_eps, T, D, cat + D, 2 * D);
+  float* x = ws_.get(Slot::kHidden, T * D);
+  be_->matmul(mtp_.eh_proj, cat, 2 * D, T, x, D);
+  run_layer(mtp_.block, 0, spans, T, true);
+  st.mtp_n_past = start_pos + static_cast<uint32_t>(T);
+  lm_head(x, T, mtp_.head_norm, mtp_.head, logits, nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                           StageRange range, const StageOptions& options) {
+  if (config.arch != "qwen35") throw ConfigError("load_cpu_stage: architecture '" + config.arch + "' is not qwen35");
+  auto backend = make_cpu_backend(options.n_threads);
+  return std::make_unique<Qwen35Stage>(std::move(gguf), config, range, options, std::move(backend));
+}
+
+}  // namespace ds
