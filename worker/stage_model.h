@@ -69,6 +69,13 @@ class StageModel {
   virtual const std::vector<std::vector<float>>& layer_hidden() const = 0;
 };
 
+class Backend;
+
+// Loads one stage of a qwen35 model on `backend` (weights resident on its device).
+std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                       StageRange range, const StageOptions& options,
+                                       std::unique_ptr<Backend> backend);
+
 // Loads one stage of a qwen35 model on the CPU backend (weights used straight from the mmap).
 std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
                                            StageRange range, const StageOptions& options);

@@ -490,11 +490,16 @@ void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::ve
 
 }  // namespace
 
+std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                       StageRange range, const StageOptions& options,
+                                       std::unique_ptr<Backend> backend) {
+  if (config.arch != "qwen35") throw ConfigError("load_stage: architecture '" + config.arch + "' is not qwen35");
+  return std::make_unique<Qwen35Stage>(std::move(gguf), config, range, options, std::move(backend));
+}
+
 std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
                                            StageRange range, const StageOptions& options) {
-  if (config.arch != "qwen35") throw ConfigError("load_cpu_stage: architecture '" + config.arch + "' is not qwen35");
-  auto backend = make_cpu_backend(options.n_threads);
-  return std::make_unique<Qwen35Stage>(std::move(gguf), config, range, options, std::move(backend));
+  return load_stage(std::move(gguf), config, range, options, make_cpu_backend(options.n_threads));
 }
 
 }  // namespace ds

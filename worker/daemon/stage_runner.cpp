@@ -1,0 +1,197 @@
+// Plan execution on one stage (see stage_runner.h).
+#include "worker/daemon/stage_runner.h"
+
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "common/error.h"
+
+namespace ds {
+namespace v1 = ipc::v1;
+namespace {
+
+uint64_t now_us() {
+  using namespace std::chrono;
+  return static_cast<uint64_t>(duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+uint64_t total_tokens(const v1::StepPlan& plan) { return static_cast<uint64_t>(plan.token_ids_size()); }
+
+std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> bytes(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  return bytes;
+}
+
+void describe_chunk(uint64_t plan_id, uint64_t rows, uint64_t cols, size_t nbytes, v1::HiddenChunk* chunk) {
+  chunk->set_plan_id(plan_id);
+  chunk->set_dtype(v1::DTYPE_F32);
+  chunk->add_shape(rows);
+  chunk->add_shape(cols);
+  chunk->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
+  const int n = plan.seq_ids_size();
+  if (n == 0) throw FormatError("plan " + std::to_string(plan.plan_id()) + " has no sequences");
+  if (plan.start_positions_size() != n || plan.n_tokens_size() != n || plan.n_logit_rows_size() != n) {
+    throw FormatError("plan " + std::to_string(plan.plan_id()) + ": per-sequence arrays differ in length");
+  }
+  std::unordered_set<uint64_t> seen;
+  uint64_t tokens = 0, rows = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!seen.insert(plan.seq_ids(i)).second) throw FormatError("plan names a sequence twice");
+    if (plan.n_tokens(i) == 0) throw FormatError("plan has a sequence without tokens");
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r) {
+      if (rows + r >= static_cast<uint64_t>(plan.logit_rows_size())) throw FormatError("plan: logit_rows too short");
+      if (plan.logit_rows(static_cast<int>(rows + r)) >= plan.n_tokens(i)) {
+        throw FormatError("plan: logit row outside its sequence's tokens");
+      }
+    }
+    tokens += plan.n_tokens(i);
+    rows += plan.n_logit_rows(i);
+  }
+  if (tokens != total_tokens(plan)) throw FormatError("plan: token_ids length != sum of n_tokens");
+  if (rows != static_cast<uint64_t>(plan.logit_rows_size()) || rows != static_cast<uint64_t>(plan.random_u_size())) {
+    throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
+  }
+  for (int32_t t : plan.token_ids()) {
+    if (t < 0 || (n_vocab != 0 && static_cast<uint32_t>(t) >= n_vocab)) {
+      throw FormatError("plan: token id " + std::to_string(t) + " outside the vocabulary");
+    }
+  }
+}
+
+StageRunner::StageRunner(std::unique_ptr<StageModel> model, StageShape shape)
+    : model_(std::move(model)), shape_(shape) {}
+
+void StageRunner::remember_sampling(const v1::StepPlan& plan) {
+  for (const v1::SequenceSampling& s : plan.sampling()) {
+    SeqSampling& dst = sampling_[s.seq_id()];
+    dst.params.temperature = s.params().temperature();
+    dst.params.top_k = s.params().top_k();
+    dst.params.top_p = s.params().top_p();
+    dst.full_logits = s.params().return_full_logits();
+  }
+}
+
+StepInput StageRunner::build_input(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+                                   std::vector<float>* hidden_storage) const {
+  StepInput in;
+  int tok = 0, row = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    SeqStep s;
+    s.seq_id = plan.seq_ids(i);
+    s.start_pos = plan.start_positions(i);
+    s.token_ids.assign(plan.token_ids().begin() + tok, plan.token_ids().begin() + tok + static_cast<int>(plan.n_tokens(i)));
+    s.logit_rows.assign(plan.logit_rows().begin() + row, plan.logit_rows().begin() + row + static_cast<int>(plan.n_logit_rows(i)));
+    tok += static_cast<int>(plan.n_tokens(i));
+    row += static_cast<int>(plan.n_logit_rows(i));
+    in.seqs.push_back(std::move(s));
+  }
+  if (!model_->is_first()) {
+    const uint64_t want = total_tokens(plan) * shape_.n_embd * sizeof(float);
+    if (hidden_bytes.size() != want) {
+      throw FormatError("hidden chunk has " + std::to_string(hidden_bytes.size()) + " bytes, expected " + std::to_string(want));
+    }
+    // Copied into float storage: the transport buffer carries no alignment guarantee.
+    hidden_storage->resize(hidden_bytes.size() / sizeof(float));
+    std::memcpy(hidden_storage->data(), hidden_bytes.data(), hidden_bytes.size());
+    in.hidden = hidden_storage->data();
+  }
+  return in;
+}
+
+StageOutputMessage StageRunner::run(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+                                    const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
+  const uint64_t received = now_us();
+  validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
+  std::vector<float> hidden_storage;
+  const StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
+  StepOutput out;
+  const auto t0 = std::chrono::steady_clock::now();
+  model_->forward(in, &out);
+  const auto compute_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+  for (const SeqStep& s : in.seqs) live_[s.seq_id] = s.start_pos + s.n_tokens();
+
+  v1::StageTiming mine;
+  mine.set_rank(shape_.rank);
+  mine.set_compute_us(static_cast<uint64_t>(compute_us.count()));
+  mine.set_receive_unix_us(received);
+
+  StageOutputMessage msg;
+  if (!model_->is_last()) {
+    v1::StageForward* fwd = msg.env.mutable_stage_forward();
+    *fwd->mutable_plan() = plan;
+    *fwd->mutable_timings() = timings;
+    *fwd->add_timings() = mine;
+    msg.bulk = float_bytes(out.hidden);
+    describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, msg.bulk.size(), fwd->mutable_hidden());
+    return msg;
+  }
+  remember_sampling(plan);
+  v1::StepResult* result = msg.env.mutable_step_result();
+  pack_result(plan, out, result, &msg.bulk);
+  *result->mutable_timings() = timings;
+  *result->add_timings() = mine;
+  return msg;
+}
+
+void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v1::StepResult* result,
+                              std::vector<uint8_t>* bulk) const {
+  const size_t n_rows = static_cast<size_t>(plan.logit_rows_size());
+  const size_t n_vocab = n_rows == 0 ? 0 : out.logits.size() / n_rows;
+  if (n_rows != 0 && (n_vocab == 0 || out.logits.size() != n_rows * n_vocab)) {
+    throw FormatError("model returned " + std::to_string(out.logits.size()) + " logits for " + std::to_string(n_rows) + " rows");
+  }
+  result->set_plan_id(plan.plan_id());
+  result->set_epoch(plan.epoch());
+  result->set_top_k(kDigestTopK);
+  result->set_n_vocab(static_cast<uint32_t>(n_vocab));
+  std::vector<float> full;
+  int row = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    const auto it = sampling_.find(plan.seq_ids(i));
+    const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
+      const float* logits = out.logits.data() + static_cast<size_t>(row) * n_vocab;
+      const LogitDigest d = digest_logits(logits, n_vocab, sampling.params, plan.random_u(row));
+      result->add_seq_ids(plan.seq_ids(i));
+      result->add_rows(plan.logit_rows(row));
+      result->add_tokens(d.token);
+      result->add_logsumexp(d.logsumexp);
+      for (size_t k = 0; k < d.top_ids.size(); ++k) {
+        result->add_top_ids(d.top_ids[k]);
+        result->add_top_logprobs(d.top_logprobs[k]);
+      }
+      if (sampling.full_logits) {
+        result->add_full_logit_rows(static_cast<uint32_t>(row));
+        full.insert(full.end(), logits, logits + n_vocab);
+      }
+    }
+  }
+  if (!full.empty()) {
+    *bulk = float_bytes(full);
+    describe_chunk(plan.plan_id(), static_cast<uint64_t>(result->full_logit_rows_size()), n_vocab, bulk->size(),
+                   result->mutable_full_logits());
+  }
+}
+
+void StageRunner::drop(const v1::DropSequences& drop) {
+  if (drop.all()) {
+    model_->drop_all();
+    sampling_.clear();
+    live_.clear();
+    return;
+  }
+  for (uint64_t id : drop.seq_ids()) {
+    model_->drop_sequence(id);
+    sampling_.erase(id);
+    live_.erase(id);
+  }
+}
+
+}  // namespace ds

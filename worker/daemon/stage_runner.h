@@ -1,0 +1,64 @@
+// Executes StepPlans on one StageModel: checks the plan, turns its columns into the model's
+// StepInput, runs the forward and packs the output for the next hop — a StageForward (hidden
+// chunk) for the next stage, or a StepResult (logit digests) for the coordinator on the last
+// stage. Holds the sampling inputs of each sequence (sent once by the coordinator).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ipc/protocol.h"  // v1 messages
+#include "common/sampling.h"      // SamplingParams, digest_logits
+#include "worker/stage_model.h"   // StageModel, StepInput, StepOutput
+
+namespace ds {
+
+struct StageShape {
+  uint32_t rank = 0;
+  uint32_t n_embd = 0;   // hidden size (validates incoming chunks)
+  uint32_t n_vocab = 0;  // validates token ids on stage 0
+};
+
+// What one step produced: the envelope to send on and its bulk bytes.
+struct StageOutputMessage {
+  ipc::v1::Envelope env;        // stage_forward (to the next stage) or step_result (to the coordinator)
+  std::vector<uint8_t> bulk;    // hidden chunk or full logits
+};
+
+class StageRunner {
+ public:
+  StageRunner(std::unique_ptr<StageModel> model, StageShape shape);
+
+  // Runs `plan` with the previous stage's hidden states (`hidden_bytes` empty on stage 0).
+  // `timings` are the earlier stages' timings. Throws ds::FormatError when the plan or the
+  // chunk is inconsistent, or whatever the model throws on invalid input.
+  StageOutputMessage run(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+                         const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings);
+
+  void drop(const ipc::v1::DropSequences& drop);
+  size_t n_sequences() const { return live_.size(); }
+
+ private:
+  struct SeqSampling {
+    SamplingParams params;
+    bool full_logits = false;
+  };
+  void remember_sampling(const ipc::v1::StepPlan& plan);
+  StepInput build_input(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+                        std::vector<float>* hidden_storage) const;
+  void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
+                   std::vector<uint8_t>* bulk) const;
+
+  std::unique_ptr<StageModel> model_;
+  StageShape shape_;
+  std::unordered_map<uint64_t, SeqSampling> sampling_;  // last stage only
+  std::unordered_map<uint64_t, uint32_t> live_;         // seq id -> positions held
+};
+
+// Checks the column arrays of a plan against each other. Throws ds::FormatError.
+void validate_plan(const ipc::v1::StepPlan& plan, uint32_t n_vocab);
+
+}  // namespace ds
