@@ -1,0 +1,81 @@
+// The contract between the request layer (HTTP / OpenAI) and the engine that generates
+// tokens. The request layer tokenizes, renders templates and parses output; the engine only
+// sees token ids and sampling parameters, and reports tokens back through a sink. Both the
+// one-request-at-a-time engine and the continuous-batching scheduler implement `Engine`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ds {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  float top_p = 1.0f;        // nucleus mass in (0, 1]
+  int32_t top_k = 0;         // 0: no top-k filter
+  std::optional<uint64_t> seed;  // fixed seed: reproducible sampling
+  uint32_t max_tokens = 256;     // generated-token budget (the engine also stops at the context limit)
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation set
+  uint32_t top_logprobs = 0;            // 0..16 alternatives to report per token
+  bool logprobs = false;
+};
+
+struct GenerationRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+struct GeneratedToken {
+  int32_t token = 0;
+  float logprob = 0;                       // of the chosen token
+  std::vector<TokenLogprob> top_logprobs;  // best first
+};
+
+// Receives a request's progress. Called from the engine's thread; implementations must be
+// quick and thread-safe (e.g. post to the connection's executor).
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // The prompt was processed (time to first token is measured here by the caller if wanted).
+  virtual void on_started(uint32_t prompt_tokens) = 0;
+  virtual void on_token(const GeneratedToken& token) = 0;
+  // Last call for the request. `error` is set for kError.
+  virtual void on_finished(FinishReason reason, const std::string& error) = 0;
+};
+
+struct EngineHealth {
+  bool ready = false;              // every worker Ready
+  uint32_t workers_total = 0;
+  uint32_t workers_ready = 0;
+  uint64_t worker_restarts = 0;
+  uint32_t queue_depth = 0;        // requests waiting
+  uint32_t running = 0;            // requests generating
+  uint32_t max_context = 0;        // tokens per sequence
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Queues a request. Throws ds::RequestError-like std::invalid_argument for requests the
+  // engine can never serve (e.g. prompt longer than the context), before any callback.
+  virtual void submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) = 0;
+  // Stops a request early (client went away); its sink gets on_finished(kCancelled).
+  virtual void cancel(const std::string& request_id) = 0;
+  virtual EngineHealth health() const = 0;
+};
+
+}  // namespace ds
