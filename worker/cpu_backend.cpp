@@ -100,9 +100,9 @@ class CpuBackend final : public Backend {
   void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
            float* state, float* out) override {
     if (s.n_tokens >= kGdnChunkedMinTokens) {
-      cpu::gdn_chunked(s, q, k, v, g, beta, state, out);
+      cpu::gdn_chunked(s, q, k, v, g, beta, state, out, 64, &pool_);
     } else {
-      cpu::gdn_recurrent(s, q, k, v, g, beta, state, out);
+      cpu::gdn_recurrent(s, q, k, v, g, beta, state, out, &pool_);
     }
   }
   void attention_causal(const AttentionShape& s, const float* q, const float* k, const float* v, float scale,

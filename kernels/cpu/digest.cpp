@@ -11,10 +11,11 @@ LogitDigest logit_digest(const float* logits, size_t vocab, size_t k) {
   if (vocab == 0) return d;
   k = std::min(k, vocab);
 
-  // Top-k: higher logit first, ties broken by the lower id.
+  // Top-k: higher logit first, ties broken by the lower id; NaN ranks below everything.
   std::vector<int32_t> ids(vocab);
   std::iota(ids.begin(), ids.end(), 0);
-  auto better = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto key = [logits](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+  auto better = [&key](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); };
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), better);
   d.top_ids.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k));
   for (int32_t id : d.top_ids) d.top_logits.push_back(logits[id]);

@@ -12,15 +12,20 @@
 namespace ds::cpu {
 namespace {
 
-void check_type(GgmlType type) {
-  switch (type) {
+// Throws FormatError unless w is a type we multiply with whole blocks per row.
+void check_weight(const WeightView& w) {
+  switch (w.type) {
     case GgmlType::F32:
     case GgmlType::F16:
     case GgmlType::BF16:
+      return;
     case GgmlType::Q8_0:
+      if (w.cols % 32 != 0) {
+        throw FormatError("matmul: Q8_0 row of " + std::to_string(w.cols) + " elements is not a multiple of 32");
+      }
       return;
     default:
-      throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(type));
+      throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(w.type));
   }
 }
 
@@ -39,7 +44,7 @@ void dequant_q8_0_row(const uint8_t* src, float* dst, size_t cols) {
   for (size_t b = 0; b < cols / 32; ++b) {
     BlockQ8_0 blk;
     std::memcpy(&blk, src + b * sizeof(BlockQ8_0), sizeof(blk));
-    const float d = fp16_to_fp32(blk.d);
+    const float d = half_to_float(blk.d);
     float* out = dst + b * 32;
     for (int i = 0; i < 32; ++i) out[i] = d * static_cast<float>(blk.qs[i]);
   }
@@ -78,7 +83,7 @@ void dequant_row(const WeightView& w, size_t r, float* out) {
       dequant_q8_0_row(src, out, w.cols);
       return;
     default:
-      check_type(w.type);  // throws
+      check_weight(w);  // throws
   }
 }
 
@@ -100,17 +105,14 @@ constexpr size_t kTokenBlock = 128;       // tokens per work item (amortizes the
 }  // namespace
 
 void weight_row(const WeightView& w, size_t r, float* out) {
-  check_type(w.type);
+  check_weight(w);
   dequant_row(w, r, out);
 }
 
 void matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
             ThreadPool* pool) {
-  check_type(w.type);
+  check_weight(w);
   if (w.rows == 0 || n_tokens == 0) return;
-  if (w.type == GgmlType::Q8_0 && w.cols % 32 != 0) {
-    throw FormatError("matmul: Q8_0 row of " + std::to_string(w.cols) + " elements is not a multiple of 32");
-  }
   if (pool == nullptr) pool = default_pool();
   const size_t n_threads = static_cast<size_t>(pool->size());
   const size_t cols = std::max<size_t>(w.cols, 1);

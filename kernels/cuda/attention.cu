@@ -1,0 +1,124 @@
+#include "kernels/cuda/attention.h"
+
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+
+namespace ds::cuda {
+namespace {
+
+using detail::kWarp;
+
+// One block per (query token, head). Its warps take interleaved keys (warp w: tau = w, w+kWarps,
+// ...) and each keeps an online-softmax state (max, sum, weighted V) over its keys; lane l holds
+// head dims l, l+32, ... The warps' states are merged at the end. Simple and exact in f32; sharing
+// K/V across the heads of a group and split-K for long decode are for the speed issues.
+constexpr int kWarps = 4;
+constexpr int kPerLane = static_cast<int>(kMaxAttentionHeadDim) / kWarp;
+
+struct WarpState {
+  float mx;             // running max of the scaled scores
+  float sum;            // sum of exp(score - mx)
+  float acc[kPerLane];  // sum of exp(score - mx) * v
+};
+
+__device__ void attend_keys(const AttentionShape& s, const float* qv, const float* k, const float* v, float scale,
+                            size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
+  for (size_t tau = warp; tau < n_keys; tau += kWarps) {
+    const float* kr = k + tau * s.kv_row_stride;
+    float p = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      const size_t i = lane + size_t{kWarp} * e;
+      if (i < s.head_dim) p += qv[e] * kr[i];
+    }
+    const float score = detail::warp_sum(p) * scale;
+    const float mx = fmaxf(st.mx, score);
+    const float corr = expf(st.mx - mx);  // 0 on the first key (st.mx = -inf)
+    const float w = expf(score - mx);
+    st.sum = st.sum * corr + w;
+    const float* vr = v + tau * s.kv_row_stride;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      const size_t i = lane + size_t{kWarp} * e;
+      st.acc[e] = st.acc[e] * corr + (i < s.head_dim ? w * vr[i] : 0.0f);
+    }
+    st.mx = mx;
+  }
+}
+
+__global__ void __launch_bounds__(kWarps * kWarp)
+    attention_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache, float scale,
+                     float* out) {
+  __shared__ float s_mx[kWarps], s_sum[kWarps];
+  __shared__ float s_acc[kWarps][kMaxAttentionHeadDim];
+  const size_t h = blockIdx.x % s.n_heads, t = blockIdx.x / s.n_heads;
+  const size_t g = h / (s.n_heads / s.n_kv_heads);  // grouped GQA mapping
+  const size_t n_keys = s.kv_len - s.n_q_tokens + t + 1;  // causal: rows 0 .. first_row + t
+  const unsigned warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+
+  const float* qh = q + t * s.q_token_stride + h * s.q_head_stride;
+  float qv[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const size_t i = lane + size_t{kWarp} * e;
+    qv[e] = i < s.head_dim ? qh[i] : 0.0f;
+  }
+  WarpState st{-INFINITY, 0.0f, {}};
+  attend_keys(s, qv, k_cache + g * s.head_dim, v_cache + g * s.head_dim, scale, n_keys, warp, lane, st);
+
+  if (lane == 0) {
+    s_mx[warp] = st.mx;
+    s_sum[warp] = st.sum;
+  }
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const size_t i = lane + size_t{kWarp} * e;
+    if (i < s.head_dim) s_acc[warp][i] = st.acc[e];
+  }
+  __syncthreads();
+  // Merge: warps that saw no key have mx = -inf and weigh exp(-inf) = 0.
+  float mx = s_mx[0];
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s_mx[w]);
+  float sum = 0.0f, wgt[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    wgt[w] = expf(s_mx[w] - mx);
+    sum += s_sum[w] * wgt[w];
+  }
+  float* o = out + t * s.out_token_stride + h * s.head_dim;
+  for (size_t i = threadIdx.x; i < s.head_dim; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int w = 0; w < kWarps; ++w) acc += s_acc[w][i] * wgt[w];
+    o[i] = acc / sum;
+  }
+}
+
+cudaError_t check_shape(const AttentionShape& s) {
+  if (s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0) return cudaErrorInvalidValue;
+  if (s.head_dim == 0 || s.head_dim > kMaxAttentionHeadDim) return cudaErrorInvalidValue;
+  if (s.kv_len < s.n_q_tokens) return cudaErrorInvalidValue;
+  if (s.q_head_stride < s.head_dim || s.kv_row_stride < s.n_kv_heads * s.head_dim) return cudaErrorInvalidValue;
+  if (s.n_q_tokens > 1 && (s.q_token_stride < s.q_head_stride * (s.n_heads - 1) + s.head_dim ||
+                           s.out_token_stride < s.n_heads * s.head_dim)) {
+    return cudaErrorInvalidValue;
+  }
+  if (s.n_q_tokens * s.n_heads > detail::kMaxGridX) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+                             float scale, float* out, cudaStream_t stream) {
+  if (s.n_q_tokens == 0 || s.n_heads == 0) return cudaSuccess;
+  if (q == nullptr || k_cache == nullptr || v_cache == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  for (const float* p : {q, k_cache, v_cache, static_cast<const float*>(out)}) {
+    if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
+  }
+  if (const cudaError_t e = check_shape(s); e != cudaSuccess) return e;
+  attention_kernel<<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(
+      s, q, k_cache, v_cache, scale, out);
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

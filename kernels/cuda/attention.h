@@ -1,0 +1,22 @@
+// CUDA twin of kernels/cpu/attention.h: causal grouped-query softmax attention over one
+// sequence's contiguous KV cache (device pointers, layouts and strides as in AttentionShape).
+// f32 scores and softmax, computed online (running max and sum), so any kv_len works with no
+// per-row score buffer. head_dim <= kMaxAttentionHeadDim. Status codes as in kernels/cuda/norm.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/cpu/attention.h"  // AttentionShape
+
+namespace ds::cuda {
+
+using cpu::AttentionShape;
+
+inline constexpr size_t kMaxAttentionHeadDim = 256;
+
+cudaError_t attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+                             float scale, float* out, cudaStream_t stream);
+
+}  // namespace ds::cuda

@@ -1,0 +1,81 @@
+#include "kernels/cuda/embedding.h"
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per id, threads over the columns of the row.
+template <GgmlType T>
+__global__ void embed_kernel(const uint8_t* table, size_t rows, size_t cols, size_t row_bytes, const int32_t* ids,
+                             size_t n_ids, float* out) {
+  for (size_t t = blockIdx.x; t < n_ids; t += gridDim.x) {
+    const int32_t id = ids[t];
+    float* o = out + t * cols;
+    const bool valid = id >= 0 && static_cast<size_t>(id) < rows;
+    const uint8_t* row = table + static_cast<size_t>(valid ? id : 0) * row_bytes;
+    for (size_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = valid ? detail::WeightRow<T>::one(row, c) : NAN;
+  }
+}
+
+__global__ void gather_kernel(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) {
+  for (size_t i = blockIdx.x; i < n_rows; i += gridDim.x) {
+    const float* s = src + size_t{rows[i]} * dim;
+    for (size_t c = threadIdx.x; c < dim; c += blockDim.x) dst[i * dim + c] = s[c];
+  }
+}
+
+unsigned row_grid(size_t n) { return static_cast<unsigned>(n < 65535u * 16u ? n : 65535u * 16u); }
+
+}  // namespace
+
+cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t n_ids, float* out,
+                       cudaStream_t stream) {
+  if (!detail::weight_type_supported(table.type)) return cudaErrorNotSupported;
+  if (n_ids == 0 || table.cols == 0) return cudaSuccess;
+  if (table.data == nullptr || ids == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  if (!detail::aligned_to(ids, 4) || !detail::aligned_to(out, 4) ||
+      !detail::aligned_to(table.data, detail::weight_alignment(table.type)) ||
+      table.row_bytes % detail::weight_alignment(table.type) != 0) {
+    return cudaErrorMisalignedAddress;
+  }
+  if (table.type == GgmlType::Q8_0 && table.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
+  if (table.row_bytes < ggml_row_bytes(table.type, table.cols)) return cudaErrorInvalidValue;
+  const auto* data = static_cast<const uint8_t*>(table.data);
+  const unsigned grid = row_grid(n_ids);
+  switch (table.type) {
+    case GgmlType::F32:
+      embed_kernel<GgmlType::F32><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes, ids,
+                                                                 n_ids, out);
+      break;
+    case GgmlType::F16:
+      embed_kernel<GgmlType::F16><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes, ids,
+                                                                 n_ids, out);
+      break;
+    case GgmlType::BF16:
+      embed_kernel<GgmlType::BF16><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
+                                                                  ids, n_ids, out);
+      break;
+    default:
+      embed_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
+                                                                  ids, n_ids, out);
+      break;
+  }
+  return detail::launch_status();
+}
+
+cudaError_t gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst,
+                        cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (src == nullptr || rows == nullptr || dst == nullptr) return cudaErrorInvalidValue;
+  if (!detail::aligned_to(src, 4) || !detail::aligned_to(rows, 4) || !detail::aligned_to(dst, 4)) {
+    return cudaErrorMisalignedAddress;
+  }
+  gather_kernel<<<row_grid(n_rows), kThreads, 0, stream>>>(src, rows, n_rows, dim, dst);
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

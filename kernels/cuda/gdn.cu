@@ -1,0 +1,151 @@
+#include "kernels/cuda/gdn.h"
+
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+
+namespace ds::cuda {
+namespace {
+
+using detail::kWarp;
+
+// Work split: value head n and a group of kCols value columns j per block (one warp, one column per
+// lane). Column j of S only ever depends on column j (m_j, delta_j, o_j), so columns are fully
+// independent and no cross-lane reduction is needed; lanes share only the token's q and k, staged
+// in shared memory.
+constexpr int kCols = kWarp;
+// Shared-memory budget of the prefill form ([dk] q, [dk] k, [dk][kCols] state) without opting in
+// to more than the default 48 KB.
+constexpr size_t kSmemBudget = 48 * 1024;
+
+struct GdnArgs {
+  GdnShape s;
+  const float *q, *k, *v, *g, *beta;
+  float* state;
+  float* out;
+  float q_scale;
+};
+
+// 1/sqrt(dk) rounded once from double, as kernels/cpu/gdn.cpp does.
+float q_scale(size_t dk) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
+
+// Spec §5.4 per token: decay, read m = S^T k, delta = beta (v - m), write S += k delta^T, then
+// o = S^T (q / sqrt(dk)) with the updated state. kShared: S lives in shared memory for the whole
+// call (prefill); otherwise every access goes to the global state (decode touches it once anyway).
+template <bool kShared>
+__global__ void gdn_kernel(GdnArgs a) {
+  extern __shared__ float smem[];
+  const GdnShape& s = a.s;
+  const size_t n = blockIdx.x, kh = n % s.n_k_heads;  // tiled V -> K head mapping
+  const unsigned lane = threadIdx.x;
+  const size_t j = size_t{blockIdx.y} * kCols + lane;
+  const bool active = j < s.dv;
+  float* qs = smem;         // [dk] scaled q of the current token
+  float* ks = smem + s.dk;  // [dk] k of the current token
+  float* Sg = a.state + n * s.dk * s.dv + j;  // S[i][j] at Sg[i * dv]
+  float* Ss = smem + 2 * s.dk + lane;         // S[i][j] at Ss[i * kCols]
+  float* S = kShared ? Ss : Sg;
+  const size_t S_stride = kShared ? kCols : s.dv;
+
+  if (kShared && active) {
+    for (size_t i = 0; i < s.dk; ++i) Ss[i * kCols] = Sg[i * s.dv];
+  }
+  for (size_t t = 0; t < s.n_tokens; ++t) {
+    __syncwarp();  // everyone is done with the previous token's q and k
+    const float* qt = a.q + t * s.qk_token_stride + kh * s.dk;
+    const float* kt = a.k + t * s.qk_token_stride + kh * s.dk;
+    for (size_t i = lane; i < s.dk; i += kWarp) {
+      qs[i] = qt[i] * a.q_scale;
+      ks[i] = kt[i];
+    }
+    __syncwarp();
+    if (!active) continue;
+    const float alpha = expf(a.g[t * s.n_v_heads + n]);
+    const float beta = a.beta[t * s.n_v_heads + n];
+    float m = 0.0f;
+    for (size_t i = 0; i < s.dk; ++i) {
+      const float decayed = S[i * S_stride] * alpha;
+      S[i * S_stride] = decayed;
+      m += decayed * ks[i];
+    }
+    const float delta = (a.v[t * s.v_token_stride + n * s.dv + j] - m) * beta;
+    float o = 0.0f;
+    for (size_t i = 0; i < s.dk; ++i) {
+      const float updated = S[i * S_stride] + ks[i] * delta;
+      S[i * S_stride] = updated;
+      o += updated * qs[i];
+    }
+    a.out[(t * s.n_v_heads + n) * s.dv + j] = o;
+  }
+  if (kShared && active) {
+    for (size_t i = 0; i < s.dk; ++i) Sg[i * s.dv] = Ss[i * kCols];
+  }
+}
+
+cudaError_t check_gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const float* state, const float* out) {
+  for (const float* p : {q, k, v, g, beta, state, out}) {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
+  }
+  if (s.n_k_heads == 0 || s.n_v_heads == 0 || s.dk == 0 || s.dv == 0) return cudaErrorInvalidValue;
+  if (s.n_tokens > 1 && (s.qk_token_stride < s.n_k_heads * s.dk || s.v_token_stride < s.n_v_heads * s.dv)) {
+    return cudaErrorInvalidValue;
+  }
+  if (s.n_v_heads > detail::kMaxGridX || (s.dv + kCols - 1) / kCols > 65535) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+template <bool kShared>
+cudaError_t launch_gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                       const float* beta, float* state, float* out, cudaStream_t stream) {
+  if (s.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state, out); e != cudaSuccess) return e;
+  const size_t smem = (2 * s.dk + (kShared ? s.dk * kCols : 0)) * sizeof(float);
+  if (smem > kSmemBudget) {
+    if (kShared) return launch_gdn<false>(s, q, k, v, g, beta, state, out, stream);
+    return cudaErrorInvalidValue;  // dk beyond any real model (> 6000)
+  }
+  const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kCols - 1) / kCols));
+  gdn_kernel<kShared><<<grid, kCols, smem, stream>>>(GdnArgs{s, q, k, v, g, beta, state, out, q_scale(s.dk)});
+  return detail::launch_status();
+}
+
+constexpr int kGateThreads = 256;
+
+__global__ void gates_kernel(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a,
+                             const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) {
+  for (size_t e = detail::global_thread(); e < n_tokens * nv; e += detail::global_threads()) {
+    const size_t t = e / nv, n = e % nv;
+    g[e] = a[n] * detail::softplus(alpha[t * as + n] + dt_bias[n]);
+    beta[e] = detail::sigmoid(beta_raw[t * bs + n]);
+  }
+}
+
+}  // namespace
+
+cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                          const float* beta, float* state, float* out, cudaStream_t stream) {
+  return launch_gdn<false>(s, q, k, v, g, beta, state, out, stream);
+}
+
+cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                        const float* beta, float* state, float* out, cudaStream_t stream) {
+  return launch_gdn<true>(s, q, k, v, g, beta, state, out, stream);
+}
+
+cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
+                      const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta,
+                      cudaStream_t stream) {
+  if (n_tokens == 0 || nv == 0) return cudaSuccess;
+  for (const float* p : {alpha, beta_raw, a, dt_bias, static_cast<const float*>(g), static_cast<const float*>(beta)}) {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
+  }
+  if (n_tokens > 1 && (alpha_stride < nv || beta_stride < nv)) return cudaErrorInvalidValue;
+  gates_kernel<<<detail::grid_for(n_tokens * nv, kGateThreads), kGateThreads, 0, stream>>>(
+      alpha, alpha_stride, beta_raw, beta_stride, a, dt_bias, n_tokens, nv, g, beta);
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

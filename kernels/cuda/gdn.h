@@ -1,0 +1,31 @@
+// CUDA twins of kernels/cpu/gdn.h (Gated DeltaNet, one sequence) and of the backend's gate op.
+// Same contract, layouts and strides as the CPU (see GdnShape there); all pointers on the device;
+// state [n_v_heads][dk][dv] f32 updated in place. Status codes as in kernels/cuda/norm.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/cpu/gdn.h"  // GdnShape
+
+namespace ds::cuda {
+
+using cpu::GdnShape;
+
+// Token-by-token recurrence reading and writing the state in global memory (decode: 1 token).
+cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                          const float* beta, float* state, float* out, cudaStream_t stream);
+
+// Prefill form: the same exact recurrence with the state held in shared memory across all tokens
+// (read and written back once). Falls back to gdn_recurrent when dk is too large for shared memory.
+cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                        const float* beta, float* state, float* out, cudaStream_t stream);
+
+// g = a * softplus(alpha + dt_bias), beta = sigmoid(beta_raw); inputs [n_tokens, nv] with row
+// strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous.
+cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
+                      const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta,
+                      cudaStream_t stream);
+
+}  // namespace ds::cuda

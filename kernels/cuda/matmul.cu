@@ -1,0 +1,176 @@
+#include "kernels/cuda/matmul.h"
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda {
+namespace {
+
+using detail::kWarp;
+using detail::WeightRow;
+
+// ---- GEMV: one warp per output row, all tokens of the batch at once ---------------------------
+// Each lane dequantizes 8 consecutive weights per step (a warp covers 256 columns), so every weight
+// byte is read once per batch and the reads of a warp are contiguous.
+
+constexpr int kGemvWarps = 4;
+
+template <GgmlType T, int NT>
+__global__ void gemv_kernel(const uint8_t* w, size_t rows, size_t cols, size_t row_bytes, const float* x, size_t xs,
+                            size_t n_tokens, float* y, size_t ys) {
+  const size_t r = size_t{blockIdx.x} * kGemvWarps + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  const uint8_t* wr = w + r * row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+
+  const size_t cols8 = cols / 8 * 8;
+  for (size_t c = size_t{lane} * 8; c < cols8; c += 8 * kWarp) {
+    float wv[8];
+    WeightRow<T>::eight(wr, c, wv);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < static_cast<int>(n_tokens)) {
+        const float* xt = x + t * xs + c;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[t] += wv[j] * xt[j];
+      }
+    }
+  }
+  for (size_t c = cols8 + lane; c < cols; c += kWarp) {  // tail of a row that is not a multiple of 8
+    const float wv = WeightRow<T>::one(wr, c);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < static_cast<int>(n_tokens)) acc[t] += wv * x[t * xs + c];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float sum = detail::warp_sum(acc[t]);
+    if (lane == 0 && t < static_cast<int>(n_tokens)) y[t * ys + r] = sum;
+  }
+}
+
+// ---- GEMM: 64 rows x 64 tokens per block, K in steps of 32 -------------------------------------
+// The weight tile is dequantized once into shared memory (k-major) and reused by 64 tokens; each of
+// the 256 threads accumulates a 4x4 register tile. Straightforward SIMT f32 — tensor cores and bf16
+// activations are left to the speed issues.
+
+constexpr int kBM = 64, kBN = 64, kBK = 32, kGemmThreads = 256;
+constexpr int kPad = 4;  // keeps rows 16-byte aligned for float4 reads and spreads the banks
+
+// Loads this thread's 8 weights (row lr, columns lk..lk+7 of the K step) of the tile, zero outside.
+template <GgmlType T>
+__device__ __forceinline__ void load_w_tile(const uint8_t* w, size_t rows, size_t cols, size_t row_bytes, size_t r,
+                                            size_t c, float* wv) {
+  if (r < rows && c + 8 <= cols) {
+    WeightRow<T>::eight(w + r * row_bytes, c, wv);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) wv[j] = (r < rows && c + j < cols) ? WeightRow<T>::one(w + r * row_bytes, c + j) : 0.0f;
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kGemmThreads)
+    gemm_kernel(const uint8_t* w, size_t rows, size_t cols, size_t row_bytes, const float* x, size_t xs,
+                size_t n_tokens, float* y, size_t ys) {
+  __shared__ __align__(16) float ws[kBK][kBM + kPad];
+  __shared__ __align__(16) float xsh[kBK][kBN + kPad];
+  const size_t m0 = size_t{blockIdx.x} * kBM, n0 = size_t{blockIdx.y} * kBN;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int ty = tid / 16, tx = tid % 16;    // compute: rows ty*4.., tokens tx*4..
+  const int lr = tid / 4, lk = (tid % 4) * 8;  // load: row/token lr, columns lk..lk+7
+
+  float acc[4][4] = {};
+  for (size_t k0 = 0; k0 < cols; k0 += kBK) {
+    float wv[8];
+    load_w_tile<T>(w, rows, cols, row_bytes, m0 + lr, k0 + lk, wv);
+    const size_t t = n0 + lr;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      ws[lk + j][lr] = wv[j];
+      const size_t c = k0 + lk + j;
+      xsh[lk + j][lr] = (t < n_tokens && c < cols) ? x[t * xs + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kBK; ++kk) {
+      const float4 a = *reinterpret_cast<const float4*>(&ws[kk][ty * 4]);
+      const float4 b = *reinterpret_cast<const float4*>(&xsh[kk][tx * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const size_t t = n0 + tx * 4 + j;
+    if (t >= n_tokens) continue;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const size_t r = m0 + ty * 4 + i;
+      if (r < rows) y[t * ys + r] = acc[i][j];
+    }
+  }
+}
+
+// ---- dispatch ---------------------------------------------------------------------------------
+
+template <GgmlType T, int NT>
+void launch_gemv(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>((w.rows + kGemvWarps - 1) / kGemvWarps);
+  gemv_kernel<T, NT><<<grid, kGemvWarps * kWarp, 0, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols,
+                                                         w.row_bytes, x, xs, n, y, ys);
+}
+
+template <GgmlType T>
+void launch_typed(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys, cudaStream_t s) {
+  if (n == 1) return launch_gemv<T, 1>(w, x, xs, n, y, ys, s);
+  if (n == 2) return launch_gemv<T, 2>(w, x, xs, n, y, ys, s);
+  if (n <= 4) return launch_gemv<T, 4>(w, x, xs, n, y, ys, s);
+  if (n <= kGemvMaxTokens) return launch_gemv<T, 8>(w, x, xs, n, y, ys, s);
+  const dim3 grid(static_cast<unsigned>((w.rows + kBM - 1) / kBM), static_cast<unsigned>((n + kBN - 1) / kBN));
+  gemm_kernel<T><<<grid, kGemmThreads, 0, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.row_bytes, x,
+                                               xs, n, y, ys);
+}
+
+cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n, const float* y, size_t ys) {
+  if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
+  if (w.data == nullptr || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  if (!detail::aligned_to(x, 4) || !detail::aligned_to(y, 4)) return cudaErrorMisalignedAddress;
+  const size_t align = detail::weight_alignment(w.type);
+  if (!detail::aligned_to(w.data, align) || w.row_bytes % align != 0) return cudaErrorMisalignedAddress;
+  if (w.type == GgmlType::Q8_0 && w.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
+  if (w.row_bytes < ggml_row_bytes(w.type, w.cols)) return cudaErrorInvalidValue;
+  if ((n > 1 && xs < w.cols) || (n > 1 && ys < w.rows)) return cudaErrorInvalidValue;
+  if ((w.rows + kGemvWarps - 1) / kGemvWarps > detail::kMaxGridX || (n + kBN - 1) / kBN > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
+                   cudaStream_t stream) {
+  if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
+  if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
+  switch (w.type) {
+    case GgmlType::F32: launch_typed<GgmlType::F32>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    case GgmlType::F16: launch_typed<GgmlType::F16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    case GgmlType::BF16: launch_typed<GgmlType::BF16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    case GgmlType::Q8_0: launch_typed<GgmlType::Q8_0>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    default: return cudaErrorNotSupported;
+  }
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,106 @@
+#include "kernels/cuda/norm.h"
+
+#include "kernels/cuda/common.cuh"
+
+namespace ds::cuda {
+namespace {
+
+using detail::kWarp;
+
+// One warp per row: rows are short (head dims 32..256, hidden up to ~8k) and independent, so a
+// warp keeps the reduction in registers and needs no shared memory or block barrier.
+constexpr int kRowsPerBlock = 4;
+
+// Row index of this warp, or n_rows when the warp has nothing to do.
+__device__ __forceinline__ size_t warp_row(size_t n_rows) {
+  const size_t row = size_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kWarp;
+  return row < n_rows ? row : n_rows;
+}
+
+// Sum of squares of one row, f32 lane partials then a shuffle tree (the CPU sums in double; the
+// difference is far below the tolerance of any consumer).
+__device__ __forceinline__ float row_sum_squares(const float* x, size_t dim, unsigned lane) {
+  float s = 0.0f;
+  for (size_t i = lane; i < dim; i += kWarp) s += x[i] * x[i];
+  return detail::warp_sum(s);
+}
+
+// Each lane reads and writes only its own indices, so y == x is safe.
+__global__ void rms_norm_kernel(const float* x, size_t xs, const float* w, float eps, size_t n_rows, size_t dim,
+                                float* y, size_t ys) {
+  const size_t row = warp_row(n_rows);
+  if (row == n_rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  const float* xr = x + row * xs;
+  float* yr = y + row * ys;
+  const float mean_sq = row_sum_squares(xr, dim, lane) / static_cast<float>(dim);
+  const float s = 1.0f / sqrtf(mean_sq + eps);
+  for (size_t i = lane; i < dim; i += kWarp) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+__global__ void gated_rms_norm_kernel(const float* o, const float* z, const float* w, float eps, size_t n_rows,
+                                      size_t dim, float* y) {
+  const size_t row = warp_row(n_rows);
+  if (row == n_rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  const float* orow = o + row * dim;
+  const float* zrow = z + row * dim;
+  float* yr = y + row * dim;
+  const float mean_sq = row_sum_squares(orow, dim, lane) / static_cast<float>(dim);
+  const float s = 1.0f / sqrtf(mean_sq + eps);
+  for (size_t i = lane; i < dim; i += kWarp) yr[i] = ((orow[i] * s) * w[i]) * detail::silu(zrow[i]);
+}
+
+__global__ void l2_norm_kernel(const float* x, size_t xs, float eps, size_t n_rows, size_t dim, float* y, size_t ys) {
+  const size_t row = warp_row(n_rows);
+  if (row == n_rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  const float* xr = x + row * xs;
+  float* yr = y + row * ys;
+  const float s = 1.0f / sqrtf(row_sum_squares(xr, dim, lane) + eps);
+  for (size_t i = lane; i < dim; i += kWarp) yr[i] = xr[i] * s;
+}
+
+// Shared argument checks of the strided row ops.
+cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, size_t n_rows, size_t dim) {
+  if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  if (!detail::aligned_to(x, 4) || !detail::aligned_to(y, 4)) return cudaErrorMisalignedAddress;
+  if (xs < dim || ys < dim) return cudaErrorInvalidValue;
+  if ((n_rows + kRowsPerBlock - 1) / kRowsPerBlock > detail::kMaxGridX) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+unsigned row_blocks(size_t n_rows) { return static_cast<unsigned>((n_rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+}  // namespace
+
+cudaError_t rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t n_rows, size_t dim, float* y,
+                     size_t y_stride, cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
+  if (w != nullptr && !detail::aligned_to(w, 4)) return cudaErrorMisalignedAddress;
+  rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, w, eps, n_rows, dim, y,
+                                                                           y_stride);
+  return detail::launch_status();
+}
+
+cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,
+                           float* y, cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (const cudaError_t e = check_rows(o, dim, y, dim, n_rows, dim); e != cudaSuccess) return e;
+  if (z == nullptr || w == nullptr) return cudaErrorInvalidValue;
+  if (!detail::f32_ok(z) || !detail::f32_ok(w)) return cudaErrorMisalignedAddress;
+  gated_rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(o, z, w, eps, n_rows, dim, y);
+  return detail::launch_status();
+}
+
+cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride,
+                    cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
+  l2_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, eps, n_rows, dim, y,
+                                                                          y_stride);
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

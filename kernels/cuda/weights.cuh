@@ -1,0 +1,103 @@
+// Internal: reading GGUF weight rows on the device (Q8_0 / F16 / BF16 / F32), dequantized to f32
+// exactly as kernels/cpu/matmul.cpp does (the products d * q and the half/bf16 widenings are
+// exact, so both sides see bit-identical weights). Row r of a matrix starts at data + r*row_bytes.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/ggml_types.h"
+
+namespace ds::cuda::detail {
+
+inline constexpr size_t kQ8Block = 32;       // elements per Q8_0 block
+inline constexpr size_t kQ8BlockBytes = 34;  // fp16 scale + 32 int8
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
+
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+template <GgmlType T>
+struct WeightRow;
+
+template <>
+struct WeightRow<GgmlType::F32> {
+  __device__ static float one(const uint8_t* row, size_t c) { return reinterpret_cast<const float*>(row)[c]; }
+  // Eight consecutive weights from column c (c % 8 == 0, c + 8 <= cols).
+  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+    const float* p = reinterpret_cast<const float*>(row) + c;
+    if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+      const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = p[j];
+    }
+  }
+};
+
+// F16 and BF16 share the layout; only the widening differs.
+struct WidenF16 {
+  __device__ static float f(uint16_t h) { return half_bits_to_float(h); }
+};
+struct WidenBF16 {
+  __device__ static float f(uint16_t b) { return bf16_bits_to_float(b); }
+};
+
+template <class Widen>
+struct Half16Row {
+  __device__ static float one(const uint8_t* row, size_t c) { return Widen::f(load_u16(row + 2 * c)); }
+  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+    const uint8_t* p = row + 2 * c;
+    if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[2 * j] = Widen::f(static_cast<uint16_t>(w[j] & 0xFFFFu));
+        out[2 * j + 1] = Widen::f(static_cast<uint16_t>(w[j] >> 16));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[j] = Widen::f(load_u16(p + 2 * j));
+    }
+  }
+};
+
+template <>
+struct WeightRow<GgmlType::F16> : Half16Row<WidenF16> {};
+template <>
+struct WeightRow<GgmlType::BF16> : Half16Row<WidenBF16> {};
+
+// Q8_0 blocks are 34 bytes, so only 2-byte alignment is guaranteed: read the quants as u16 pairs.
+template <>
+struct WeightRow<GgmlType::Q8_0> {
+  __device__ static float one(const uint8_t* row, size_t c) {
+    const uint8_t* blk = row + (c / kQ8Block) * kQ8BlockBytes;
+    const float d = half_bits_to_float(load_u16(blk));
+    return d * static_cast<float>(static_cast<int8_t>(blk[2 + c % kQ8Block]));
+  }
+  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+    const uint8_t* blk = row + (c / kQ8Block) * kQ8BlockBytes;
+    const float d = half_bits_to_float(load_u16(blk));
+    const uint8_t* q = blk + 2 + c % kQ8Block;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t pair = load_u16(q + 2 * j);
+      out[2 * j] = d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu));
+      out[2 * j + 1] = d * static_cast<float>(static_cast<int8_t>(pair >> 8));
+    }
+  }
+};
+
+// Host-side: the weight types the device kernels read, and the alignment their rows need.
+inline bool weight_type_supported(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+}
+inline size_t weight_alignment(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
+
+}  // namespace ds::cuda::detail
