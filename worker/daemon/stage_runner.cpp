@@ -1,6 +1,7 @@
 // Plan execution on one stage (see stage_runner.h).
 #include "worker/daemon/stage_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <unordered_set>
@@ -149,7 +150,7 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
   }
   result->set_plan_id(plan.plan_id());
   result->set_epoch(plan.epoch());
-  result->set_top_k(kDigestTopK);
+  result->set_top_k(static_cast<uint32_t>(std::min<size_t>(kDigestTopK, n_vocab)));
   result->set_n_vocab(static_cast<uint32_t>(n_vocab));
   std::vector<float> full;
   int row = 0;

@@ -1,28 +1,32 @@
-// Command-line parsing of the worker daemon (see worker_options.h).
+// Command-line parsing of the worker daemon (see worker_options.h). Flags take the forms
+// `--name value` and `--name=value`.
 #include "worker/daemon/worker_options.h"
 
 #include <unistd.h>
 
-#include <boost/program_options.hpp>  // options_description, parse_command_line
+#include <charconv>
+#include <functional>
+#include <map>
 #include <sstream>
 
 namespace ds {
-namespace po = boost::program_options;
-
 namespace {
 
-po::options_description worker_flags(WorkerOptions* o) {
-  po::options_description desc("deltaserve-worker options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("coordinator", po::value(&o->coordinator)->required(), "coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)")
-      ("rank", po::value(&o->rank)->required(), "pipeline stage index, 0-based")
-      ("backend", po::value(&o->backend)->default_value("cpu"), "cpu | cuda")
-      ("device", po::value(&o->device)->default_value(-1), "GPU index for the cuda backend")
-      ("threads", po::value(&o->threads)->default_value(1), "compute threads")
-      ("heartbeat-ms", po::value(&o->heartbeat_ms)->default_value(200), "heartbeat period in ms")
-      ("hostname", po::value(&o->hostname), "host name other stages reach this worker at (tcp)");
-  return desc;
+constexpr const char* kUsage =
+    "usage: deltaserve-worker --coordinator ENDPOINT --rank R [--backend cpu|cuda] [--device N]\n"
+    "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST]\n"
+    "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
+    "  --rank          pipeline stage index, 0-based\n"
+    "  --backend       cpu (default) or cuda\n"
+    "  --device        GPU index for the cuda backend\n"
+    "  --threads       compute threads (default 1)\n"
+    "  --heartbeat-ms  heartbeat period (default 200)\n"
+    "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n";
+
+template <typename T>
+bool parse_number(const std::string& s, T* out) {
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
 }
 
 std::string local_hostname() {
@@ -31,32 +35,50 @@ std::string local_hostname() {
   return buf;
 }
 
+using Setter = std::function<bool(const std::string&)>;
+
+std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
+  return {
+      {"coordinator", [o](const std::string& v) { o->coordinator = v; return !v.empty(); }},
+      {"rank", [o](const std::string& v) { return parse_number(v, &o->rank); }},
+      {"backend", [o](const std::string& v) { o->backend = v; return v == "cpu" || v == "cuda"; }},
+      {"device", [o](const std::string& v) { return parse_number(v, &o->device); }},
+      {"threads", [o](const std::string& v) { return parse_number(v, &o->threads) && o->threads >= 1; }},
+      {"heartbeat-ms", [o](const std::string& v) { return parse_number(v, &o->heartbeat_ms) && o->heartbeat_ms >= 10; }},
+      {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
+  };
+}
+
 }  // namespace
 
 bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string* error, bool* help) {
-  po::options_description desc = worker_flags(out);
-  std::ostringstream usage;
-  usage << desc;
+  const std::map<std::string, Setter> setters = worker_setters(out);
   *help = false;
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    if (vm.count("help")) {
+  bool have_rank = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
       *help = true;
-      *error = usage.str();
+      *error = kUsage;
       return false;
     }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    *error = std::string(e.what()) + "\n" + usage.str();
-    return false;
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    }
+    const auto it = arg.rfind("--", 0) == 0 ? setters.find(arg.substr(2)) : setters.end();
+    if (it == setters.end() || !it->second(value)) {
+      *error = "bad flag or value: " + arg + " '" + value + "'\n" + kUsage;
+      return false;
+    }
+    have_rank |= arg == "--rank";
   }
-  if (out->backend != "cpu" && out->backend != "cuda") {
-    *error = "--backend must be cpu or cuda, got '" + out->backend + "'";
-    return false;
-  }
-  if (out->threads < 1 || out->heartbeat_ms < 10) {
-    *error = "--threads must be >= 1 and --heartbeat-ms >= 10";
+  if (out->coordinator.empty() || !have_rank) {
+    *error = std::string("--coordinator and --rank are required\n") + kUsage;
     return false;
   }
   if (out->hostname.empty()) out->hostname = local_hostname();

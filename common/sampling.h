@@ -1,0 +1,43 @@
+// The sampling rule, defined once for every process (coordinator, CPU and CUDA workers), and
+// the logit digest the last pipeline stage returns instead of a full logits row.
+//
+// Rule: temperature <= 0 is greedy (argmax, ties -> lowest id). Otherwise the candidates are
+// ordered by logit, descending (ties -> lower id); top_k keeps the first k (0 = all); the
+// weights are exp((logit - max) / temperature); top_p keeps the shortest prefix whose mass
+// reaches top_p of the total (at least one token); the token is the first candidate whose
+// cumulative weight exceeds u * (kept total), u in [0, 1). All arithmetic is double, in this
+// fixed order, so any implementation that follows it picks the same token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ds {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  uint32_t top_k = 0;        // 0 = no limit
+  float top_p = 1.0f;        // outside (0, 1) = no limit
+};
+
+// Picks a token from one logits row `logits[0, n_vocab)` for the uniform number u.
+int32_t sample_token(const float* logits, size_t n_vocab, const SamplingParams& params, double u);
+
+// Index of the largest logit (ties -> lowest id).
+int32_t argmax_token(const float* logits, size_t n_vocab);
+
+// Top-k candidates of a logits row with their log-probabilities, plus the row's log-sum-exp.
+struct LogitDigest {
+  std::vector<int32_t> top_ids;      // best first; ties -> lower id
+  std::vector<float> top_logprobs;   // logit - logsumexp, same order
+  double logsumexp = 0.0;            // over the whole row, unscaled
+  int32_t token = -1;                // sample_token(...) for the row's u
+};
+
+constexpr uint32_t kDigestTopK = 16;
+
+LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingParams& params, double u,
+                          uint32_t top_k = kDigestTopK);
+
+}  // namespace ds

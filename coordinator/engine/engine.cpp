@@ -1,0 +1,415 @@
+// Pipeline engine (see engine.h): lifecycle, control traffic, liveness and recovery. The step
+// message layout lives in step_codec.cpp; process management in supervisor.cpp.
+#include "coordinator/engine/engine.h"
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <optional>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "common/ipc/channel.h"
+#include "common/ipc/endpoints.h"
+#include "common/model_config.h"
+#include "coordinator/engine/layout.h"
+#include "coordinator/engine/registry.h"
+#include "coordinator/engine/step_codec.h"
+#include "coordinator/engine/supervisor.h"
+
+namespace ds {
+namespace v1 = ipc::v1;
+namespace {
+
+constexpr int kPollSliceMs = 20;  // bounds how late a death or a result is noticed
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct PipelineEngine::Impl {
+  EngineOptions opt;
+  ModelConfig config;
+  std::vector<StageRange> layout;
+  std::string endpoint;
+  ipc::Context ctx;
+  std::unique_ptr<ipc::ZmqChannel> router;
+  std::unique_ptr<WorkerRegistry> registry;
+  std::unique_ptr<LocalSupervisor> supervisor;
+  std::vector<uint64_t> assigned_instance;  // instance each rank's Assign went to
+  uint64_t epoch = 1;
+  uint64_t next_plan_id = 1;
+  uint64_t next_request_id = 1;
+  bool needs_recovery = false;
+  bool starting = false;
+  bool stopped = false;
+  std::string startup_error;
+  SentSamplingMap sent_sampling;
+  // The step in flight, if any.
+  uint64_t pending_plan = 0;
+  std::optional<ipc::Received> pending_result;
+  std::string pending_error;
+  // The DropSequences in flight, if any.
+  uint64_t pending_drop = 0;
+  std::vector<bool> drop_acked;
+
+  explicit Impl(EngineOptions o) : opt(std::move(o)) {}
+
+  void load_model_layout();
+  void start_workers();
+  void handle(const ipc::Received& msg);
+  void on_hello(const ipc::Received& msg);
+  void on_ready(const v1::Ready& ready, uint64_t instance);
+  void on_lost(uint32_t rank, const std::string& why);
+  void send_pending_assigns();
+  v1::Assign make_assign(uint32_t rank) const;
+  void send_to(uint32_t rank, const v1::Envelope& env);
+  void pump_once(int timeout_ms);
+  void check_liveness();
+  bool wait_until(const std::function<bool()>& done, int timeout_ms);
+  void wait_all_ready(int64_t deadline_ms);
+  bool drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms);
+  StepOutcome run_step(const std::vector<SeqRequest>& seqs);
+};
+
+// ---- lifecycle ----------------------------------------------------------------------------
+
+void PipelineEngine::Impl::load_model_layout() {
+  const GgufFile gguf = GgufFile::open(opt.model_path);
+  config = load_model_config(gguf);
+  layout = opt.layer_split.empty() ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers)
+                                   : layout_from_counts(opt.layer_split, config.n_layer);
+  if (layout.size() != opt.n_workers) throw ConfigError("layer split names " + std::to_string(layout.size()) +
+                                                        " stages for " + std::to_string(opt.n_workers) + " workers");
+  std::cerr << "[engine] " << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout) << "\n";
+}
+
+void PipelineEngine::Impl::start_workers() {
+  if (opt.external_workers) return;
+  std::string binary = opt.worker_binary.empty() ? executable_dir() + "/deltaserve-worker" : opt.worker_binary;
+  auto args = [this](uint32_t rank) {
+    std::vector<std::string> a{"--coordinator", endpoint, "--rank", std::to_string(rank), "--backend", opt.backend,
+                               "--threads", std::to_string(opt.threads_per_worker)};
+    if (opt.backend == "cuda") a.insert(a.end(), {"--device", std::to_string(rank)});
+    a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
+    return a;
+  };
+  supervisor = std::make_unique<LocalSupervisor>(binary, opt.n_workers, args);
+  supervisor->start_all();
+}
+
+// ---- control traffic ----------------------------------------------------------------------
+
+void PipelineEngine::Impl::send_to(uint32_t rank, const v1::Envelope& env) {
+  const WorkerEntry& e = registry->at(rank);
+  if (e.peer.empty() || !router->send(env, {}, e.peer)) on_lost(rank, "unreachable");
+}
+
+v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
+  v1::Assign a;
+  a.set_rank(rank);
+  a.set_model_path(std::filesystem::absolute(opt.model_path).string());
+  a.set_first_layer(layout[rank].first_layer);
+  a.set_last_layer(layout[rank].last_layer);
+  a.set_is_first(rank == 0);
+  a.set_is_last(rank + 1 == opt.n_workers);
+  a.set_data_bind_endpoint(ipc::data_endpoints(endpoint, rank, registry->at(rank).hostname).bind);
+  if (rank + 1 < opt.n_workers) {
+    a.set_next_stage_endpoint(ipc::data_endpoints(endpoint, rank + 1, registry->at(rank + 1).hostname).connect);
+  }
+  a.set_memory_budget_bytes(opt.memory_budget_bytes);
+  a.set_n_threads(static_cast<uint32_t>(opt.threads_per_worker));
+  a.set_epoch(epoch);
+  a.set_max_context(opt.max_context);
+  return a;
+}
+
+// Assigns every rank whose current instance has not been assigned yet. The first round waits
+// for all Hellos: a stage's Assign names the next stage's host.
+void PipelineEngine::Impl::send_pending_assigns() {
+  if (!registry->all_said_hello()) return;
+  for (uint32_t r = 0; r < opt.n_workers; ++r) {
+    const WorkerEntry& e = registry->at(r);
+    if (e.instance_id == 0 || assigned_instance[r] == e.instance_id) continue;
+    v1::Envelope env;
+    *env.mutable_assign() = make_assign(r);
+    assigned_instance[r] = e.instance_id;
+    send_to(r, env);
+  }
+}
+
+void PipelineEngine::Impl::on_hello(const ipc::Received& msg) {
+  const v1::Hello& h = msg.env.hello();
+  if (h.rank() >= opt.n_workers) {
+    std::cerr << "[engine] ignored Hello from rank " << h.rank() << " (only " << opt.n_workers << " stages)\n";
+    return;
+  }
+  if (registry->at(h.rank()).instance_id == h.instance_id()) return;  // repeated Hello
+  if (registry->at(h.rank()).instance_id != 0) on_lost(h.rank(), "restarted");
+  registry->on_hello(h, msg.peer, now_ms());
+  std::cerr << "[engine] worker rank " << h.rank() << " pid " << h.pid() << " on " << h.hostname() << " said hello\n";
+  send_pending_assigns();
+}
+
+void PipelineEngine::Impl::on_ready(const v1::Ready& ready, uint64_t instance) {
+  if (!registry->on_ready(ready, instance, now_ms())) return;
+  if (!ready.ok()) {
+    std::cerr << "[engine] worker rank " << ready.rank() << " failed to load: " << ready.error() << "\n";
+    if (starting) startup_error = "worker rank " + std::to_string(ready.rank()) + " failed to load: " + ready.error();
+  }
+}
+
+void PipelineEngine::Impl::on_lost(uint32_t rank, const std::string& why) {
+  if (registry->at(rank).instance_id == 0) return;
+  std::cerr << "[engine] worker rank " << rank << " lost (" << why << ")\n";
+  registry->mark_lost(rank);
+  ++epoch;  // plans and chunks of the old epoch are discarded from now on
+  needs_recovery = true;
+  if (starting) startup_error = "worker rank " + std::to_string(rank) + " lost during startup (" + why + ")";
+}
+
+void PipelineEngine::Impl::handle(const ipc::Received& msg) {
+  const v1::Envelope& env = msg.env;
+  switch (env.body_case()) {
+    case v1::Envelope::kHello: on_hello(msg); return;
+    case v1::Envelope::kReady: on_ready(env.ready(), env.sender_instance()); return;
+    case v1::Envelope::kHeartbeat: registry->touch(env.heartbeat().rank(), env.heartbeat().instance_id(), now_ms()); return;
+    case v1::Envelope::kDropSequencesDone: {
+      const auto& d = env.drop_sequences_done();
+      if (d.request_id() == pending_drop && d.rank() < drop_acked.size()) drop_acked[d.rank()] = true;
+      return;
+    }
+    case v1::Envelope::kStepResult:
+      if (env.step_result().plan_id() == pending_plan) pending_result = msg;
+      return;
+    case v1::Envelope::kStepError:
+      if (env.step_error().plan_id() == pending_plan) {
+        pending_error = "rank " + std::to_string(env.step_error().rank()) + ": " + env.step_error().message();
+      }
+      return;
+    default: std::cerr << "[engine] ignored unexpected message " << ipc::body_name(env) << "\n";
+  }
+}
+
+void PipelineEngine::Impl::check_liveness() {
+  if (supervisor) {
+    for (uint32_t rank : supervisor->poll()) on_lost(rank, "process exited");
+  }
+  for (uint32_t rank : registry->silent_ranks(now_ms(), opt.heartbeat_timeout_ms)) {
+    on_lost(rank, "no heartbeat for " + std::to_string(opt.heartbeat_timeout_ms) + " ms");
+    if (supervisor) supervisor->kill_rank(rank);  // a hung process is restarted like a crashed one
+  }
+}
+
+void PipelineEngine::Impl::pump_once(int timeout_ms) {
+  ipc::Received msg;
+  std::string why;
+  for (int wait = timeout_ms;; wait = 0) {
+    const ipc::RecvStatus st = router->recv(&msg, wait, &why);
+    if (st == ipc::RecvStatus::kTimeout) break;
+    if (st == ipc::RecvStatus::kRejected) {
+      std::cerr << "[engine] dropped a frame: " << why << "\n";
+      continue;
+    }
+    // Any message from a live instance proves it is alive.
+    for (uint32_t r = 0; r < opt.n_workers; ++r) registry->touch(r, msg.env.sender_instance(), now_ms());
+    handle(msg);
+  }
+  check_liveness();
+}
+
+bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms) {
+  const int64_t deadline = now_ms() + timeout_ms;
+  while (!done()) {
+    if (now_ms() >= deadline) return false;
+    pump_once(kPollSliceMs);
+  }
+  return true;
+}
+
+// ---- recovery -----------------------------------------------------------------------------
+
+void PipelineEngine::Impl::wait_all_ready(int64_t deadline_ms) {
+  const bool ok = wait_until(
+      [this] {
+        for (uint32_t r = 0; r < opt.n_workers; ++r) {
+          if (registry->at(r).state == WorkerState::kFailed) return true;
+        }
+        return registry->all_ready() || !startup_error.empty();
+      },
+      static_cast<int>(std::max<int64_t>(0, deadline_ms - now_ms())));
+  if (!startup_error.empty()) throw std::runtime_error(startup_error);
+  for (uint32_t r = 0; r < opt.n_workers; ++r) {
+    const WorkerEntry& e = registry->at(r);
+    if (e.state == WorkerState::kFailed) {
+      throw std::runtime_error("worker rank " + std::to_string(r) + " failed to load: " + e.ready.error());
+    }
+  }
+  if (!ok) {
+    std::string missing;
+    for (uint32_t r = 0; r < opt.n_workers; ++r) {
+      if (registry->at(r).state != WorkerState::kReady) {
+        missing += " rank " + std::to_string(r) + " (" + worker_state_name(registry->at(r).state) + ")";
+      }
+    }
+    throw std::runtime_error("workers not ready in time:" + missing);
+  }
+}
+
+// Sends DropSequences to every stage and waits for all acknowledgements. Returns false when a
+// stage was lost meanwhile (the caller recovers first).
+bool PipelineEngine::Impl::drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms) {
+  const std::vector<uint32_t> generations = registry->generations();
+  pending_drop = next_request_id++;
+  drop_acked.assign(opt.n_workers, false);
+  v1::Envelope env;
+  v1::DropSequences* d = env.mutable_drop_sequences();
+  d->mutable_seq_ids()->Add(ids.begin(), ids.end());
+  d->set_all(all);
+  d->set_epoch(epoch);
+  d->set_request_id(pending_drop);
+  for (uint32_t r = 0; r < opt.n_workers; ++r) send_to(r, env);
+  auto done = [&] {
+    if (registry->generations() != generations) return true;
+    for (bool a : drop_acked) {
+      if (!a) return false;
+    }
+    return true;
+  };
+  const bool in_time = wait_until(done, static_cast<int>(std::max<int64_t>(0, deadline_ms - now_ms())));
+  pending_drop = 0;
+  if (registry->generations() != generations) return false;
+  if (!in_time) throw std::runtime_error("workers did not acknowledge DropSequences in time");
+  return true;
+}
+
+// ---- steps --------------------------------------------------------------------------------
+
+StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs) {
+  if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
+  const v1::StepPlan plan = encode_plan(seqs, next_plan_id++, epoch, &sent_sampling);
+  const auto t0 = std::chrono::steady_clock::now();
+  pending_plan = plan.plan_id();
+  pending_result.reset();
+  pending_error.clear();
+  v1::Envelope env;
+  *env.mutable_step_plan() = plan;
+  send_to(0, env);
+  const bool done = wait_until([this] { return pending_result || !pending_error.empty() || needs_recovery; },
+                               opt.step_timeout_ms);
+  pending_plan = 0;
+  if (needs_recovery) throw WorkerLost("a worker was lost during plan " + std::to_string(plan.plan_id()));
+  if (!pending_error.empty()) {
+    for (const uint64_t id : plan.seq_ids()) sent_sampling.erase(id);
+    throw StepFailed(pending_error);
+  }
+  if (!done) {
+    // A lost message looks like a lost worker: the state of the plan's sequences is unknown.
+    ++epoch;
+    needs_recovery = true;
+    throw WorkerLost("no result for plan " + std::to_string(plan.plan_id()) + " in time");
+  }
+  StepOutcome out = decode_result(plan, pending_result->env.step_result(), pending_result->bulk);
+  pending_result.reset();
+  out.wall_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
+
+// ---- public API ---------------------------------------------------------------------------
+
+PipelineEngine::PipelineEngine(EngineOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+PipelineEngine::~PipelineEngine() { shutdown(); }
+
+void PipelineEngine::start() {
+  Impl& m = *impl_;
+  if (m.opt.n_workers == 0) throw ConfigError("need at least one worker");
+  m.load_model_layout();
+  m.endpoint = m.opt.control_endpoint.empty() ? ipc::make_ipc_control_endpoint() : m.opt.control_endpoint;
+  m.router = std::make_unique<ipc::ZmqChannel>(m.ctx, ipc::SocketRole::kRouter, m.endpoint);
+  m.registry = std::make_unique<WorkerRegistry>(m.opt.n_workers);
+  m.assigned_instance.assign(m.opt.n_workers, 0);
+  std::cerr << "[engine] control endpoint " << m.endpoint << "\n";
+  m.start_workers();
+  m.starting = true;
+  try {
+    m.wait_all_ready(now_ms() + m.opt.startup_timeout_ms);
+  } catch (...) {
+    m.starting = false;
+    throw;
+  }
+  m.starting = false;
+  m.needs_recovery = false;  // nothing to recover before the first step
+}
+
+StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs) { return impl_->run_step(seqs); }
+
+void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
+  Impl& m = *impl_;
+  if (m.needs_recovery) return;  // recovery drops everything anyway
+  for (uint64_t id : seq_ids) m.sent_sampling.erase(id);
+  if (!m.drop_everywhere(seq_ids, false, now_ms() + m.opt.startup_timeout_ms)) m.needs_recovery = true;
+}
+
+void PipelineEngine::recover() {
+  Impl& m = *impl_;
+  const int64_t deadline = now_ms() + m.opt.startup_timeout_ms;
+  for (;;) {
+    m.wait_all_ready(deadline);
+    if (m.drop_everywhere({}, true, deadline)) break;
+  }
+  m.sent_sampling.clear();
+  m.needs_recovery = false;
+  std::cerr << "[engine] recovered, epoch " << m.epoch << "\n";
+}
+
+void PipelineEngine::pump(int timeout_ms) {
+  if (impl_->router) impl_->pump_once(timeout_ms);
+}
+
+void PipelineEngine::shutdown() {
+  Impl& m = *impl_;
+  if (m.stopped || !m.router) return;
+  m.stopped = true;
+  v1::Envelope env;
+  env.mutable_shutdown()->set_reason("coordinator shutting down");
+  for (uint32_t r = 0; r < m.opt.n_workers; ++r) {
+    if (!m.registry->at(r).peer.empty()) m.router->send(env, {}, m.registry->at(r).peer);
+  }
+  // Give the Shutdown frames a moment to leave before the socket closes (external workers
+  // have no other way to learn it); local ones also get SIGTERM from the supervisor.
+  m.router->socket().set(zmq::sockopt::linger, 500);
+  if (m.supervisor) m.supervisor->stop_all(std::chrono::milliseconds(3000));
+  m.router.reset();
+  if (m.opt.control_endpoint.empty()) ipc::remove_ipc_endpoint_dir(m.endpoint);
+}
+
+bool PipelineEngine::needs_recovery() const { return impl_->needs_recovery; }
+const std::vector<StageRange>& PipelineEngine::layout() const { return impl_->layout; }
+uint32_t PipelineEngine::n_vocab() const { return impl_->config.n_vocab; }
+uint32_t PipelineEngine::n_layer() const { return impl_->config.n_layer; }
+const std::string& PipelineEngine::control_endpoint() const { return impl_->endpoint; }
+
+std::vector<WorkerInfo> PipelineEngine::workers() const {
+  const Impl& m = *impl_;
+  std::vector<WorkerInfo> out;
+  for (uint32_t r = 0; m.registry && r < m.opt.n_workers; ++r) {
+    const WorkerEntry& e = m.registry->at(r);
+    WorkerInfo w;
+    w.rank = r;
+    w.layers = m.layout[r];
+    w.state = worker_state_name(e.state);
+    w.pid = m.supervisor ? static_cast<uint32_t>(m.supervisor->pid(r)) : e.pid;
+    w.restarts = m.supervisor ? m.supervisor->restarts(r) : 0;
+    w.weight_bytes = e.ready.weight_bytes();
+    out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace ds

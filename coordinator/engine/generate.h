@@ -1,0 +1,26 @@
+// Greedy generation on top of the pipeline engine, surviving worker crashes: after WorkerLost
+// it recovers the engine and re-prefills the sequence from the tokens it holds, replaying the
+// same step boundaries, so the workers' state (and every later token) is bit-identical to an
+// uninterrupted run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "coordinator/engine/engine.h"
+
+namespace ds {
+
+struct GreedyOptions {
+  uint64_t seq_id = 1;
+  uint32_t max_recoveries = 8;                         // give up (rethrow) after this many
+  std::function<void(uint32_t n_generated)> on_token;  // called after each new token
+};
+
+// Generates n_tokens greedily after `prompt` (prefilled in one step) and returns them. The
+// sequence is dropped from the workers at the end.
+std::vector<int32_t> generate_greedy(PipelineEngine& engine, const std::vector<int32_t>& prompt, uint32_t n_tokens,
+                                     const GreedyOptions& options = {});
+
+}  // namespace ds

@@ -1,0 +1,31 @@
+// Translation between the engine's C++ step types and the deltaserve.v1 column-wise messages.
+// A sequence's sampling inputs are sent once (when it starts or they change), then omitted.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ipc/protocol.h"
+#include "coordinator/engine/engine.h"
+
+namespace ds {
+
+// What the last stage already knows about a sequence's sampling.
+struct SentSampling {
+  SamplingParams params;
+  bool full_logits = false;
+};
+using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;
+
+// Builds the plan; records in `sent` the sampling inputs it includes. Throws StepFailed when
+// the request is inconsistent (no tokens, random_u count != logit row count, ...).
+ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch,
+                              SentSamplingMap* sent);
+
+// Unpacks a StepResult (full logits from `bulk`). Throws StepFailed when it does not answer
+// `plan` consistently.
+StepOutcome decode_result(const ipc::v1::StepPlan& plan, const ipc::v1::StepResult& result,
+                          const std::vector<uint8_t>& bulk);
+
+}  // namespace ds

@@ -1,0 +1,130 @@
+// Continuous-batching scheduler: pure CPU, no CUDA / ZeroMQ. Each step:
+//   plan = schedule();  send plan to workers;  update_from_output(sampled tokens).
+// One step is in flight at a time. Every sequence has `num_computed` and `num_tokens`
+// (prompt + generated); a step computes min(num_tokens - num_computed, budget left) of
+// them, so prefill chunks and decode tokens share one rule and one token budget.
+//
+// Policy per step: decode rows of running sequences first (oldest first), then the next
+// chunks of partially prefilled running sequences, then new sequences from the waiting
+// queue in arrival order (FCFS: the head blocks the rest), up to max_seqs live ones. When
+// KV blocks run out the youngest running sequence not yet in this step is preempted by
+// recompute: its blocks and slot are freed and it goes back to the front of the queue.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "coordinator/scheduler/block_allocator.h"
+#include "coordinator/scheduler/prefix_cache.h"
+#include "coordinator/scheduler/sequence.h"
+#include "coordinator/scheduler/slot_pool.h"
+#include "coordinator/scheduler/snapshot_store.h"
+#include "coordinator/scheduler/step_plan.h"
+#include "coordinator/serving/generation.h"
+
+namespace ds {
+
+struct SchedulerConfig {
+  uint32_t block_size = 16;          // tokens per KV block
+  uint32_t num_blocks = 0;           // KV blocks the workers hold (reported at warmup)
+  uint32_t max_batch_tokens = 2048;  // token budget of one step
+  uint32_t max_seqs = 64;            // live sequences = GDN state slots
+  uint32_t max_context = 4096;       // tokens per sequence, prompt + generated
+  uint32_t watermark_blocks = 0;     // kept free when admitting next to running sequences
+  uint32_t num_snapshots = 0;        // GDN snapshot buffers; 0 disables the prefix cache
+  bool snapshot_decode = true;       // also snapshot generated text at block ends
+  uint64_t hash_seed = 0x6473636865647531ULL;  // pass a random one in production
+  std::vector<int32_t> eos_token_ids;
+};
+
+struct SchedulerStats {
+  uint32_t waiting = 0;
+  uint32_t running = 0;
+  uint32_t free_blocks = 0;
+  uint32_t snapshots = 0;
+  uint64_t preemptions = 0;
+  uint64_t prefix_queried_tokens = 0;  // prompt tokens looked up on admission
+  uint64_t prefix_hit_tokens = 0;      // of those, reused
+  uint64_t block_evictions = 0;
+  uint64_t snapshot_evictions = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  // Queues a request. Throws std::invalid_argument for one that can never be served.
+  void add_request(const GenerationRequest& request);
+  // Plans the next step. Throws std::logic_error while a step is in flight.
+  StepPlan schedule();
+  // Applies the sampled tokens of the in-flight step: appends them, finishes sequences
+  // and frees their resources (their slots are released in the next plan).
+  UpdateResult update_from_output(const StepOutput& output);
+  // Drops a request wherever it is. False when unknown or already finished.
+  bool abort(const std::string& request_id);
+  // Workers lost their memory (restart): every live sequence is re-prefilled from its
+  // tokens, the prefix cache is emptied, and an in-flight step is forgotten.
+  void reset_worker_state();
+
+  bool has_unfinished() const { return !seqs_.empty(); }
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  // Empty when every allocator / slot / snapshot invariant holds (for tests).
+  std::string check_invariants() const;
+
+ private:
+  struct InFlight {
+    uint64_t step_id = 0;
+    std::vector<std::pair<std::string, uint64_t>> rows;  // request id, uid
+    std::vector<uint32_t> pending_snapshots;
+  };
+
+  // scheduler.cpp: planning
+  void schedule_running(StepPlan& plan, uint32_t& budget, bool decode);
+  bool schedule_running_seq(Sequence& s, StepPlan& plan, uint32_t& budget);
+  void schedule_waiting(StepPlan& plan, uint32_t& budget);
+  bool try_admit(Sequence& s, StepPlan& plan, uint32_t& budget);
+  uint32_t chunk_end(const Sequence& s, uint32_t start, uint32_t budget) const;
+  uint32_t capacity_end(size_t held_blocks, uint32_t free_blocks) const;
+  void grow_blocks(Sequence& s, uint32_t end);
+  void emit_row(Sequence& s, uint32_t end, StepPlan& plan, uint32_t& budget);
+  std::optional<uint32_t> plan_snapshot(Sequence& s, uint32_t start, uint32_t end);
+  void set_snapshot_target(Sequence& s, uint32_t start);
+  Sequence* youngest_unscheduled();
+  void preempt(Sequence& s, std::vector<ReleasedSeq>& released);
+  bool cache_enabled() const { return config_.num_snapshots > 0; }
+
+  // scheduler_update.cpp: results and bookkeeping
+  void publish_computed(Sequence& s, uint32_t end);
+  std::optional<FinishReason> finish_reason(const Sequence& s) const;
+  void finish(Sequence& s, FinishReason reason, UpdateResult& result);
+  void free_resources(Sequence& s, std::vector<ReleasedSeq>& released);
+  void remove_running(const Sequence& s);
+  std::string check_sequences() const;
+
+  SchedulerConfig config_;
+  BlockAllocator blocks_;
+  SlotPool slots_;
+  SnapshotStore snapshots_;
+  PrefixCache prefix_;
+  std::unordered_set<int32_t> eos_;
+
+  std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;  // live requests
+  std::deque<Sequence*> waiting_;  // front is served first
+  std::vector<Sequence*> running_; // admission order: back is the youngest
+  std::vector<ReleasedSeq> pending_releases_;
+  std::unordered_set<uint64_t> scheduled_;  // uids in the plan being built
+  std::optional<InFlight> in_flight_;
+  InFlight building_;
+  uint64_t next_uid_ = 1;
+  uint64_t next_step_ = 1;
+  SchedulerStats counters_;
+};
+
+}  // namespace ds

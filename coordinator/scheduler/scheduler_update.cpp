@@ -1,0 +1,194 @@
+// Bookkeeping half of the scheduler: requests in, step results in, resources out.
+#include <algorithm>
+#include <stdexcept>
+
+#include "coordinator/scheduler/scheduler.h"
+
+namespace ds {
+namespace {
+
+uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
+  return static_cast<uint32_t>((tokens + block_size - 1) / block_size);
+}
+
+void check_config(const SchedulerConfig& c) {
+  if (c.block_size == 0 || c.num_blocks == 0 || c.max_batch_tokens == 0 || c.max_seqs == 0 ||
+      c.max_context == 0) {
+    throw std::invalid_argument("scheduler config: sizes must be positive");
+  }
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_((check_config(config), std::move(config))),
+      blocks_(config_.num_blocks, config_.block_size),
+      slots_(config_.max_seqs),
+      snapshots_(config_.num_snapshots),
+      prefix_(blocks_, snapshots_, config_.hash_seed),
+      eos_(config_.eos_token_ids.begin(), config_.eos_token_ids.end()) {}
+
+void Scheduler::add_request(const GenerationRequest& request) {
+  const auto prompt = static_cast<uint64_t>(request.prompt_ids.size());
+  if (request.request_id.empty()) throw std::invalid_argument("empty request id");
+  if (seqs_.count(request.request_id) != 0) {
+    throw std::invalid_argument("duplicate request id " + request.request_id);
+  }
+  if (prompt == 0) throw std::invalid_argument("empty prompt");
+  if (prompt >= config_.max_context) {
+    throw std::invalid_argument("prompt of " + std::to_string(prompt) +
+                                " tokens leaves no room in a context of " +
+                                std::to_string(config_.max_context));
+  }
+  if (request.sampling.max_tokens == 0) throw std::invalid_argument("max_tokens must be > 0");
+  // A sequence that cannot fit in all of memory alone would be preempted forever.
+  uint64_t longest = std::min<uint64_t>(prompt + request.sampling.max_tokens, config_.max_context);
+  if (blocks_for(longest, config_.block_size) > config_.num_blocks) {
+    throw std::invalid_argument("request needs more KV blocks than the workers hold");
+  }
+  auto s = std::make_unique<Sequence>();
+  s->uid = next_uid_++;
+  s->request_id = request.request_id;
+  s->tokens = request.prompt_ids;
+  s->prompt_len = static_cast<uint32_t>(prompt);
+  s->sampling = request.sampling;
+  waiting_.push_back(s.get());
+  seqs_.emplace(request.request_id, std::move(s));
+}
+
+UpdateResult Scheduler::update_from_output(const StepOutput& output) {
+  if (!in_flight_ || output.step_id != in_flight_->step_id) {
+    throw std::logic_error("update_from_output for a step that is not in flight");
+  }
+  if (output.sampled.size() != in_flight_->rows.size()) {
+    throw std::invalid_argument("step output has " + std::to_string(output.sampled.size()) +
+                                " rows, plan had " + std::to_string(in_flight_->rows.size()));
+  }
+  InFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  for (uint32_t id : step.pending_snapshots) snapshots_.commit(id);
+  UpdateResult result;
+  for (size_t i = 0; i < step.rows.size(); ++i) {
+    auto it = seqs_.find(step.rows[i].first);
+    if (it == seqs_.end() || it->second->uid != step.rows[i].second) continue;  // aborted
+    Sequence& s = *it->second;
+    publish_computed(s, s.num_computed);
+    if (s.remaining() != 0) continue;  // a prefill chunk that needs no logits
+    s.tokens.push_back(output.sampled[i]);
+    result.tokens.push_back(TokenEvent{s.request_id, output.sampled[i], s.generated() == 1});
+    if (auto reason = finish_reason(s)) finish(s, *reason, result);
+  }
+  return result;
+}
+
+bool Scheduler::abort(const std::string& request_id) {
+  auto it = seqs_.find(request_id);
+  if (it == seqs_.end()) return false;
+  Sequence& s = *it->second;
+  if (s.slot) {
+    free_resources(s, pending_releases_);
+    remove_running(s);
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
+  }
+  seqs_.erase(it);
+  return true;
+}
+
+void Scheduler::reset_worker_state() {
+  in_flight_.reset();
+  std::vector<Sequence*> order = running_;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) preempt(**it, pending_releases_);
+  snapshots_.clear();
+  blocks_.clear_cache();
+}
+
+// Full blocks below `end` now hold computed KV: offer them to later prompts.
+void Scheduler::publish_computed(Sequence& s, uint32_t end) {
+  if (!cache_enabled()) return;  // without snapshots no GDN layer could use them
+  auto full = std::min<uint32_t>(end / config_.block_size, static_cast<uint32_t>(s.blocks.size()));
+  if (full <= s.published_blocks) return;
+  prefix_.extend_hashes(s.tokens, s.hashes);
+  prefix_.publish(s.tokens, s.hashes, s.blocks, s.published_blocks, full);
+  s.published_blocks = full;
+}
+
+std::optional<FinishReason> Scheduler::finish_reason(const Sequence& s) const {
+  int32_t last = s.tokens.back();
+  const auto& stops = s.sampling.stop_token_ids;
+  if (!s.sampling.ignore_eos && eos_.count(last) != 0) return FinishReason::kStop;
+  if (std::find(stops.begin(), stops.end(), last) != stops.end()) return FinishReason::kStop;
+  if (s.generated() >= s.sampling.max_tokens) return FinishReason::kLength;
+  if (s.num_tokens() >= config_.max_context) return FinishReason::kLength;
+  return std::nullopt;
+}
+
+void Scheduler::finish(Sequence& s, FinishReason reason, UpdateResult& result) {
+  result.finished.push_back(
+      FinishEvent{s.request_id, reason, s.prompt_len, s.generated(), s.cached_tokens});
+  free_resources(s, pending_releases_);
+  remove_running(s);
+  seqs_.erase(s.request_id);  // destroys s
+}
+
+// Tail blocks are released first so that, among cached free blocks, a sequence's prefix
+// is evicted last: prefixes are what other requests share.
+void Scheduler::free_resources(Sequence& s, std::vector<ReleasedSeq>& released) {
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) blocks_.release(*it);
+  s.blocks.clear();
+  if (s.slot) {
+    slots_.release(*s.slot);
+    released.push_back(ReleasedSeq{s.request_id, *s.slot});
+    s.slot.reset();
+  }
+}
+
+void Scheduler::remove_running(const Sequence& s) {
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats st = counters_;
+  st.waiting = static_cast<uint32_t>(waiting_.size());
+  st.running = static_cast<uint32_t>(running_.size());
+  st.free_blocks = blocks_.num_free();
+  st.snapshots = snapshots_.size();
+  st.block_evictions = blocks_.num_evictions();
+  st.snapshot_evictions = snapshots_.num_evictions();
+  return st;
+}
+
+std::string Scheduler::check_invariants() const {
+  std::string why = blocks_.check_invariants();
+  if (why.empty()) why = snapshots_.check_invariants();
+  if (why.empty()) why = check_sequences();
+  return why;
+}
+
+// Every block reference comes from exactly one live block-table entry, every running
+// sequence holds one slot and enough blocks for what it computed, waiting ones hold none.
+std::string Scheduler::check_sequences() const {
+  if (running_.size() + waiting_.size() != seqs_.size()) return "sequence lists out of sync";
+  if (running_.size() > config_.max_seqs) return "more live sequences than max_seqs";
+  if (slots_.num_free() + running_.size() != slots_.capacity()) return "state slots leaked";
+  std::vector<uint32_t> refs(config_.num_blocks, 0);
+  std::vector<bool> slot_seen(config_.max_seqs, false);
+  for (const Sequence* s : running_) {
+    if (!s->slot || slot_seen[*s->slot] || !slots_.in_use(*s->slot)) return "bad slot";
+    slot_seen[*s->slot] = true;
+    if (s->blocks.size() * config_.block_size < s->num_computed) return "too few blocks";
+    if (s->blocks.size() > blocks_for(s->num_tokens(), config_.block_size)) {
+      return "over-allocated blocks for " + s->request_id;
+    }
+    for (uint32_t b : s->blocks) ++refs[b];
+  }
+  for (const Sequence* s : waiting_) {
+    if (s->slot || !s->blocks.empty() || s->num_computed != 0) return "waiting holds memory";
+  }
+  for (uint32_t b = 0; b < config_.num_blocks; ++b) {
+    if (refs[b] != blocks_.ref_count(b)) return "ref count of block " + std::to_string(b);
+  }
+  return {};
+}
+
+}  // namespace ds

@@ -1,0 +1,21 @@
+#include "coordinator/scheduler/step_plan.h"
+
+namespace ds {
+
+uint32_t StepPlan::num_tokens() const {
+  uint32_t n = 0;
+  for (const SeqStep& s : seqs) n += static_cast<uint32_t>(s.token_ids.size());
+  return n;
+}
+
+std::vector<uint32_t> StepPlan::logits_rows() const {
+  std::vector<uint32_t> rows;
+  uint32_t row = 0;
+  for (const SeqStep& s : seqs) {
+    row += static_cast<uint32_t>(s.token_ids.size());
+    if (s.needs_logits) rows.push_back(row - 1);
+  }
+  return rows;
+}
+
+}  // namespace ds

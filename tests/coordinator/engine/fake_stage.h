@@ -1,0 +1,70 @@
+// A deterministic fake StageModel for tests that do not need the real model: per-sequence
+// state that depends on every token seen, so lost or replayed state changes the output.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "worker/stage_model.h"
+
+namespace ds::test {
+
+class FakeStage : public StageModel {
+ public:
+  static constexpr uint32_t kEmbd = 4;
+  static constexpr uint32_t kVocab = 32;
+  FakeStage(StageRange range, uint32_t n_layer) : range_(range), n_layer_(n_layer) {}
+  const StageRange& range() const override { return range_; }
+  bool is_first() const override { return range_.first_layer == 0; }
+  bool is_last() const override { return range_.last_layer == n_layer_; }
+
+  void forward(const StepInput& in, StepOutput* out) override {
+    for (const SeqStep& s : in.seqs) {
+      auto it = held_.find(s.seq_id);
+      if (s.start_pos != 0 && (it == held_.end() || it->second.first != s.start_pos)) {
+        throw std::invalid_argument("fake stage: unknown position for sequence");
+      }
+    }
+    out->hidden.clear();
+    out->logits.clear();
+    size_t row = 0;
+    for (const SeqStep& s : in.seqs) {
+      auto& [pos, acc] = held_[s.seq_id];
+      if (s.start_pos == 0) acc = 0;
+      std::vector<float> seq_hidden;
+      for (uint32_t i = 0; i < s.n_tokens(); ++i, ++row) {
+        float h[kEmbd];
+        for (uint32_t d = 0; d < kEmbd; ++d) {
+          h[d] = in.hidden ? in.hidden[row * kEmbd + d] : static_cast<float>(s.token_ids[i] % 97) * 0.01f * (d + 1);
+        }
+        acc = acc * 0.5f + h[0] + static_cast<float>(range_.first_layer);
+        for (uint32_t d = 0; d < kEmbd; ++d) h[d] += acc * 0.125f * static_cast<float>(d + 1);
+        seq_hidden.insert(seq_hidden.end(), h, h + kEmbd);
+      }
+      pos = s.start_pos + s.n_tokens();
+      out->hidden.insert(out->hidden.end(), seq_hidden.begin(), seq_hidden.end());
+      if (!is_last()) continue;
+      for (uint32_t r : s.logit_rows) {
+        const float* h = &seq_hidden[r * kEmbd];
+        for (uint32_t v = 0; v < kVocab; ++v) out->logits.push_back(std::sin(h[1] * 3.1f + static_cast<float>(v) * 0.7f));
+      }
+    }
+    if (is_last()) out->hidden.clear();
+  }
+  void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*) override {
+    throw std::logic_error("fake stage has no MTP");
+  }
+  void drop_sequence(uint64_t id) override { held_.erase(id); }
+  void drop_all() override { held_.clear(); }
+  const std::vector<std::vector<float>>& layer_hidden() const override { return none_; }
+  size_t n_held() const { return held_.size(); }
+
+ private:
+  StageRange range_;
+  uint32_t n_layer_;
+  std::map<uint64_t, std::pair<uint32_t, float>> held_;  // seq -> (positions held, accumulator)
+  std::vector<std::vector<float>> none_;
+};
+
+}  // namespace ds::test

@@ -1,0 +1,79 @@
+// The worker's StageRunner on a fake model: plan validation, digests with the shared sampling
+// rule, sampling inputs kept across deltas, full logits, hidden chunks between stages, drops.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/error.h"
+#include "coordinator/engine/step_codec.h"
+#include "tests/coordinator/engine/fake_stage.h"
+#include "worker/daemon/stage_runner.h"
+
+namespace ds {
+namespace {
+namespace v1 = ipc::v1;
+using test::FakeStage;
+
+StageRunner make_runner(StageRange range, uint32_t rank) {
+  return StageRunner(std::make_unique<FakeStage>(range, 8), StageShape{rank, FakeStage::kEmbd, FakeStage::kVocab});
+}
+
+SeqRequest request(uint64_t id, uint32_t pos, std::vector<int32_t> tokens, double u) {
+  SeqRequest r;
+  r.seq_id = id;
+  r.start_pos = pos;
+  r.tokens = std::move(tokens);
+  r.logit_rows = {static_cast<uint32_t>(r.tokens.size() - 1)};
+  r.random_u = {u};
+  r.sampling = SamplingParams{0.9f, 0, 1.0f};
+  r.return_full_logits = true;
+  return r;
+}
+
+const google::protobuf::RepeatedPtrField<v1::StageTiming> kNoTimings;
+
+TEST(StageRunner, TwoStagesProduceDigestsByTheSharedRule) {
+  StageRunner s0 = make_runner({0, 4}, 0), s1 = make_runner({4, 8}, 1);
+  SentSamplingMap sent;
+  for (uint32_t step = 0; step < 3; ++step) {
+    const SeqRequest r = step == 0 ? request(5, 0, {3, 4, 5}, 0.3) : request(5, 2 + step, {7}, 0.6);
+    const v1::StepPlan plan = encode_plan({r}, step + 1, 1, &sent);
+    const StageOutputMessage mid = s0.run(plan, {}, kNoTimings);
+    ASSERT_TRUE(mid.env.has_stage_forward());
+    EXPECT_EQ(mid.bulk.size(), plan.token_ids_size() * FakeStage::kEmbd * sizeof(float));
+    const StageOutputMessage last = s1.run(mid.env.stage_forward().plan(), mid.bulk, mid.env.stage_forward().timings());
+    ASSERT_TRUE(last.env.has_step_result());
+    const StepOutcome out = decode_result(plan, last.env.step_result(), last.bulk);
+    ASSERT_EQ(out.rows.size(), 1u);
+    ASSERT_EQ(out.rows[0].logits.size(), FakeStage::kVocab);  // sampling inputs survive deltas
+    EXPECT_EQ(out.rows[0].token, sample_token(out.rows[0].logits.data(), FakeStage::kVocab, r.sampling, r.random_u[0]));
+    EXPECT_EQ(out.timings.size(), 2u);
+  }
+  EXPECT_EQ(s1.n_sequences(), 1u);
+  v1::DropSequences drop;
+  drop.add_seq_ids(5);
+  s1.drop(drop);
+  EXPECT_EQ(s1.n_sequences(), 0u);
+}
+
+TEST(StageRunner, RejectsInconsistentPlansAndChunks) {
+  StageRunner s0 = make_runner({0, 8}, 0);
+  SentSamplingMap sent;
+  v1::StepPlan plan = encode_plan({request(1, 0, {1, 2}, 0.0)}, 1, 1, &sent);
+  v1::StepPlan bad = plan;
+  bad.add_token_ids(3);
+  EXPECT_THROW(s0.run(bad, {}, kNoTimings), FormatError);
+  bad = plan;
+  bad.set_token_ids(0, 1000);  // outside the vocabulary
+  EXPECT_THROW(s0.run(bad, {}, kNoTimings), FormatError);
+  bad = plan;
+  bad.clear_random_u();
+  EXPECT_THROW(s0.run(bad, {}, kNoTimings), FormatError);
+  EXPECT_NO_THROW(s0.run(plan, {}, kNoTimings));
+
+  StageRunner s1 = make_runner({4, 8}, 1);
+  EXPECT_THROW(s1.run(plan, std::vector<uint8_t>(3), kNoTimings), FormatError);
+}
+
+}  // namespace
+}  // namespace ds

@@ -1,0 +1,131 @@
+#include "tests/coordinator/scheduler/fake_worker.h"
+
+#include <numeric>
+
+namespace ds::test {
+
+int32_t fake_model_token(std::span<const int32_t> history, uint32_t vocab) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ULL;
+  h ^= h >> 29;
+  return static_cast<int32_t>(h % vocab);
+}
+
+FakeWorker::FakeWorker(const SchedulerConfig& config, uint32_t vocab)
+    : block_size_(config.block_size),
+      vocab_(vocab),
+      kv_(config.num_blocks, std::vector<int32_t>(config.block_size, -1)),
+      state_(config.max_seqs),
+      owner_(config.max_seqs),
+      snapshots_(config.num_snapshots) {}
+
+std::string FakeWorker::run(const StepPlan& plan, std::vector<int32_t>& sampled) {
+  for (const ReleasedSeq& r : plan.released) {
+    if (auto e = release(r); !e.empty()) return e;
+  }
+  for (const SeqStep& row : plan.seqs) {
+    if (auto e = setup(row); !e.empty()) return e;
+  }
+  sampled.assign(plan.seqs.size(), -1);
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqStep& row = plan.seqs[i];
+    if (auto e = compute(row); !e.empty()) return e;
+    if (row.needs_logits) sampled[i] = fake_model_token(state_[row.state_slot], vocab_);
+  }
+  for (const SeqStep& row : plan.seqs) {
+    if (row.save_snapshot) snapshots_.at(*row.save_snapshot) = state_[row.state_slot];
+  }
+  return {};
+}
+
+std::string FakeWorker::release(const ReleasedSeq& r) {
+  if (owner_.at(r.state_slot) != r.request_id) return "release of a slot not owned: " + r.request_id;
+  owner_[r.state_slot].clear();
+  tables_.erase(r.request_id);
+  return {};
+}
+
+std::string FakeWorker::setup(const SeqStep& row) {
+  if (!row.is_new) {
+    if (owner_.at(row.state_slot) != row.request_id) return "slot not owned by " + row.request_id;
+    auto& table = tables_.at(row.request_id);
+    table.insert(table.end(), row.block_ids.begin(), row.block_ids.end());
+    return {};
+  }
+  if (tables_.count(row.request_id) != 0) return "new sequence already known: " + row.request_id;
+  if (!owner_.at(row.state_slot).empty()) return "slot reused before release: " + row.request_id;
+  owner_[row.state_slot] = row.request_id;
+  tables_[row.request_id] = row.block_ids;
+  state_[row.state_slot].clear();
+  if (row.load_snapshot) {
+    const auto& snap = snapshots_.at(*row.load_snapshot);
+    if (!snap) return "load of a snapshot never saved";
+    state_[row.state_slot] = *snap;
+  }
+  return {};
+}
+
+std::string FakeWorker::compute(const SeqStep& row) {
+  auto& state = state_[row.state_slot];
+  const auto& table = tables_.at(row.request_id);
+  if (row.token_ids.empty()) return "empty row for " + row.request_id;
+  if (state.size() != row.start_pos) return "state of " + row.request_id + " not at start_pos";
+  for (uint32_t q = 0; q < row.start_pos; ++q) {  // what attention would read
+    if (q / block_size_ >= table.size()) return "block table too short for " + row.request_id;
+    if (kv_[table[q / block_size_]][q % block_size_] != state[q]) {
+      return "KV of " + row.request_id + " wrong at position " + std::to_string(q);
+    }
+  }
+  for (size_t i = 0; i < row.token_ids.size(); ++i) {
+    uint32_t p = row.start_pos + static_cast<uint32_t>(i);
+    if (p / block_size_ >= table.size()) return "no block for position " + std::to_string(p);
+    kv_[table[p / block_size_]][p % block_size_] = row.token_ids[i];
+    state.push_back(row.token_ids[i]);
+  }
+  computed_tokens_ += row.token_ids.size();
+  return {};
+}
+
+Harness::Harness(const SchedulerConfig& config, uint32_t vocab)
+    : sched(config), worker(config, vocab) {}
+
+void Harness::add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
+                  bool ignore_eos) {
+  GenerationRequest r;
+  r.request_id = id;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = ignore_eos;
+  sched.add_request(r);
+}
+
+std::string Harness::step() {
+  last_plan = sched.schedule();
+  if (auto e = sched.check_invariants(); !e.empty()) return "after schedule: " + e;
+  std::vector<int32_t> sampled;
+  if (auto e = worker.run(last_plan, sampled); !e.empty()) return e;
+  if (last_plan.empty()) return {};
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    if (sampler && last_plan.seqs[i].needs_logits) sampled[i] = sampler(last_plan.seqs[i], sampled[i]);
+  }
+  UpdateResult result = sched.update_from_output(StepOutput{last_plan.step_id, sampled});
+  for (const TokenEvent& t : result.tokens) outputs[t.request_id].push_back(t.token);
+  for (const FinishEvent& f : result.finished) finished[f.request_id] = f;
+  if (auto e = sched.check_invariants(); !e.empty()) return "after update: " + e;
+  return {};
+}
+
+std::string Harness::run_to_completion(int max_steps) {
+  for (int i = 0; i < max_steps && sched.has_unfinished(); ++i) {
+    if (auto e = step(); !e.empty()) return e;
+  }
+  return sched.has_unfinished() ? "requests left after max_steps" : "";
+}
+
+std::vector<int32_t> iota_tokens(uint32_t n, int32_t first) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+}  // namespace ds::test

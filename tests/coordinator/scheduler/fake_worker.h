@@ -1,0 +1,69 @@
+// Test stand-ins for the workers. In fake memory a KV entry is the token it was computed
+// from and a GDN state is the token history folded into it, so any mistake in block
+// tables, positions, slots or snapshots shows up as a mismatch, and the "model" (a hash
+// of the state) samples the same tokens whatever the batching, preemption or caching.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coordinator/scheduler/scheduler.h"
+
+namespace ds::test {
+
+constexpr int32_t kEos = 0;
+
+// The fake model's next token for a history: a hash, in [0, vocab).
+int32_t fake_model_token(std::span<const int32_t> history, uint32_t vocab);
+
+class FakeWorker {
+ public:
+  FakeWorker(const SchedulerConfig& config, uint32_t vocab);
+  // Executes a plan in the documented order (release, setup, compute, save) and fills
+  // one sampled token per row (-1 where no logits). Returns "" or the first inconsistency.
+  std::string run(const StepPlan& plan, std::vector<int32_t>& sampled);
+  uint64_t computed_tokens() const { return computed_tokens_; }
+
+ private:
+  std::string release(const ReleasedSeq& r);
+  std::string setup(const SeqStep& row);
+  std::string compute(const SeqStep& row);
+
+  uint32_t block_size_;
+  uint32_t vocab_;
+  std::vector<std::vector<int32_t>> kv_;           // per block, one token per position
+  std::vector<std::vector<int32_t>> state_;        // per slot: tokens folded in
+  std::vector<std::string> owner_;                 // per slot: request id, "" when free
+  std::vector<std::optional<std::vector<int32_t>>> snapshots_;
+  std::map<std::string, std::vector<uint32_t>> tables_;
+  uint64_t computed_tokens_ = 0;
+};
+
+// Scheduler + fake worker driven step by step; collects outputs and finish events.
+struct Harness {
+  explicit Harness(const SchedulerConfig& config, uint32_t vocab = 64);
+
+  void add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
+           bool ignore_eos = false);
+  // One step: schedule, run on the worker, feed back; "" or what went wrong.
+  std::string step();
+  // Steps until no request is left; "" or the first error.
+  std::string run_to_completion(int max_steps = 100000);
+
+  Scheduler sched;
+  FakeWorker worker;
+  StepPlan last_plan;
+  // Replaces the model's token for a row (default: keep it).
+  std::function<int32_t(const SeqStep&, int32_t)> sampler;
+  std::map<std::string, std::vector<int32_t>> outputs;
+  std::map<std::string, FinishEvent> finished;
+};
+
+std::vector<int32_t> iota_tokens(uint32_t n, int32_t first = 1);
+
+}  // namespace ds::test

@@ -1,0 +1,317 @@
+// Continuous batching without the prefix cache: budget filling, limits, order,
+// preemption, block-table deltas, finish conditions, aborts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/coordinator/scheduler/fake_worker.h"
+
+namespace ds::test {
+namespace {
+
+SchedulerConfig small_config() {
+  SchedulerConfig c;
+  c.block_size = 4;
+  c.num_blocks = 64;
+  c.max_batch_tokens = 32;
+  c.max_seqs = 4;
+  c.max_context = 256;
+  c.eos_token_ids = {kEos};
+  return c;
+}
+
+const SeqStep* row_of(const StepPlan& plan, const std::string& id) {
+  for (const SeqStep& s : plan.seqs) {
+    if (s.request_id == id) return &s;
+  }
+  return nullptr;
+}
+
+TEST(Batching, DecodeFirstThenChunkedPrefillUnderTheBudget) {
+  Harness h(small_config());
+  h.add("a", iota_tokens(10), 5, true);
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.last_plan.seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan.seqs[0].token_ids.size(), 10u);
+  EXPECT_TRUE(h.last_plan.seqs[0].needs_logits);
+
+  h.add("b", iota_tokens(50), 5, true);
+  ASSERT_EQ(h.step(), "");
+  const auto& p = h.last_plan;
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, "a");  // decode first
+  EXPECT_EQ(p.seqs[0].start_pos, 10u);
+  EXPECT_EQ(p.seqs[0].token_ids.size(), 1u);
+  EXPECT_EQ(p.seqs[1].request_id, "b");  // 31 tokens left, cut to a block boundary
+  EXPECT_EQ(p.seqs[1].token_ids.size(), 28u);
+  EXPECT_FALSE(p.seqs[1].needs_logits);
+  EXPECT_EQ(p.num_tokens(), 29u);
+  EXPECT_EQ(p.logits_rows(), std::vector<uint32_t>{0});
+
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.last_plan.seqs.size(), 2u);
+  EXPECT_EQ(h.last_plan.seqs[1].start_pos, 28u);
+  EXPECT_EQ(h.last_plan.seqs[1].token_ids.size(), 22u);  // the rest of the prompt
+  EXPECT_EQ(h.last_plan.logits_rows(), (std::vector<uint32_t>{0, 22}));
+}
+
+TEST(Batching, DecodeRowsPrecedeOlderPrefillChunks) {
+  SchedulerConfig c = small_config();
+  c.max_batch_tokens = 33;
+  Harness h(c);
+  h.add("old", iota_tokens(100), 2, true);
+  h.add("young", iota_tokens(2), 5, true);
+  ASSERT_EQ(h.step(), "");  // old: 32 tokens, young: the 1 token left of the budget
+  ASSERT_EQ(h.last_plan.seqs.size(), 2u);
+  EXPECT_EQ(h.last_plan.seqs[1].token_ids.size(), 1u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(h.step(), "");
+    ASSERT_EQ(h.last_plan.seqs.size(), 2u);
+    EXPECT_EQ(h.last_plan.seqs[0].request_id, "young");
+    EXPECT_EQ(h.last_plan.seqs[0].token_ids.size(), 1u);
+    EXPECT_EQ(h.last_plan.seqs[1].request_id, "old");
+    EXPECT_EQ(h.last_plan.seqs[1].token_ids.size(), 32u);
+  }
+}
+
+TEST(Batching, MaxSeqsLimitsLiveSequencesAndFreedSlotsAreReused) {
+  SchedulerConfig c = small_config();
+  c.max_seqs = 2;
+  Harness h(c);
+  h.add("a", iota_tokens(4), 3, true);
+  h.add("b", iota_tokens(4), 3, true);
+  h.add("c", iota_tokens(4), 3, true);
+  ASSERT_EQ(h.step(), "");
+  EXPECT_EQ(h.last_plan.seqs.size(), 2u);
+  EXPECT_EQ(h.sched.stats().waiting, 1u);
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.step(), "");  // a and b finish here
+  EXPECT_EQ(h.finished.size(), 2u);
+  ASSERT_EQ(h.step(), "");
+  EXPECT_EQ(h.last_plan.released.size(), 2u);
+  ASSERT_EQ(h.last_plan.seqs.size(), 1u);
+  EXPECT_EQ(h.last_plan.seqs[0].request_id, "c");
+  EXPECT_EQ(h.last_plan.seqs[0].state_slot, 0u);
+  EXPECT_EQ(h.run_to_completion(), "");
+}
+
+TEST(Batching, FirstComeFirstServed) {
+  SchedulerConfig c = small_config();
+  c.max_seqs = 1;
+  Harness h(c);
+  std::vector<std::string> admitted;
+  for (const char* id : {"a", "b", "c"}) h.add(id, iota_tokens(6), 2, true);
+  for (int i = 0; i < 20 && h.sched.has_unfinished(); ++i) {
+    ASSERT_EQ(h.step(), "");
+    for (const SeqStep& s : h.last_plan.seqs) {
+      if (s.is_new) admitted.push_back(s.request_id);
+    }
+  }
+  EXPECT_EQ(admitted, (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(Batching, PreemptsYoungestAndReprefillsPromptPlusGenerated) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 8;  // 32 token slots for two sequences growing to 20 tokens each
+  c.max_batch_tokens = 64;
+  Harness h(c);
+  h.add("a", iota_tokens(8), 12, true);
+  h.add("b", iota_tokens(8, 100), 12, true);
+  size_t expect_reprefill = 0;
+  size_t reprefilled = 0;
+  bool reprefill_done = false;
+  for (int i = 0; i < 200 && h.sched.has_unfinished(); ++i) {
+    ASSERT_EQ(h.step(), "");
+    const StepPlan& p = h.last_plan;
+    bool b_preempted = std::any_of(p.released.begin(), p.released.end(),
+                                   [](const ReleasedSeq& r) { return r.request_id == "b"; });
+    if (b_preempted) {  // possibly again, while re-prefilling: start over
+      EXPECT_EQ(row_of(p, "b"), nullptr);
+      EXPECT_NE(row_of(p, "a"), nullptr) << "the older sequence keeps running";
+      expect_reprefill = 8 + h.outputs["b"].size();
+      reprefilled = 0;
+      reprefill_done = false;
+    }
+    const SeqStep* b = row_of(p, "b");
+    if (expect_reprefill != 0 && b != nullptr && !reprefill_done) {
+      if (reprefilled == 0) {
+        EXPECT_TRUE(b->is_new);
+        EXPECT_EQ(b->start_pos, 0u);
+      }
+      EXPECT_EQ(b->start_pos, reprefilled);
+      reprefilled += b->token_ids.size();
+      if (b->needs_logits) reprefill_done = true;
+    }
+  }
+  EXPECT_GT(expect_reprefill, 8u);
+  EXPECT_EQ(reprefilled, expect_reprefill);
+  EXPECT_GE(h.sched.stats().preemptions, 1u);
+  EXPECT_EQ(h.outputs["a"].size(), 12u);
+  EXPECT_EQ(h.outputs["b"].size(), 12u);
+  // Recompute is invisible in the output: same tokens as with plenty of memory.
+  Harness roomy(small_config());
+  roomy.add("a", iota_tokens(8), 12, true);
+  roomy.add("b", iota_tokens(8, 100), 12, true);
+  ASSERT_EQ(roomy.run_to_completion(), "");
+  EXPECT_EQ(h.outputs, roomy.outputs);
+}
+
+TEST(Batching, BlockTableIsSentOnceThenAsDeltas) {
+  Harness h(small_config());
+  h.add("a", iota_tokens(6), 8, true);
+  ASSERT_EQ(h.step(), "");
+  std::vector<uint32_t> table = h.last_plan.seqs[0].block_ids;
+  EXPECT_TRUE(h.last_plan.seqs[0].is_new);
+  EXPECT_EQ(table.size(), 2u);
+  for (uint32_t pos : {6u, 7u}) {
+    ASSERT_EQ(h.step(), "");
+    EXPECT_FALSE(h.last_plan.seqs[0].is_new);
+    EXPECT_EQ(h.last_plan.seqs[0].start_pos, pos);
+    EXPECT_TRUE(h.last_plan.seqs[0].block_ids.empty());
+  }
+  ASSERT_EQ(h.step(), "");  // position 8 opens the third block
+  ASSERT_EQ(h.last_plan.seqs[0].block_ids.size(), 1u);
+  EXPECT_EQ(std::count(table.begin(), table.end(), h.last_plan.seqs[0].block_ids[0]), 0);
+}
+
+TEST(Batching, FinishConditions) {
+  SchedulerConfig c = small_config();
+  c.max_context = 12;
+  Harness h(c);
+  h.sampler = [](const SeqStep& row, int32_t) {
+    // Prompts below are 4 tokens; the row ends at prompt + tokens generated so far.
+    auto generated_before = row.start_pos + row.token_ids.size() - 4;
+    if (row.request_id == "eos" || row.request_id == "ignore") {
+      return generated_before == 2 ? kEos : 5;
+    }
+    if (row.request_id == "stop") return generated_before == 1 ? 7 : 5;
+    return 5;
+  };
+  h.add("eos", iota_tokens(4), 10);
+  h.add("ignore", iota_tokens(4), 6, /*ignore_eos=*/true);
+  GenerationRequest stop;
+  stop.request_id = "stop";
+  stop.prompt_ids = iota_tokens(4);
+  stop.sampling.max_tokens = 10;
+  stop.sampling.ignore_eos = true;
+  stop.sampling.stop_token_ids = {7};
+  h.sched.add_request(stop);
+  h.add("context", iota_tokens(4), 100);
+  ASSERT_EQ(h.run_to_completion(), "");
+  EXPECT_EQ(h.finished["eos"].reason, FinishReason::kStop);
+  EXPECT_EQ(h.finished["eos"].generated_tokens, 3u);
+  EXPECT_EQ(h.outputs["eos"].back(), kEos);
+  EXPECT_EQ(h.finished["ignore"].reason, FinishReason::kLength);
+  EXPECT_EQ(h.finished["ignore"].generated_tokens, 6u);
+  EXPECT_EQ(h.finished["stop"].reason, FinishReason::kStop);
+  EXPECT_EQ(h.finished["stop"].generated_tokens, 2u);
+  EXPECT_EQ(h.finished["context"].reason, FinishReason::kLength);
+  EXPECT_EQ(h.finished["context"].generated_tokens, 8u);  // 4 + 8 = max_context
+  EXPECT_EQ(h.sched.stats().free_blocks, c.num_blocks);
+}
+
+TEST(Batching, AbortMidPrefillMidDecodeAndWhileInFlight) {
+  SchedulerConfig c = small_config();
+  c.max_batch_tokens = 8;
+  Harness h(c);
+  h.add("prefill", iota_tokens(40), 5, true);
+  ASSERT_EQ(h.step(), "");
+  EXPECT_FALSE(h.last_plan.seqs[0].needs_logits);
+  EXPECT_TRUE(h.sched.abort("prefill"));
+  EXPECT_FALSE(h.sched.abort("prefill"));
+  EXPECT_EQ(h.sched.stats().free_blocks, c.num_blocks);
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.last_plan.released.size(), 1u);
+  EXPECT_EQ(h.last_plan.released[0].request_id, "prefill");
+  EXPECT_TRUE(h.last_plan.empty());
+
+  h.add("decode", iota_tokens(4), 5, true);
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.step(), "");
+  EXPECT_TRUE(h.sched.abort("decode"));
+  ASSERT_EQ(h.step(), "");
+  EXPECT_EQ(h.last_plan.released.size(), 1u);
+
+  h.add("inflight", iota_tokens(4), 5, true);
+  StepPlan plan = h.sched.schedule();
+  EXPECT_TRUE(h.sched.abort("inflight"));
+  UpdateResult r = h.sched.update_from_output(StepOutput{plan.step_id, {5}});
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(h.sched.check_invariants(), "");
+  EXPECT_EQ(h.sched.stats().free_blocks, c.num_blocks);
+  EXPECT_FALSE(h.sched.has_unfinished());
+}
+
+TEST(Batching, AbortWaitingRequest) {
+  SchedulerConfig c = small_config();
+  c.max_seqs = 1;
+  Harness h(c);
+  h.add("a", iota_tokens(4), 3, true);
+  h.add("b", iota_tokens(4), 3, true);
+  ASSERT_EQ(h.step(), "");
+  EXPECT_TRUE(h.sched.abort("b"));
+  EXPECT_EQ(h.sched.stats().waiting, 0u);
+  ASSERT_EQ(h.run_to_completion(), "");
+  EXPECT_EQ(h.outputs.count("b"), 0u);
+}
+
+TEST(Batching, RejectsRequestsItCanNeverServe) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 4;
+  c.max_context = 64;
+  Scheduler s(c);
+  GenerationRequest r;
+  r.request_id = "x";
+  r.sampling.max_tokens = 1;
+  EXPECT_THROW(s.add_request(r), std::invalid_argument);  // empty prompt
+  r.prompt_ids = iota_tokens(64);
+  EXPECT_THROW(s.add_request(r), std::invalid_argument);  // no room in the context
+  r.prompt_ids = iota_tokens(10);
+  r.sampling.max_tokens = 20;
+  EXPECT_THROW(s.add_request(r), std::invalid_argument);  // more blocks than exist
+  r.sampling.max_tokens = 2;
+  s.add_request(r);
+  EXPECT_THROW(s.add_request(r), std::invalid_argument);  // duplicate id
+}
+
+TEST(Batching, StepProtocolIsEnforced) {
+  Harness h(small_config());
+  h.add("a", iota_tokens(4), 3, true);
+  StepPlan p = h.sched.schedule();
+  EXPECT_THROW(h.sched.schedule(), std::logic_error);
+  EXPECT_THROW(h.sched.update_from_output(StepOutput{p.step_id + 1, {1}}), std::logic_error);
+  EXPECT_THROW(h.sched.update_from_output(StepOutput{p.step_id, {1, 2}}), std::invalid_argument);
+  h.sched.update_from_output(StepOutput{p.step_id, {1}});
+}
+
+TEST(Batching, WorkerLossReprefillsEverythingWithSameOutput) {
+  Harness h(small_config());
+  h.add("a", iota_tokens(9), 6, true);
+  h.add("b", iota_tokens(5, 50), 6, true);
+  ASSERT_EQ(h.step(), "");
+  ASSERT_EQ(h.step(), "");
+  h.sched.schedule();  // this step is lost with the worker
+  h.sched.reset_worker_state();
+  h.worker = FakeWorker(small_config(), 64);
+  StepPlan p = h.sched.schedule();
+  EXPECT_EQ(p.released.size(), 2u);
+  for (const SeqStep& s : p.seqs) {
+    EXPECT_TRUE(s.is_new);
+    EXPECT_EQ(s.start_pos, 0u);
+  }
+  p.released.clear();  // the fresh worker knows nothing to release
+  std::vector<int32_t> sampled;
+  ASSERT_EQ(h.worker.run(p, sampled), "");
+  for (const TokenEvent& t : h.sched.update_from_output(StepOutput{p.step_id, sampled}).tokens) {
+    h.outputs[t.request_id].push_back(t.token);
+  }
+  ASSERT_EQ(h.run_to_completion(), "");
+  Harness ref(small_config());
+  ref.add("a", iota_tokens(9), 6, true);
+  ref.add("b", iota_tokens(5, 50), 6, true);
+  ASSERT_EQ(ref.run_to_completion(), "");
+  EXPECT_EQ(h.outputs, ref.outputs);
+}
+
+}  // namespace
+}  // namespace ds::test

@@ -1,0 +1,141 @@
+// Property test: random arrivals, prompt sharing, multi-turn follow-ups, lengths, stops and
+// aborts over many steps and configurations. After every schedule and update the memory
+// invariants must hold (no block both free and used, ref counts equal block-table uses,
+// one slot per live sequence); the fake worker checks every KV read and state; every
+// request that was not aborted must produce exactly the fake model's output; at the end
+// everything is free again.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+
+#include "tests/coordinator/scheduler/fake_worker.h"
+
+namespace ds::test {
+namespace {
+
+constexpr uint32_t kVocab = 64;
+
+// What the fake model generates for a prompt on its own: the ground truth.
+std::vector<int32_t> expected_output(std::vector<int32_t> history, uint32_t max_tokens,
+                                     uint32_t max_context) {
+  std::vector<int32_t> out;
+  while (true) {
+    int32_t t = fake_model_token(history, kVocab);
+    history.push_back(t);
+    out.push_back(t);
+    if (t == kEos || out.size() >= max_tokens || history.size() >= max_context) return out;
+  }
+}
+
+struct Workload {
+  std::mt19937 rng;
+  std::vector<std::vector<int32_t>> system_prompts;
+  std::vector<std::vector<int32_t>> conversations;  // finished prompt + output, for follow-ups
+
+  uint32_t uniform(uint32_t lo, uint32_t hi) {
+    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+  }
+  std::vector<int32_t> tokens(uint32_t n) {
+    std::vector<int32_t> v(n);
+    for (auto& t : v) t = static_cast<int32_t>(uniform(1, 1000));
+    return v;
+  }
+  std::vector<int32_t> prompt() {
+    std::vector<int32_t> p;
+    uint32_t kind = uniform(0, 2);
+    if (kind == 1) p = system_prompts[uniform(0, 2)];
+    if (kind == 2 && !conversations.empty()) p = conversations[uniform(0, conversations.size() - 1)];
+    if (p.size() > 40) p.resize(uniform(1, 40));
+    auto tail = tokens(uniform(1, 10));
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  }
+};
+
+SchedulerConfig random_config(Workload& w) {
+  SchedulerConfig c;
+  c.block_size = std::vector<uint32_t>{1, 2, 4, 16}[w.uniform(0, 3)];
+  uint32_t min_blocks = (72 + c.block_size - 1) / c.block_size;  // one longest request
+  c.num_blocks = min_blocks + w.uniform(0, 120 / c.block_size);
+  c.max_batch_tokens = w.uniform(4, 64);
+  c.max_seqs = w.uniform(1, 6);
+  c.max_context = w.uniform(56, 128);
+  c.watermark_blocks = w.uniform(0, 2);
+  c.num_snapshots = std::vector<uint32_t>{0, 2, 16}[w.uniform(0, 2)];
+  c.snapshot_decode = w.uniform(0, 1) == 1;
+  c.eos_token_ids = {kEos};
+  return c;
+}
+
+void run_one(uint32_t seed, SchedulerStats& total) {
+  Workload w{std::mt19937(seed), {}, {}};
+  for (int i = 0; i < 3; ++i) w.system_prompts.push_back(w.tokens(w.uniform(8, 30)));
+  SchedulerConfig config = random_config(w);
+  Harness h(config, kVocab);
+  std::map<std::string, std::vector<int32_t>> prompts;
+  std::map<std::string, std::vector<int32_t>> expected;
+  std::set<std::string> aborted;
+  std::set<std::string> recorded;
+  int next_id = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (next_id < 60 && w.uniform(0, 2) == 0) {
+      std::string id = "r" + std::to_string(next_id++);
+      prompts[id] = w.prompt();
+      if (prompts[id].size() >= config.max_context) prompts[id].resize(config.max_context - 1);
+      uint32_t max_tokens = w.uniform(1, 20);
+      expected[id] = expected_output(prompts[id], max_tokens, config.max_context);
+      h.add(id, prompts[id], max_tokens);
+    }
+    if (next_id > 0 && w.uniform(0, 30) == 0) {
+      std::string id = "r" + std::to_string(w.uniform(0, next_id - 1));
+      if (h.sched.abort(id)) aborted.insert(id);
+    }
+    ASSERT_EQ(h.step(), "") << "seed " << seed << " step " << step;
+    for (const auto& [id, f] : h.finished) {
+      if (!recorded.insert(id).second) continue;
+      auto c = prompts[id];
+      c.insert(c.end(), h.outputs[id].begin(), h.outputs[id].end());
+      if (w.conversations.size() < 50) w.conversations.push_back(c);
+    }
+  }
+  ASSERT_EQ(h.run_to_completion(), "") << "seed " << seed;
+  ASSERT_EQ(h.step(), "");  // flush the last releases to the worker
+  for (const auto& [id, out] : expected) {
+    if (aborted.count(id)) continue;
+    EXPECT_EQ(h.outputs[id], out) << "seed " << seed << " request " << id;
+  }
+  SchedulerStats st = h.sched.stats();
+  EXPECT_EQ(st.free_blocks, config.num_blocks) << "seed " << seed;
+  EXPECT_EQ(st.running + st.waiting, 0u);
+  EXPECT_EQ(h.sched.check_invariants(), "");
+  total.preemptions += st.preemptions;
+  total.prefix_hit_tokens += st.prefix_hit_tokens;
+  total.prefix_queried_tokens += st.prefix_queried_tokens;
+  total.block_evictions += st.block_evictions;
+  total.snapshot_evictions += st.snapshot_evictions;
+}
+
+TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
+  SchedulerStats total;
+  for (uint32_t seed = 1; seed <= 60; ++seed) {
+    run_one(seed, total);
+    if (HasFatalFailure()) return;
+  }
+  // The random traffic must actually reach the interesting paths.
+  EXPECT_GT(total.preemptions, 20u);
+  EXPECT_GT(total.prefix_hit_tokens, total.prefix_queried_tokens / 50);
+  EXPECT_GT(total.block_evictions, 0u);
+  EXPECT_GT(total.snapshot_evictions, 0u);
+  std::printf("preemptions %lu, prefix hits %lu of %lu prompt tokens, evictions %lu blocks %lu "
+              "snapshots\n", static_cast<unsigned long>(total.preemptions),
+              static_cast<unsigned long>(total.prefix_hit_tokens),
+              static_cast<unsigned long>(total.prefix_queried_tokens),
+              static_cast<unsigned long>(total.block_evictions),
+              static_cast<unsigned long>(total.snapshot_evictions));
+}
+
+}  // namespace
+}  // namespace ds::test

@@ -1,0 +1,215 @@
+// Worker event loop (see worker_daemon.h).
+#include "worker/daemon/worker_daemon.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <random>
+
+namespace ds {
+namespace v1 = ipc::v1;
+namespace {
+
+constexpr int kHelloRetryMs = 1000;  // Hello is repeated until Assign arrives
+constexpr int kPollMs = 50;          // bounds the reaction time to a stop request
+
+uint64_t random_instance_id() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+}  // namespace
+
+WorkerDaemon::WorkerDaemon(WorkerOptions options, StageLoader loader)
+    : options_(std::move(options)), loader_(std::move(loader)), instance_id_(random_instance_id()) {
+  control_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kDealer, options_.coordinator);
+  heartbeat_ = std::make_unique<HeartbeatThread>(ctx_, options_.coordinator, options_.rank, instance_id_,
+                                                 options_.heartbeat_ms, stats_);
+}
+
+WorkerDaemon::~WorkerDaemon() {
+  heartbeat_.reset();  // join before the sockets and the context go
+}
+
+void WorkerDaemon::send_to_coordinator(const v1::Envelope& env, const std::vector<uint8_t>& bulk) {
+  v1::Envelope copy = env;
+  copy.set_sender_instance(instance_id_);
+  if (!control_->send(copy, bulk)) std::cerr << "[worker " << options_.rank << "] coordinator queue full, message dropped\n";
+}
+
+void WorkerDaemon::send_hello() {
+  v1::Envelope env;
+  v1::Hello* h = env.mutable_hello();
+  h->set_rank(options_.rank);
+  h->set_backend(options_.backend == "cuda" ? v1::BACKEND_CUDA : v1::BACKEND_CPU);
+  h->set_device(options_.device);
+  h->set_pid(static_cast<uint32_t>(getpid()));
+  h->set_protocol_version(ipc::kProtocolVersion);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  h->set_memory_bytes(pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0);
+  h->set_n_threads(static_cast<uint32_t>(options_.threads));
+  h->set_hostname(options_.hostname);
+  h->set_instance_id(instance_id_);
+  h->set_backend_available(options_.backend == "cpu");  // the CUDA backend is not built yet
+  send_to_coordinator(env);
+}
+
+int WorkerDaemon::run(const std::atomic<bool>& stop) {
+  std::cerr << "[worker " << options_.rank << "] starting: " << describe(options_) << "\n";
+  int64_t next_hello = 0;
+  while (!stop && !shutdown_) {
+    if (!assign_ && steady_now_ms() >= next_hello) {
+      send_hello();
+      next_hello = steady_now_ms() + kHelloRetryMs;
+    }
+    std::vector<ipc::ZmqChannel*> channels{control_.get()};
+    if (data_in_) channels.push_back(data_in_.get());
+    const int ready = ipc::poll_channels(channels, kPollMs);
+    if (ready < 0) continue;
+    drain(*channels[static_cast<size_t>(ready)], ready == 1);
+  }
+  std::cerr << "[worker " << options_.rank << "] exiting\n";
+  return 0;
+}
+
+// Handles every message already queued on `channel`. Returns false when nothing was there.
+bool WorkerDaemon::drain(ipc::ZmqChannel& channel, bool is_data) {
+  bool any = false;
+  for (;;) {
+    ipc::Received msg;
+    std::string why;
+    const ipc::RecvStatus st = channel.recv(&msg, 0, &why);
+    if (st == ipc::RecvStatus::kTimeout) return any;
+    any = true;
+    if (st == ipc::RecvStatus::kRejected) {
+      std::cerr << "[worker " << options_.rank << "] dropped a frame: " << why << "\n";
+      continue;
+    }
+    if (is_data) {
+      on_data(msg);
+    } else {
+      on_control(msg);
+    }
+    if (shutdown_) return any;
+  }
+}
+
+void WorkerDaemon::on_control(const ipc::Received& msg) {
+  const v1::Envelope& env = msg.env;
+  switch (env.body_case()) {
+    case v1::Envelope::kAssign: handle_assign(env.assign()); break;
+    case v1::Envelope::kDropSequences: handle_drop(env.drop_sequences()); break;
+    case v1::Envelope::kShutdown:
+      std::cerr << "[worker " << options_.rank << "] shutdown: " << env.shutdown().reason() << "\n";
+      shutdown_ = true;
+      break;
+    case v1::Envelope::kStepPlan: handle_step(env.step_plan(), msg.bulk, {}); break;
+    default:
+      std::cerr << "[worker " << options_.rank << "] ignored unexpected control message " << ipc::body_name(env) << "\n";
+  }
+}
+
+void WorkerDaemon::on_data(const ipc::Received& msg) {
+  if (msg.env.body_case() != v1::Envelope::kStageForward) {
+    std::cerr << "[worker " << options_.rank << "] ignored unexpected data message " << ipc::body_name(msg.env) << "\n";
+    return;
+  }
+  const v1::StageForward& fwd = msg.env.stage_forward();
+  if (fwd.hidden().dtype() != v1::DTYPE_F32 || fwd.hidden().nbytes() != msg.bulk.size()) {
+    report_step_error(fwd.plan(), "hidden chunk is not f32 or its size does not match its descriptor");
+    return;
+  }
+  handle_step(fwd.plan(), msg.bulk, fwd.timings());
+}
+
+void WorkerDaemon::handle_assign(const v1::Assign& assign) {
+  if (assign_) {
+    std::cerr << "[worker " << options_.rank << "] ignored a second Assign\n";
+    return;
+  }
+  v1::Envelope reply;
+  v1::Ready* ready = reply.mutable_ready();
+  ready->set_rank(options_.rank);
+  ready->set_instance_id(instance_id_);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (assign.rank() != options_.rank) throw std::runtime_error("Assign for rank " + std::to_string(assign.rank()));
+    if (options_.backend != "cpu") throw std::runtime_error("the CUDA backend is not built yet");
+    StageShape shape;
+    shape.rank = options_.rank;
+    uint64_t weight_bytes = 0;
+    const int threads = assign.n_threads() != 0 ? static_cast<int>(assign.n_threads()) : options_.threads;
+    std::unique_ptr<StageModel> model = loader_(assign, threads, &shape, &weight_bytes);
+    if (assign.memory_budget_bytes() != 0 && weight_bytes > assign.memory_budget_bytes()) {
+      throw std::runtime_error("slice needs " + std::to_string(weight_bytes) + " bytes of weights, budget is " +
+                               std::to_string(assign.memory_budget_bytes()));
+    }
+    if (!assign.is_first()) data_in_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPull, assign.data_bind_endpoint());
+    if (!assign.is_last()) data_out_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPush, assign.next_stage_endpoint());
+    runner_ = std::make_unique<StageRunner>(std::move(model), shape);
+    ready->set_ok(true);
+    ready->set_weight_bytes(weight_bytes);
+  } catch (const std::exception& e) {
+    ready->set_ok(false);
+    ready->set_error(e.what());
+    data_in_.reset();
+    data_out_.reset();
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  ready->set_load_ms(static_cast<uint32_t>(ms.count()));
+  assign_ = assign;  // also after a failure: the coordinator decides what happens next
+  epoch_ = assign.epoch();
+  std::cerr << "[worker " << options_.rank << "] layers [" << assign.first_layer() << ", " << assign.last_layer()
+            << ") " << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in " << ms.count() << " ms\n";
+  send_to_coordinator(reply);
+}
+
+void WorkerDaemon::handle_drop(const v1::DropSequences& drop) {
+  if (runner_) runner_->drop(drop);
+  epoch_ = std::max(epoch_, drop.epoch());
+  stats_.n_sequences = runner_ ? static_cast<uint32_t>(runner_->n_sequences()) : 0;
+  v1::Envelope reply;
+  v1::DropSequencesDone* done = reply.mutable_drop_sequences_done();
+  done->set_rank(options_.rank);
+  done->set_request_id(drop.request_id());
+  done->set_epoch(epoch_);
+  send_to_coordinator(reply);
+}
+
+void WorkerDaemon::report_step_error(const v1::StepPlan& plan, const std::string& why) {
+  std::cerr << "[worker " << options_.rank << "] plan " << plan.plan_id() << " failed: " << why << "\n";
+  v1::Envelope env;
+  v1::StepError* err = env.mutable_step_error();
+  err->set_plan_id(plan.plan_id());
+  err->set_epoch(plan.epoch());
+  err->set_rank(options_.rank);
+  err->set_message(why);
+  send_to_coordinator(env);
+}
+
+void WorkerDaemon::handle_step(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden,
+                               const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
+  if (!runner_) return report_step_error(plan, "worker has no loaded stage");
+  if (plan.epoch() < epoch_) {
+    // Left over from before a recovery: its sequences were dropped and will be re-prefilled.
+    std::cerr << "[worker " << options_.rank << "] discarded stale plan " << plan.plan_id() << "\n";
+    return;
+  }
+  stats_.busy_since_ms = steady_now_ms();
+  try {
+    StageOutputMessage out = runner_->run(plan, hidden, timings);
+    if (data_out_) {
+      if (!data_out_->send(out.env, out.bulk)) report_step_error(plan, "next stage queue full");
+    } else {
+      send_to_coordinator(out.env, out.bulk);
+    }
+    ++stats_.steps_done;
+  } catch (const std::exception& e) {
+    report_step_error(plan, e.what());
+  }
+  stats_.busy_since_ms = 0;
+  stats_.n_sequences = static_cast<uint32_t>(runner_->n_sequences());
+}
+
+}  // namespace ds
