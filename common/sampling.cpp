@@ -46,7 +46,7 @@ int32_t argmax_token(const float* logits, size_t n_vocab) {
   return static_cast<int32_t>(best);
 }
 
-int32_t sample_token(const float* logits, size_t n_vocab, const SamplingParams& params, double u) {
+int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& params, double u) {
   check_row(logits, n_vocab);
   if (!(params.temperature > 0.0f)) return argmax_token(logits, n_vocab);
   const std::vector<int32_t> cand = ordered_candidates(logits, n_vocab, params.top_k);
@@ -81,7 +81,7 @@ int32_t sample_token(const float* logits, size_t n_vocab, const SamplingParams& 
   return cand[kept - 1];  // u == 1 or rounding: the last kept candidate
 }
 
-LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingParams& params, double u,
+LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u,
                           uint32_t top_k) {
   check_row(logits, n_vocab);
   LogitDigest d;
@@ -94,6 +94,7 @@ LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingPar
   d.top_logprobs.reserve(d.top_ids.size());
   for (int32_t id : d.top_ids) d.top_logprobs.push_back(static_cast<float>(logits[id] - d.logsumexp));
   d.token = sample_token(logits, n_vocab, params, u);
+  d.token_logprob = static_cast<float>(static_cast<double>(logits[d.token]) - d.logsumexp);
   return d;
 }
 

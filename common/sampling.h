@@ -15,14 +15,14 @@
 
 namespace ds {
 
-struct SamplingParams {
+struct SamplingRule {
   float temperature = 0.0f;  // 0 = greedy
   uint32_t top_k = 0;        // 0 = no limit
   float top_p = 1.0f;        // outside (0, 1) = no limit
 };
 
 // Picks a token from one logits row `logits[0, n_vocab)` for the uniform number u.
-int32_t sample_token(const float* logits, size_t n_vocab, const SamplingParams& params, double u);
+int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& params, double u);
 
 // Index of the largest logit (ties -> lowest id).
 int32_t argmax_token(const float* logits, size_t n_vocab);
@@ -33,11 +33,12 @@ struct LogitDigest {
   std::vector<float> top_logprobs;   // logit - logsumexp, same order
   double logsumexp = 0.0;            // over the whole row, unscaled
   int32_t token = -1;                // sample_token(...) for the row's u
+  float token_logprob = 0.0f;        // log-probability of `token` (logit - logsumexp)
 };
 
 constexpr uint32_t kDigestTopK = 16;
 
-LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingParams& params, double u,
+LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u,
                           uint32_t top_k = kDigestTopK);
 
 }  // namespace ds

@@ -4,7 +4,8 @@
 // deployment shape is checked against the reference with.
 //
 //   deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] [--chunk N]
-//                     [--out FILE.f32] [--threads T]
+//                     [--out FILE.f32] [--threads T] [--backend cpu|cuda] [--device N]
+//                     [--workers N]   (N > 0: through N real worker processes over ZeroMQ)
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -17,7 +18,11 @@
 #include "common/gguf.h"
 #include "common/model_config.h"
 #include "kernels/cpu/digest.h"
+#include "coordinator/engine/engine.h"
 #include "worker/stage_model.h"
+#ifdef DELTASERVE_HAVE_CUDA
+#include "worker/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -29,12 +34,15 @@ struct Options {
   size_t chunk = 0;  // 0: the whole prompt in one step
   std::string out;
   int threads = 2;
+  std::string backend = "cpu";  // cpu | cuda
+  int device = 0;                // CUDA device for --backend cuda
+  uint32_t workers = 0;          // 0: in-process; N: N deltaserve-worker processes (pipeline)
 };
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr,
                "deltaserve-logits: %s\nusage: deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] "
-               "[--chunk N] [--out FILE.f32] [--threads T]\n",
+               "[--chunk N] [--out FILE.f32] [--threads T] [--backend cpu|cuda] [--device N]\n",
                error.c_str());
   std::exit(2);
 }
@@ -60,6 +68,13 @@ long parse_positive(const std::string& flag, const std::string& v) {
   return n;
 }
 
+long parse_non_negative(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > 0xFFFF) usage(flag + " needs a non-negative integer, got '" + v + "'");
+  return n;
+}
+
 Options parse_args(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -75,11 +90,19 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--chunk") o.chunk = static_cast<size_t>(parse_positive(a, value()));
     else if (a == "--out") o.out = value();
     else if (a == "--threads") o.threads = static_cast<int>(parse_positive(a, value()));
+    else if (a == "--backend") o.backend = value();
+    else if (a == "--device") o.device = static_cast<int>(parse_non_negative(a, value()));
+    else if (a == "--workers") o.workers = static_cast<uint32_t>(parse_positive(a, value()));
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
   if (o.ids.empty()) usage("--ids is required");
   if (o.mtp && o.ids.size() < 2) usage("--mtp needs at least 2 ids");
+  if (o.workers > 0 && o.mtp) usage("--mtp is not available with --workers yet");
+  if (o.backend != "cpu" && o.backend != "cuda") usage("--backend must be cpu or cuda, got '" + o.backend + "'");
+#ifndef DELTASERVE_HAVE_CUDA
+  if (o.backend == "cuda") usage("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
+#endif
   return o;
 }
 
@@ -121,6 +144,48 @@ void print_digests(const std::vector<float>& logits, size_t vocab) {
   std::printf("]}\n");
 }
 
+// Runs the prompt through `o.workers` worker processes (the real multi-process pipeline),
+// chunk by chunk, returning the full logits of the requested rows.
+std::vector<float> run_prompt_workers(const Options& o, const std::vector<size_t>& wanted) {
+  ds::EngineOptions eo;
+  eo.model_path = o.model;
+  eo.n_workers = o.workers;
+  eo.backend = o.backend;
+  eo.threads_per_worker = o.threads;
+  ds::PipelineEngine engine(eo);
+  engine.start();
+  std::vector<float> logits;
+  const size_t chunk = o.chunk ? o.chunk : o.ids.size();
+  size_t w = 0;
+  for (size_t begin = 0; begin < o.ids.size(); begin += chunk) {
+    const size_t end = std::min(o.ids.size(), begin + chunk);
+    ds::SeqRequest r;
+    r.seq_id = 1;
+    r.start_pos = static_cast<uint32_t>(begin);
+    r.tokens.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    for (; w < wanted.size() && wanted[w] < end; ++w) {
+      r.logit_rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
+      r.random_u.push_back(0.0);
+    }
+    r.return_full_logits = true;
+    const ds::StepOutcome out = engine.step({r});
+    for (const ds::RowResult& row : out.rows) logits.insert(logits.end(), row.logits.begin(), row.logits.end());
+  }
+  engine.shutdown();
+  return logits;
+}
+
+// The whole model as one stage on the chosen backend.
+std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> gguf, const ds::ModelConfig& cfg,
+                                           const ds::StageOptions& so, const Options& o) {
+#ifdef DELTASERVE_HAVE_CUDA
+  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device));
+#else
+  (void)o;  // --backend cuda was already rejected by parse_args
+#endif
+  return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +195,6 @@ int main(int argc, char** argv) {
     const ds::ModelConfig cfg = ds::load_model_config(*gguf);
     ds::StageOptions so;
     so.n_threads = o.threads;
-    auto model = ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
     std::vector<size_t> wanted;
     const size_t T = o.ids.size();
     if (o.mtp) {
@@ -141,7 +205,14 @@ int main(int argc, char** argv) {
       wanted.push_back(T - 1);
     }
     std::vector<float> hidden;
-    std::vector<float> logits = run_prompt(*model, o, wanted, o.mtp ? &hidden : nullptr);
+    std::unique_ptr<ds::StageModel> model;
+    std::vector<float> logits;
+    if (o.workers > 0) {
+      logits = run_prompt_workers(o, wanted);
+    } else {
+      model = load_model(gguf, cfg, so, o);
+      logits = run_prompt(*model, o, wanted, o.mtp ? &hidden : nullptr);
+    }
     if (o.mtp) {
       // Row t = (final-normed hidden at t, token ids[t+1]) at position t: predicts ids[t+2].
       std::vector<int32_t> next(o.ids.begin() + 1, o.ids.end());

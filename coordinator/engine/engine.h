@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"     // SamplingParams
+#include "common/sampling.h"     // SamplingRule
 #include "worker/stage_model.h"  // StageRange
 
 namespace ds {
@@ -41,7 +41,7 @@ struct SeqRequest {
   std::vector<int32_t> tokens;
   std::vector<uint32_t> logit_rows;   // rows of `tokens` whose logits are wanted
   std::vector<double> random_u;       // one uniform number in [0,1) per logit row (sampling)
-  SamplingParams sampling;            // sent to the workers only when new or changed
+  SamplingRule sampling;            // sent to the workers only when new or changed
   bool return_full_logits = false;
 };
 
@@ -50,6 +50,7 @@ struct RowResult {
   uint32_t row = 0;                   // row within the sequence's tokens of the step
   int32_t token = -1;                 // sampling rule's pick for the row's random_u
   double logsumexp = 0;
+  float token_logprob = 0;            // log-probability of `token`
   std::vector<int32_t> top_ids;       // best first
   std::vector<float> top_logprobs;
   std::vector<float> logits;          // full row, only with return_full_logits

@@ -72,6 +72,7 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     r.row = result.rows(i);
     r.token = result.tokens(i);
     r.logsumexp = result.logsumexp(i);
+    r.token_logprob = result.token_logprobs_size() == n_rows ? result.token_logprobs(i) : 0.0f;
     const auto first = static_cast<int>(k) * i;
     r.top_ids.assign(result.top_ids().begin() + first, result.top_ids().begin() + first + static_cast<int>(k));
     r.top_logprobs.assign(result.top_logprobs().begin() + first, result.top_logprobs().begin() + first + static_cast<int>(k));

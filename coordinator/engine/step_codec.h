@@ -13,7 +13,7 @@ namespace ds {
 
 // What the last stage already knows about a sequence's sampling.
 struct SentSampling {
-  SamplingParams params;
+  SamplingRule params;
   bool full_logits = false;
 };
 using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;

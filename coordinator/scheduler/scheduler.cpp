@@ -128,7 +128,7 @@ void Scheduler::grow_blocks(Sequence& s, uint32_t end) {
 
 void Scheduler::emit_row(Sequence& s, uint32_t end, StepPlan& plan, uint32_t& budget) {
   uint32_t start = s.num_computed;
-  SeqStep row;
+  ScheduledSeq row;
   row.request_id = s.request_id;
   row.state_slot = *s.slot;
   row.is_new = !s.sent_to_workers;

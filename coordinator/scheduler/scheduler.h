@@ -65,7 +65,7 @@ class Scheduler {
   StepPlan schedule();
   // Applies the sampled tokens of the in-flight step: appends them, finishes sequences
   // and frees their resources (their slots are released in the next plan).
-  UpdateResult update_from_output(const StepOutput& output);
+  UpdateResult update_from_output(const SampledStep& output);
   // Drops a request wherever it is. False when unknown or already finished.
   bool abort(const std::string& request_id);
   // Workers lost their memory (restart): every live sequence is re-prefilled from its

@@ -56,7 +56,7 @@ void Scheduler::add_request(const GenerationRequest& request) {
   seqs_.emplace(request.request_id, std::move(s));
 }
 
-UpdateResult Scheduler::update_from_output(const StepOutput& output) {
+UpdateResult Scheduler::update_from_output(const SampledStep& output) {
   if (!in_flight_ || output.step_id != in_flight_->step_id) {
     throw std::logic_error("update_from_output for a step that is not in flight");
   }

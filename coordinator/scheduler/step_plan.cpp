@@ -4,14 +4,14 @@ namespace ds {
 
 uint32_t StepPlan::num_tokens() const {
   uint32_t n = 0;
-  for (const SeqStep& s : seqs) n += static_cast<uint32_t>(s.token_ids.size());
+  for (const ScheduledSeq& s : seqs) n += static_cast<uint32_t>(s.token_ids.size());
   return n;
 }
 
 std::vector<uint32_t> StepPlan::logits_rows() const {
   std::vector<uint32_t> rows;
   uint32_t row = 0;
-  for (const SeqStep& s : seqs) {
+  for (const ScheduledSeq& s : seqs) {
     row += static_cast<uint32_t>(s.token_ids.size());
     if (s.needs_logits) rows.push_back(row - 1);
   }

@@ -19,7 +19,7 @@
 
 namespace ds {
 
-struct SeqStep {
+struct ScheduledSeq {
   std::string request_id;
   uint32_t state_slot = 0;        // GDN conv + recurrent state slot of this sequence
   // First time workers see this sequence (again after a preemption): block_ids is the full
@@ -42,7 +42,7 @@ struct ReleasedSeq {
 struct StepPlan {
   uint64_t step_id = 0;
   std::vector<ReleasedSeq> released;  // finished, aborted or preempted since the last plan
-  std::vector<SeqStep> seqs;
+  std::vector<ScheduledSeq> seqs;
 
   bool empty() const { return seqs.empty(); }  // nothing to run (still send `released`)
   uint32_t num_tokens() const;
@@ -52,7 +52,7 @@ struct StepPlan {
 
 // The sampled token of every plan row, parallel to StepPlan::seqs; entries of rows
 // without needs_logits are ignored.
-struct StepOutput {
+struct SampledStep {
   uint64_t step_id = 0;
   std::vector<int32_t> sampled;
 };

@@ -1,7 +1,8 @@
 // The qwen35 forward on the CPU backend against the independent HF transformers reference
 // (float32). The fixture's weights are exactly representable in Q8_0, so an exact dequantize +
 // f32 compute lands within f32 rounding of the reference: we hold logits to 1e-3 absolute
-// (logit scale ~0.65; observed error is ~1e-6) and hidden states to 1e-4 relative.
+// (logit scale ~0.65; observed error: 1e-5 on chat_basic, up to 3e-4 on rand_1500, where the chunked
+// and recurrent GDN forms alone differ by that much in f32) and hidden states to 1e-4 relative.
 #include <gtest/gtest.h>
 
 #include <cmath>

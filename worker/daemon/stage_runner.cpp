@@ -164,6 +164,7 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
       result->add_rows(plan.logit_rows(row));
       result->add_tokens(d.token);
       result->add_logsumexp(d.logsumexp);
+      result->add_token_logprobs(d.token_logprob);
       for (size_t k = 0; k < d.top_ids.size(); ++k) {
         result->add_top_ids(d.top_ids[k]);
         result->add_top_logprobs(d.top_logprobs[k]);

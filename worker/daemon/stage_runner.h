@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/ipc/protocol.h"  // v1 messages
-#include "common/sampling.h"      // SamplingParams, digest_logits
+#include "common/sampling.h"      // SamplingRule, digest_logits
 #include "worker/stage_model.h"   // StageModel, StepInput, StepOutput
 
 namespace ds {
@@ -43,7 +43,7 @@ class StageRunner {
 
  private:
   struct SeqSampling {
-    SamplingParams params;
+    SamplingRule params;
     bool full_logits = false;
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);

@@ -18,14 +18,14 @@ TEST(Sampling, GreedyPicksArgmaxLowestIdOnTies) {
 
 TEST(Sampling, TopKOneIsGreedyForAnyU) {
   const std::vector<float> logits{0.1f, 3.0f, 3.0f, 2.9f};
-  SamplingParams p{1.0f, 1, 1.0f};
+  SamplingRule p{1.0f, 1, 1.0f};
   for (double u : {0.0, 0.3, 0.999}) EXPECT_EQ(sample_token(logits.data(), logits.size(), p, u), 1);
 }
 
 TEST(Sampling, InverseCdfFollowsDescendingOrder) {
   // Equal logits: order is by id, so u walks ids 0,1,2,3 in quarters.
   const std::vector<float> logits(4, 1.0f);
-  SamplingParams p{1.0f, 0, 1.0f};
+  SamplingRule p{1.0f, 0, 1.0f};
   EXPECT_EQ(sample_token(logits.data(), 4, p, 0.0), 0);
   EXPECT_EQ(sample_token(logits.data(), 4, p, 0.26), 1);
   EXPECT_EQ(sample_token(logits.data(), 4, p, 0.51), 2);
@@ -38,7 +38,7 @@ TEST(Sampling, InverseCdfFollowsDescendingOrder) {
 TEST(Sampling, TopPKeepsShortestPrefix) {
   // Probabilities ~ 0.665, 0.245, 0.09 for logits 2, 1, 0.
   const std::vector<float> logits{0.0f, 2.0f, 1.0f};
-  SamplingParams p{1.0f, 0, 0.6f};  // only id 1 survives
+  SamplingRule p{1.0f, 0, 0.6f};  // only id 1 survives
   for (double u : {0.0, 0.5, 0.999}) EXPECT_EQ(sample_token(logits.data(), 3, p, u), 1);
   p.top_p = 0.8f;  // ids 1 and 2 survive, renormalized: 1 has ~0.73
   EXPECT_EQ(sample_token(logits.data(), 3, p, 0.70), 1);
@@ -47,7 +47,7 @@ TEST(Sampling, TopPKeepsShortestPrefix) {
 
 TEST(Sampling, TemperatureSharpens) {
   const std::vector<float> logits{1.0f, 0.0f};
-  SamplingParams hot{1.0f, 0, 1.0f}, cold{0.1f, 0, 1.0f};
+  SamplingRule hot{1.0f, 0, 1.0f}, cold{0.1f, 0, 1.0f};
   // p(0) = 0.731 at T=1 and ~1 at T=0.1.
   EXPECT_EQ(sample_token(logits.data(), 2, hot, 0.75), 1);
   EXPECT_EQ(sample_token(logits.data(), 2, cold, 0.75), 0);
@@ -58,7 +58,7 @@ TEST(Sampling, SameInputsSameToken) {
   std::normal_distribution<float> n(0.0f, 2.0f);
   std::vector<float> logits(1000);
   for (float& l : logits) l = n(rng);
-  SamplingParams p{0.8f, 50, 0.9f};
+  SamplingRule p{0.8f, 50, 0.9f};
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   for (int i = 0; i < 50; ++i) {
     const double u = uni(rng);

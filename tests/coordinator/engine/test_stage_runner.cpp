@@ -25,7 +25,7 @@ SeqRequest request(uint64_t id, uint32_t pos, std::vector<int32_t> tokens, doubl
   r.tokens = std::move(tokens);
   r.logit_rows = {static_cast<uint32_t>(r.tokens.size() - 1)};
   r.random_u = {u};
-  r.sampling = SamplingParams{0.9f, 0, 1.0f};
+  r.sampling = SamplingRule{0.9f, 0, 1.0f};
   r.return_full_logits = true;
   return r;
 }

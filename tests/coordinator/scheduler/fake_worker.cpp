@@ -23,16 +23,16 @@ std::string FakeWorker::run(const StepPlan& plan, std::vector<int32_t>& sampled)
   for (const ReleasedSeq& r : plan.released) {
     if (auto e = release(r); !e.empty()) return e;
   }
-  for (const SeqStep& row : plan.seqs) {
+  for (const ScheduledSeq& row : plan.seqs) {
     if (auto e = setup(row); !e.empty()) return e;
   }
   sampled.assign(plan.seqs.size(), -1);
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const SeqStep& row = plan.seqs[i];
+    const ScheduledSeq& row = plan.seqs[i];
     if (auto e = compute(row); !e.empty()) return e;
     if (row.needs_logits) sampled[i] = fake_model_token(state_[row.state_slot], vocab_);
   }
-  for (const SeqStep& row : plan.seqs) {
+  for (const ScheduledSeq& row : plan.seqs) {
     if (row.save_snapshot) snapshots_.at(*row.save_snapshot) = state_[row.state_slot];
   }
   return {};
@@ -45,7 +45,7 @@ std::string FakeWorker::release(const ReleasedSeq& r) {
   return {};
 }
 
-std::string FakeWorker::setup(const SeqStep& row) {
+std::string FakeWorker::setup(const ScheduledSeq& row) {
   if (!row.is_new) {
     if (owner_.at(row.state_slot) != row.request_id) return "slot not owned by " + row.request_id;
     auto& table = tables_.at(row.request_id);
@@ -65,7 +65,7 @@ std::string FakeWorker::setup(const SeqStep& row) {
   return {};
 }
 
-std::string FakeWorker::compute(const SeqStep& row) {
+std::string FakeWorker::compute(const ScheduledSeq& row) {
   auto& state = state_[row.state_slot];
   const auto& table = tables_.at(row.request_id);
   if (row.token_ids.empty()) return "empty row for " + row.request_id;
@@ -108,7 +108,7 @@ std::string Harness::step() {
   for (size_t i = 0; i < sampled.size(); ++i) {
     if (sampler && last_plan.seqs[i].needs_logits) sampled[i] = sampler(last_plan.seqs[i], sampled[i]);
   }
-  UpdateResult result = sched.update_from_output(StepOutput{last_plan.step_id, sampled});
+  UpdateResult result = sched.update_from_output(SampledStep{last_plan.step_id, sampled});
   for (const TokenEvent& t : result.tokens) outputs[t.request_id].push_back(t.token);
   for (const FinishEvent& f : result.finished) finished[f.request_id] = f;
   if (auto e = sched.check_invariants(); !e.empty()) return "after update: " + e;

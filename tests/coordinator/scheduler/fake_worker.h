@@ -31,8 +31,8 @@ class FakeWorker {
 
  private:
   std::string release(const ReleasedSeq& r);
-  std::string setup(const SeqStep& row);
-  std::string compute(const SeqStep& row);
+  std::string setup(const ScheduledSeq& row);
+  std::string compute(const ScheduledSeq& row);
 
   uint32_t block_size_;
   uint32_t vocab_;
@@ -59,7 +59,7 @@ struct Harness {
   FakeWorker worker;
   StepPlan last_plan;
   // Replaces the model's token for a row (default: keep it).
-  std::function<int32_t(const SeqStep&, int32_t)> sampler;
+  std::function<int32_t(const ScheduledSeq&, int32_t)> sampler;
   std::map<std::string, std::vector<int32_t>> outputs;
   std::map<std::string, FinishEvent> finished;
 };

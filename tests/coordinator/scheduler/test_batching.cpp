@@ -20,8 +20,8 @@ SchedulerConfig small_config() {
   return c;
 }
 
-const SeqStep* row_of(const StepPlan& plan, const std::string& id) {
-  for (const SeqStep& s : plan.seqs) {
+const ScheduledSeq* row_of(const StepPlan& plan, const std::string& id) {
+  for (const ScheduledSeq& s : plan.seqs) {
     if (s.request_id == id) return &s;
   }
   return nullptr;
@@ -103,7 +103,7 @@ TEST(Batching, FirstComeFirstServed) {
   for (const char* id : {"a", "b", "c"}) h.add(id, iota_tokens(6), 2, true);
   for (int i = 0; i < 20 && h.sched.has_unfinished(); ++i) {
     ASSERT_EQ(h.step(), "");
-    for (const SeqStep& s : h.last_plan.seqs) {
+    for (const ScheduledSeq& s : h.last_plan.seqs) {
       if (s.is_new) admitted.push_back(s.request_id);
     }
   }
@@ -132,7 +132,7 @@ TEST(Batching, PreemptsYoungestAndReprefillsPromptPlusGenerated) {
       reprefilled = 0;
       reprefill_done = false;
     }
-    const SeqStep* b = row_of(p, "b");
+    const ScheduledSeq* b = row_of(p, "b");
     if (expect_reprefill != 0 && b != nullptr && !reprefill_done) {
       if (reprefilled == 0) {
         EXPECT_TRUE(b->is_new);
@@ -178,7 +178,7 @@ TEST(Batching, FinishConditions) {
   SchedulerConfig c = small_config();
   c.max_context = 12;
   Harness h(c);
-  h.sampler = [](const SeqStep& row, int32_t) {
+  h.sampler = [](const ScheduledSeq& row, int32_t) {
     // Prompts below are 4 tokens; the row ends at prompt + tokens generated so far.
     auto generated_before = row.start_pos + row.token_ids.size() - 4;
     if (row.request_id == "eos" || row.request_id == "ignore") {
@@ -235,7 +235,7 @@ TEST(Batching, AbortMidPrefillMidDecodeAndWhileInFlight) {
   h.add("inflight", iota_tokens(4), 5, true);
   StepPlan plan = h.sched.schedule();
   EXPECT_TRUE(h.sched.abort("inflight"));
-  UpdateResult r = h.sched.update_from_output(StepOutput{plan.step_id, {5}});
+  UpdateResult r = h.sched.update_from_output(SampledStep{plan.step_id, {5}});
   EXPECT_TRUE(r.tokens.empty());
   EXPECT_EQ(h.sched.check_invariants(), "");
   EXPECT_EQ(h.sched.stats().free_blocks, c.num_blocks);
@@ -279,9 +279,9 @@ TEST(Batching, StepProtocolIsEnforced) {
   h.add("a", iota_tokens(4), 3, true);
   StepPlan p = h.sched.schedule();
   EXPECT_THROW(h.sched.schedule(), std::logic_error);
-  EXPECT_THROW(h.sched.update_from_output(StepOutput{p.step_id + 1, {1}}), std::logic_error);
-  EXPECT_THROW(h.sched.update_from_output(StepOutput{p.step_id, {1, 2}}), std::invalid_argument);
-  h.sched.update_from_output(StepOutput{p.step_id, {1}});
+  EXPECT_THROW(h.sched.update_from_output(SampledStep{p.step_id + 1, {1}}), std::logic_error);
+  EXPECT_THROW(h.sched.update_from_output(SampledStep{p.step_id, {1, 2}}), std::invalid_argument);
+  h.sched.update_from_output(SampledStep{p.step_id, {1}});
 }
 
 TEST(Batching, WorkerLossReprefillsEverythingWithSameOutput) {
@@ -295,14 +295,14 @@ TEST(Batching, WorkerLossReprefillsEverythingWithSameOutput) {
   h.worker = FakeWorker(small_config(), 64);
   StepPlan p = h.sched.schedule();
   EXPECT_EQ(p.released.size(), 2u);
-  for (const SeqStep& s : p.seqs) {
+  for (const ScheduledSeq& s : p.seqs) {
     EXPECT_TRUE(s.is_new);
     EXPECT_EQ(s.start_pos, 0u);
   }
   p.released.clear();  // the fresh worker knows nothing to release
   std::vector<int32_t> sampled;
   ASSERT_EQ(h.worker.run(p, sampled), "");
-  for (const TokenEvent& t : h.sched.update_from_output(StepOutput{p.step_id, sampled}).tokens) {
+  for (const TokenEvent& t : h.sched.update_from_output(SampledStep{p.step_id, sampled}).tokens) {
     h.outputs[t.request_id].push_back(t.token);
   }
   ASSERT_EQ(h.run_to_completion(), "");

@@ -24,11 +24,11 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 // Runs one request alone and returns its first plan row.
-SeqStep run_alone(Harness& h, const std::string& id, const std::vector<int32_t>& prompt,
+ScheduledSeq run_alone(Harness& h, const std::string& id, const std::vector<int32_t>& prompt,
                   uint32_t max_tokens) {
   h.add(id, prompt, max_tokens, true);
   EXPECT_EQ(h.step(), "");
-  SeqStep first = h.last_plan.seqs.at(0);
+  ScheduledSeq first = h.last_plan.seqs.at(0);
   EXPECT_EQ(h.run_to_completion(), "");
   return first;
 }
@@ -47,7 +47,7 @@ TEST(PrefixCache, PromptIsSplitAtItsSnapshotPoint) {
   Harness h(cache_config());
   h.add("a", iota_tokens(22), 2, true);
   ASSERT_EQ(h.step(), "");
-  const SeqStep& row = h.last_plan.seqs.at(0);
+  const ScheduledSeq& row = h.last_plan.seqs.at(0);
   EXPECT_EQ(row.token_ids.size(), 20u);  // last block boundary before the end
   EXPECT_TRUE(row.save_snapshot.has_value());
   EXPECT_FALSE(row.needs_logits);
@@ -59,9 +59,9 @@ TEST(PrefixCache, PromptIsSplitAtItsSnapshotPoint) {
 TEST(PrefixCache, SecondRequestWithSamePrefixReusesBlocksAndSnapshot) {
   Harness h(cache_config());
   std::vector<int32_t> prompt = iota_tokens(22);
-  SeqStep a = run_alone(h, "a", prompt, 2);
+  ScheduledSeq a = run_alone(h, "a", prompt, 2);
   std::vector<int32_t> longer = concat(prompt, {100, 101, 102});
-  SeqStep b = run_alone(h, "b", longer, 3);
+  ScheduledSeq b = run_alone(h, "b", longer, 3);
   EXPECT_TRUE(b.is_new);
   EXPECT_EQ(b.start_pos, 20u);
   EXPECT_EQ(b.load_snapshot, a.save_snapshot);
@@ -76,7 +76,7 @@ TEST(PrefixCache, IdenticalPromptHitsTheLastBoundaryBeforeItsEnd) {
   Harness h(cache_config());
   std::vector<int32_t> prompt = iota_tokens(16);
   run_alone(h, "a", prompt, 3);
-  SeqStep b = run_alone(h, "b", prompt, 3);
+  ScheduledSeq b = run_alone(h, "b", prompt, 3);
   EXPECT_EQ(b.start_pos, 12u);
   EXPECT_EQ(b.token_ids.size(), 4u);
   EXPECT_EQ(h.outputs["a"], h.outputs["b"]);
@@ -101,12 +101,12 @@ TEST(PrefixCache, MultiTurnConversationReusesThePreviousTurn) {
   // Turn 2 = turn 1 + its answer + a new user message. Turn 1 computed 30 tokens; its last
   // generation snapshot is at 28, the last block boundary it reached.
   std::vector<int32_t> turn2 = concat(concat(turn1, h.outputs["t1"]), {200, 201, 202, 203, 204});
-  SeqStep t2 = run_alone(h, "t2", turn2, 10);
+  ScheduledSeq t2 = run_alone(h, "t2", turn2, 10);
   EXPECT_EQ(t2.start_pos, 28u);
   EXPECT_TRUE(t2.load_snapshot.has_value());
   EXPECT_EQ(h.outputs["t2"], cold_output(turn2, 10));
   std::vector<int32_t> turn3 = concat(concat(turn2, h.outputs["t2"]), {300, 301});
-  SeqStep t3 = run_alone(h, "t3", turn3, 4);
+  ScheduledSeq t3 = run_alone(h, "t3", turn3, 4);
   EXPECT_EQ(t3.start_pos, 44u);  // turn 2 computed 45 tokens
   EXPECT_EQ(h.outputs["t3"], cold_output(turn3, 4));
 }
@@ -150,7 +150,7 @@ TEST(PrefixCache, KvBlocksAreEvictedUnderMemoryPressure) {
 TEST(PrefixCache, SharedBlocksAreReferencedByEveryUser) {
   Harness h(cache_config());
   std::vector<int32_t> prompt = iota_tokens(22);
-  SeqStep a = run_alone(h, "a", prompt, 1);
+  ScheduledSeq a = run_alone(h, "a", prompt, 1);
   h.add("b", concat(prompt, {1, 2}), 20, true);
   h.add("c", concat(prompt, {3, 4}), 20, true);
   ASSERT_EQ(h.step(), "");  // both hit a's blocks at once; invariants check ref counts

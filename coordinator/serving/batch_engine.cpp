@@ -1,0 +1,241 @@
+#include "coordinator/serving/batch_engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "coordinator/engine/engine.h"
+
+namespace ds {
+namespace {
+
+// Uniform double in [0, 1) from 53 random bits.
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+SamplingRule rule_of(const SamplingParams& p) {
+  SamplingRule r;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k > 0 ? static_cast<uint32_t>(p.top_k) : 0;
+  r.top_p = p.top_p;
+  return r;
+}
+
+}  // namespace
+
+BatchEngine::BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options)
+    : pipeline_(pipeline), opt_(std::move(options)), scheduler_(opt_.scheduler) {
+  update_health();
+}
+
+BatchEngine::~BatchEngine() { stop(); }
+
+void BatchEngine::start() { thread_ = std::thread([this] { loop(); }); }
+
+void BatchEngine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void BatchEngine::submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) {
+  const uint32_t limit = opt_.scheduler.max_context;
+  if (request.prompt_ids.empty()) throw std::invalid_argument("the prompt is empty");
+  if (request.prompt_ids.size() >= limit) {
+    throw std::invalid_argument("the prompt has " + std::to_string(request.prompt_ids.size()) +
+                                " tokens; the context limit is " + std::to_string(limit));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw std::runtime_error("the server is shutting down");
+    inbox_.emplace_back(std::move(request), std::move(sink));
+  }
+  cv_.notify_all();
+}
+
+void BatchEngine::cancel(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(request_id);
+  }
+  cv_.notify_all();
+}
+
+EngineHealth BatchEngine::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_;
+}
+
+void BatchEngine::update_health() {
+  EngineHealth h;
+  for (const WorkerInfo& w : pipeline_.workers()) {
+    ++h.workers_total;
+    h.workers_ready += w.state == "ready";
+    h.worker_restarts += w.restarts;
+  }
+  h.ready = h.workers_total > 0 && h.workers_ready == h.workers_total;
+  const SchedulerStats s = scheduler_.stats();
+  h.queue_depth = s.waiting;
+  h.running = s.running;
+  h.max_context = opt_.scheduler.max_context;
+  std::lock_guard<std::mutex> lock(mu_);
+  health_ = h;
+}
+
+void BatchEngine::finish(const std::string& id, FinishReason reason, const std::string& error) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  std::shared_ptr<GenerationSink> sink = it->second.sink;
+  active_.erase(it);
+  sink->on_finished(reason, error);
+}
+
+// Moves submissions into the scheduler and applies cancellations (loop thread).
+void BatchEngine::take_inbox() {
+  std::deque<std::pair<GenerationRequest, std::shared_ptr<GenerationSink>>> inbox;
+  std::vector<std::string> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& [req, sink] : inbox) {
+    if (active_.count(req.request_id)) {
+      sink->on_finished(FinishReason::kError, "duplicate request id " + req.request_id);
+      continue;
+    }
+    try {
+      scheduler_.add_request(req);
+    } catch (const std::exception& e) {
+      sink->on_finished(FinishReason::kError, e.what());
+      continue;
+    }
+    Active a;
+    a.sink = std::move(sink);
+    a.seq_id = next_seq_id_++;
+    a.rule = rule_of(req.sampling);
+    a.rng.seed(req.sampling.seed ? *req.sampling.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
+    a.prompt_tokens = static_cast<uint32_t>(req.prompt_ids.size());
+    a.want_top = req.sampling.logprobs;
+    a.top_logprobs = req.sampling.top_logprobs;
+    active_.emplace(req.request_id, std::move(a));
+  }
+  for (const std::string& id : cancels) {
+    if (scheduler_.abort(id)) finish(id, FinishReason::kCancelled, "");
+  }
+}
+
+void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& plan) {
+  // Rows come back in plan order, one per sequence that asked for logits.
+  SampledStep out;
+  out.step_id = plan.step_id;
+  out.sampled.assign(plan.seqs.size(), -1);
+  std::unordered_map<uint64_t, const RowResult*> by_seq;
+  for (const RowResult& r : rows) by_seq[r.seq_id] = &r;
+  std::unordered_map<std::string, const RowResult*> by_request;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = plan.seqs[i];
+    if (!s.needs_logits) continue;
+    auto a = active_.find(s.request_id);
+    if (a == active_.end()) continue;
+    auto r = by_seq.find(a->second.seq_id);
+    if (r == by_seq.end()) throw StepFailed("step result lacks sequence " + s.request_id);
+    out.sampled[i] = r->second->token;
+    by_request[s.request_id] = r->second;
+  }
+  const UpdateResult result = scheduler_.update_from_output(out);
+  for (const TokenEvent& t : result.tokens) {
+    auto a = active_.find(t.request_id);
+    if (a == active_.end()) continue;
+    const RowResult& row = *by_request.at(t.request_id);
+    if (t.first) a->second.sink->on_started(a->second.prompt_tokens);
+    GeneratedToken g;
+    g.token = t.token;
+    g.logprob = row.token_logprob;
+    const size_t n_top = std::min<size_t>(a->second.top_logprobs, row.top_ids.size());
+    for (size_t k = 0; k < n_top; ++k) g.top_logprobs.push_back({row.top_ids[k], row.top_logprobs[k]});
+    a->second.sink->on_token(g);
+  }
+  for (const FinishEvent& f : result.finished) finish(f.request_id, f.reason, "");
+}
+
+void BatchEngine::run_step() {
+  StepPlan plan = scheduler_.schedule();
+  std::vector<uint64_t> drop;
+  for (const ReleasedSeq& r : plan.released) {
+    // Finished requests are gone from active_; preempted ones restart at position 0, which
+    // resets their state on the workers anyway. Either way the workers can free it now.
+    auto a = active_.find(r.request_id);
+    if (a != active_.end()) drop.push_back(a->second.seq_id);
+  }
+  if (!drop.empty()) pipeline_.drop_sequences(drop);
+  if (plan.empty()) return;
+  std::vector<SeqRequest> reqs;
+  for (const ScheduledSeq& s : plan.seqs) {
+    Active& a = active_.at(s.request_id);
+    SeqRequest r;
+    r.seq_id = a.seq_id;
+    r.start_pos = s.start_pos;
+    r.tokens = s.token_ids;
+    r.sampling = a.rule;
+    if (s.needs_logits) {
+      r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1));
+      r.random_u.push_back(uniform01(a.rng));
+    }
+    reqs.push_back(std::move(r));
+  }
+  const StepOutcome outcome = pipeline_.step(reqs);
+  deliver(outcome.rows, plan);
+  recoveries_in_a_row_ = 0;
+}
+
+void BatchEngine::fail_all(const std::string& error, FinishReason reason) {
+  std::vector<std::string> ids;
+  for (const auto& [id, a] : active_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    scheduler_.abort(id);
+    finish(id, reason, error);
+  }
+}
+
+void BatchEngine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) break;
+      if (inbox_.empty() && cancels_.empty() && !scheduler_.has_unfinished()) {
+        lock.unlock();
+        pipeline_.pump(opt_.idle_pump_ms);  // heartbeats and restarts while idle
+        update_health();
+        continue;
+      }
+    }
+    take_inbox();
+    if (!scheduler_.has_unfinished()) continue;
+    try {
+      run_step();
+    } catch (const WorkerLost& e) {
+      if (++recoveries_in_a_row_ > opt_.max_recoveries) {
+        fail_all(std::string("workers keep failing: ") + e.what());
+        recoveries_in_a_row_ = 0;
+      }
+      try {
+        pipeline_.recover();
+        scheduler_.reset_worker_state();
+      } catch (const std::exception& r) {
+        fail_all(std::string("worker recovery failed: ") + r.what());
+        scheduler_.reset_worker_state();
+      }
+    } catch (const std::exception& e) {
+      // A rejected step leaves its sequences inconsistent on the workers: fail them.
+      fail_all(std::string("step failed: ") + e.what());
+      scheduler_.reset_worker_state();
+    }
+    update_health();
+  }
+  take_inbox();  // requests that raced with stop() are cancelled too
+  fail_all("the server is shutting down", FinishReason::kCancelled);
+}
+
+}  // namespace ds

@@ -1,0 +1,89 @@
+// The serving engine: the continuous-batching scheduler driving the worker pipeline.
+// One thread (the engine loop) owns the Scheduler and the PipelineEngine, which are both
+// single-threaded; HTTP threads only enqueue submissions / cancellations and read health.
+//
+// Each loop turn: take new requests and cancellations, plan a step, drop released
+// sequences on the workers, run the step, feed the sampled tokens back, and report tokens
+// and finishes to the request sinks. A lost worker triggers recovery: the pipeline waits
+// for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
+// and clients only see a pause.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/sampling.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "coordinator/serving/generation.h"
+
+namespace ds {
+
+class PipelineEngine;
+struct RowResult;
+
+struct BatchEngineOptions {
+  SchedulerConfig scheduler;
+  int idle_pump_ms = 50;         // control-traffic polling while idle
+  uint32_t max_recoveries = 16;  // worker losses tolerated in a row before failing requests
+};
+
+class BatchEngine final : public Engine {
+ public:
+  // `pipeline` must be started and outlive this object.
+  BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options);
+  ~BatchEngine() override;  // stop()
+  BatchEngine(const BatchEngine&) = delete;
+  BatchEngine& operator=(const BatchEngine&) = delete;
+
+  void start();  // launches the engine loop
+  // Cancels every request (sinks get kCancelled) and joins the loop.
+  void stop();
+
+  void submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) override;
+  void cancel(const std::string& request_id) override;
+  EngineHealth health() const override;
+
+ private:
+  struct Active {
+    std::shared_ptr<GenerationSink> sink;
+    uint64_t seq_id = 0;
+    SamplingRule rule;
+    std::mt19937_64 rng;
+    uint32_t prompt_tokens = 0;
+    bool want_top = false;
+    uint32_t top_logprobs = 0;
+  };
+
+  void loop();
+  void take_inbox();
+  void run_step();
+  void deliver(const std::vector<RowResult>& rows, const StepPlan& plan);
+  void finish(const std::string& id, FinishReason reason, const std::string& error);
+  void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
+  void update_health();
+
+  PipelineEngine& pipeline_;
+  BatchEngineOptions opt_;
+  Scheduler scheduler_;
+  std::unordered_map<std::string, Active> active_;  // loop thread only
+  uint64_t next_seq_id_ = 1;
+  uint32_t recoveries_in_a_row_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<GenerationRequest, std::shared_ptr<GenerationSink>>> inbox_;
+  std::vector<std::string> cancels_;
+  bool stopping_ = false;
+  EngineHealth health_;
+  std::thread thread_;
+};
+
+}  // namespace ds

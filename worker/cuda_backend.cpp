@@ -1,0 +1,287 @@
+// CUDA backend: host C++ over the launchers of kernels/cuda (no device code here, so it builds
+// with the project's C++ standard and warning set). One stream; ops queue work on it and only
+// download() and synchronize() wait. Small host control arrays (token ids, positions, row
+// indices) go through grow-only device buffers; the model's Workspace holds everything else, so
+// the step path allocates nothing once the buffers have grown.
+#include "worker/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/error.h"
+#include "common/gguf.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/conv1d.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gdn.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/rope.h"
+
+namespace ds {
+namespace {
+
+// A grow-only device buffer for a small host array, remembering what it last received so
+// identical uploads (the positions of every attention layer of a step) are queued only once.
+class ControlBuffer {
+ public:
+  ~ControlBuffer() { cudaFree(dev_); }
+  // Device copy of `bytes` bytes at `host`, queued on `stream` (pageable async copies are staged
+  // by the driver, so `host` may change once this returns).
+  const void* put(const void* host, size_t bytes, cudaStream_t stream) {
+    const auto* src = static_cast<const uint8_t*>(host);
+    if (bytes == last_.size() && std::memcmp(src, last_.data(), bytes) == 0) return dev_;
+    if (bytes > cap_) {
+      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be read
+      DS_CUDA_CHECK(cudaFree(dev_));
+      dev_ = nullptr;
+      cap_ = 0;
+      DS_CUDA_CHECK(cudaMalloc(&dev_, bytes));
+      cap_ = bytes;
+    }
+    DS_CUDA_CHECK(cudaMemcpyAsync(dev_, src, bytes, cudaMemcpyHostToDevice, stream));
+    last_.assign(src, src + bytes);
+    return dev_;
+  }
+
+ private:
+  void* dev_ = nullptr;
+  size_t cap_ = 0;
+  std::vector<uint8_t> last_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    const int n = cuda::device_count();
+    if (device < 0 || device >= n) {
+      throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
+                               " visible)");
+    }
+    DS_CUDA_CHECK(cudaSetDevice(device_));
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+
+  // ---- memory ---------------------------------------------------------------------------------
+  float* alloc(size_t n) override;
+  void release(float* p) override;
+  void upload(float* dst, const float* src, size_t n) override {
+    on_device();
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  }
+  void download(float* dst, const float* src, size_t n) override {
+    on_device();
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    on_device();
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void zero(float* dst, size_t n) override {
+    on_device();
+    DS_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), stream_));
+  }
+  WeightView weight(const GgufTensor& t) override;
+  const float* f32_tensor(const GgufTensor& t) override;
+
+  // ---- ops ------------------------------------------------------------------------------------
+  void embed_rows(const WeightView& table, const int32_t* host_ids, size_t n, float* out) override;
+  void matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) override;
+  void rms_norm(const float* x, size_t xs, const float* w, float eps, size_t rows, size_t dim, float* y,
+                size_t ys) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::rms_norm(x, xs, w, eps, rows, dim, y, ys, stream_));
+  }
+  void gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t rows, size_t dim,
+                      float* y) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::gated_rms_norm(o, z, w, eps, rows, dim, y, stream_));
+  }
+  void l2_norm(const float* x, size_t xs, float eps, size_t rows, size_t dim, float* y, size_t ys) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::l2_norm(x, xs, eps, rows, dim, y, ys, stream_));
+  }
+  void rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim, size_t n_rot,
+                 const int32_t* host_positions, std::array<int32_t, 4> sections, float theta) override;
+  void causal_conv1d_silu(const float* x, size_t xs, size_t n_tokens, size_t channels, const float* w,
+                          size_t kernel, float* state, float* y) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::causal_conv1d_silu(x, xs, n_tokens, channels, w, kernel, state, y, stream_));
+  }
+  void gdn_gates(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a,
+                 const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::gdn_gates(alpha, as, beta_raw, bs, a, dt_bias, n_tokens, nv, g, beta, stream_));
+  }
+  void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+           float* state, float* out) override;
+  void attention_causal(const AttentionShape& s, const float* q, const float* k, const float* v, float scale,
+                        float* out) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::attention_causal(s, q, k, v, scale, out, stream_));
+  }
+  void swiglu(const float* gate, const float* up, size_t n, float* y) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::swiglu(gate, up, n, y, stream_));
+  }
+  void sigmoid_gate(const float* x, size_t xs, const float* gate, size_t gs, size_t rows, size_t dim, float* y,
+                    size_t ys) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::sigmoid_gate(x, xs, gate, gs, rows, dim, y, ys, stream_));
+  }
+  void add_inplace(float* y, const float* x, size_t n) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::add_inplace(y, x, n, stream_));
+  }
+  void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
+  void synchronize() override {
+    on_device();
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  // Several backends (pipeline stages, devices) may share a host thread: make ours current.
+  void on_device() const { DS_CUDA_CHECK(cudaSetDevice(device_)); }
+  const void* device_copy(const void* host, size_t bytes);
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_set<float*> allocations_;
+  std::unordered_map<const void*, void*> uploads_;        // mapped weight bytes -> device copy
+  std::unordered_map<const void*, void*> small_tensors_;  // mapped small tensor -> device f32
+  ControlBuffer ids_, positions_, rows_;
+};
+
+CudaBackend::~CudaBackend() {
+  // Destructors must not throw: errors here (a dead context) are reported and ignored.
+  if (cudaSetDevice(device_) != cudaSuccess || cudaStreamSynchronize(stream_) != cudaSuccess) {
+    std::fprintf(stderr, "cuda backend: device %d failed during teardown\n", device_);
+  }
+  for (float* p : allocations_) cudaFree(p);
+  for (auto& [host, dev] : uploads_) cudaFree(dev);
+  for (auto& [host, dev] : small_tensors_) cudaFree(dev);
+  cudaStreamDestroy(stream_);
+}
+
+float* CudaBackend::alloc(size_t n) {
+  on_device();
+  const size_t bytes = (n == 0 ? 1 : n) * sizeof(float);
+  void* p = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&p, bytes));
+  allocations_.insert(static_cast<float*>(p));
+  DS_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::release(float* p) {
+  if (p == nullptr) return;
+  on_device();
+  DS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still read p
+  allocations_.erase(p);
+  DS_CUDA_CHECK(cudaFree(p));
+}
+
+const void* CudaBackend::device_copy(const void* host, size_t bytes) {
+  auto it = uploads_.find(host);
+  if (it != uploads_.end()) return it->second;
+  on_device();
+  void* dev = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&dev, bytes == 0 ? 1 : bytes));
+  uploads_.emplace(host, dev);
+  DS_CUDA_CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+  return dev;
+}
+
+WeightView CudaBackend::weight(const GgufTensor& t) {
+  WeightView w;
+  w.type = t.type;
+  w.data = device_copy(t.data, t.nbytes);
+  w.cols = t.ne[0];
+  w.rows = t.n_rows();
+  w.row_bytes = t.row_bytes();
+  return w;
+}
+
+// Small tensors are dequantized on the host (any GGUF type the CPU can read), then uploaded; the
+// cache key is the mapped tensor, like the CPU backend's.
+const float* CudaBackend::f32_tensor(const GgufTensor& t) {
+  auto it = small_tensors_.find(t.data);
+  if (it != small_tensors_.end()) return static_cast<const float*>(it->second);
+  std::vector<float> v(t.n_elements());
+  dequantize_row(t.type, t.data, v.data(), v.size());
+  on_device();
+  void* dev = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&dev, v.empty() ? 1 : v.size() * sizeof(float)));
+  small_tensors_.emplace(t.data, dev);
+  DS_CUDA_CHECK(cudaMemcpy(dev, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return static_cast<const float*>(dev);
+}
+
+void CudaBackend::embed_rows(const WeightView& table, const int32_t* host_ids, size_t n, float* out) {
+  for (size_t t = 0; t < n; ++t) {  // the device cannot throw: validate like kernels/cpu/embedding.cpp
+    if (host_ids[t] < 0 || static_cast<size_t>(host_ids[t]) >= table.rows) {
+      throw FormatError("token id " + std::to_string(host_ids[t]) + " outside the embedding table of " +
+                        std::to_string(table.rows) + " rows");
+    }
+  }
+  on_device();
+  const auto* ids = static_cast<const int32_t*>(ids_.put(host_ids, n * sizeof(int32_t), stream_));
+  DS_CUDA_CHECK(cuda::embed_rows(table, ids, n, out, stream_));
+}
+
+void CudaBackend::matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) {
+  on_device();
+  const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, stream_);
+  if (e == cudaErrorNotSupported) {  // same error as the CPU backend
+    throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(w.type));
+  }
+  DS_CUDA_CHECK(e);
+}
+
+void CudaBackend::rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim,
+                            size_t n_rot, const int32_t* host_positions, std::array<int32_t, 4> sections,
+                            float theta) {
+  on_device();
+  const auto* pos =
+      static_cast<const int32_t*>(positions_.put(host_positions, 3 * n_tokens * sizeof(int32_t), stream_));
+  DS_CUDA_CHECK(cuda::rope_neox(x, n_tokens, ts, n_heads, hs, head_dim, n_rot, pos, sections, theta, stream_));
+}
+
+// Multi-token steps use the prefill form (state resident in shared memory), single tokens the
+// global-state recurrence — the same split as the CPU backend's chunked/recurrent choice.
+void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, float* state, float* out) {
+  on_device();
+  if (s.n_tokens >= 2) {
+    DS_CUDA_CHECK(cuda::gdn_prefill(s, q, k, v, g, beta, state, out, stream_));
+  } else {
+    DS_CUDA_CHECK(cuda::gdn_recurrent(s, q, k, v, g, beta, state, out, stream_));
+  }
+}
+
+void CudaBackend::gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {
+  on_device();
+  const auto* rows = static_cast<const uint32_t*>(rows_.put(host_rows, n_rows * sizeof(uint32_t), stream_));
+  DS_CUDA_CHECK(cuda::gather_rows(src, rows, n_rows, dim, dst, stream_));
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace ds
