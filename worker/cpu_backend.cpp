@@ -18,8 +18,13 @@
 namespace ds {
 namespace {
 
-// Below this many tokens the token-by-token recurrence is as fast as the chunked form.
-constexpr size_t kGdnChunkedMinTokens = 2;
+// The CPU backend runs the token-by-token GDN recurrence for prefill too: at the head sizes
+// the CPU serves it is as fast as the chunked form, and it makes every token's arithmetic
+// independent of how the prompt was split into steps. With the batch-independent matmul and
+// attention kernels, a replay after a worker crash (one big prefill) then reproduces the
+// original run (prefill + single-token decodes) bit for bit. The chunked form stays the
+// tested reference for the GPU's chunked kernels.
+constexpr bool kGdnUseChunked = false;
 
 class CpuBackend final : public Backend {
  public:
@@ -99,7 +104,7 @@ class CpuBackend final : public Backend {
   }
   void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
            float* state, float* out) override {
-    if (s.n_tokens >= kGdnChunkedMinTokens) {
+    if (kGdnUseChunked && s.n_tokens > 1) {
       cpu::gdn_chunked(s, q, k, v, g, beta, state, out, 64, &pool_);
     } else {
       cpu::gdn_recurrent(s, q, k, v, g, beta, state, out, &pool_);

@@ -1,0 +1,102 @@
+// deltaserve: the coordinator process.
+//
+//   deltaserve serve --model F.gguf [--workers N] [--backend cpu|cuda] [--port P] ...
+//
+// Reads the model's metadata (tokenizer, chat template, config) from the GGUF, starts (or
+// waits for) the workers, runs the continuous-batching engine, and serves the OpenAI API
+// until SIGTERM/SIGINT; then it stops accepting, finishes or cancels in-flight requests,
+// shuts the workers down and exits 0.
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include "common/gguf.h"
+#include "common/model_config.h"
+#include "coordinator/app/serve_options.h"
+#include "coordinator/chat_template/chat_template.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/openai/openai_server.h"
+#include "coordinator/serving/batch_engine.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace {
+
+constexpr const char* kUsage = "usage: deltaserve serve --model F.gguf [options]   (deltaserve serve --help)\n";
+constexpr uint32_t kDefaultMaxContext = 32768;
+
+std::string file_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Context per sequence: the flag, else the model's, capped so the default KV budget stays sane.
+uint32_t resolve_max_context(const ds::ServeOptions& o, const ds::ModelConfig& cfg) {
+  if (o.engine.max_context) return o.engine.max_context;
+  const uint32_t model = cfg.context_length ? cfg.context_length : kDefaultMaxContext;
+  return model < kDefaultMaxContext ? model : kDefaultMaxContext;
+}
+
+ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_context, const ds::Tokenizer& tok) {
+  ds::SchedulerConfig s;
+  s.block_size = o.block_size;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_seqs = o.max_seqs;
+  s.max_context = max_context;
+  const uint32_t blocks_per_seq = (max_context + o.block_size - 1) / o.block_size;
+  s.num_blocks = o.kv_blocks ? o.kv_blocks : blocks_per_seq * o.max_seqs;
+  s.eos_token_ids = tok.eog_ids();
+  s.num_snapshots = 0;  // the prefix cache needs worker-side state snapshots (not yet)
+  return s;
+}
+
+int serve(int argc, char** argv) {
+  ds::ServeOptions o;
+  std::string error;
+  bool help = false;
+  if (!ds::parse_serve_options(argc, argv, ds::deltaserve_environment(), &o, &error, &help)) {
+    (help ? std::cout : std::cerr) << error << "\n";
+    return help ? 0 : 2;
+  }
+  const ds::GgufFile gguf = ds::GgufFile::open(o.engine.model_path);
+  const ds::ModelConfig cfg = ds::load_model_config(gguf);
+  const ds::Tokenizer tokenizer(gguf);
+  const ds::ChatTemplate chat_template = ds::ChatTemplate::from_gguf(gguf);
+  o.engine.max_context = resolve_max_context(o, cfg);
+  if (o.http.served_model_name.empty()) o.http.served_model_name = file_name(o.engine.model_path);
+  o.http.model_file_name = file_name(o.engine.model_path);
+  std::cerr << "[deltaserve] " << ds::describe(o) << "\n";
+
+  ds::PipelineEngine pipeline(o.engine);
+  pipeline.start();
+  for (const ds::WorkerInfo& w : pipeline.workers()) {
+    std::cerr << "[deltaserve] rank " << w.rank << " layers [" << w.layers.first_layer << ", " << w.layers.last_layer
+              << ") pid " << w.pid << " " << w.state << "\n";
+  }
+  ds::BatchEngineOptions bo;
+  bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
+  ds::BatchEngine engine(pipeline, bo);
+  engine.start();
+  const int rc = ds::run_http_server(o.http, engine, tokenizer, chat_template, nullptr, [&](uint16_t port) {
+    std::cerr << "[deltaserve] listening on http://" << o.http.host << ":" << port << " (model "
+              << o.http.served_model_name << ")\n";
+  });
+  std::cerr << "[deltaserve] shutting down\n";
+  engine.stop();
+  pipeline.shutdown();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "serve") != 0) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  try {
+    return serve(argc - 2, argv + 2);
+  } catch (const std::exception& e) {
+    std::cerr << "[deltaserve] fatal: " << e.what() << "\n";
+    return 1;
+  }
+}

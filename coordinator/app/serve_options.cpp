@@ -1,0 +1,243 @@
+// Option parsing of `deltaserve serve` (see serve_options.h). One table of named setters is
+// shared by the config file, the environment and the command line, so every option is
+// settable all three ways with the same validation.
+#include "coordinator/app/serve_options.h"
+
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+extern char** environ;
+
+namespace ds {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deltaserve serve --model F.gguf [options]\n"
+    "  --config FILE          read `name = value` lines (lowest precedence after defaults)\n"
+    "  --model F.gguf         the GGUF model (qwen35)\n"
+    "  --workers N            pipeline stages, one worker process each (default 1)\n"
+    "  --backend cpu|cuda     worker backend (default cpu)\n"
+    "  --threads T            compute threads per CPU worker (default 1)\n"
+    "  --layer-split a,b,...  layers per stage (default: balanced by weight bytes)\n"
+    "  --external-workers     do not start workers (systemd starts them); needs --control-endpoint\n"
+    "  --control-endpoint EP  ipc://PATH or tcp://HOST:PORT the workers connect to\n"
+    "  --max-context N        tokens per sequence, prompt + output (default min(model, 32768))\n"
+    "  --max-batch-tokens N   token budget of one step (default 2048)\n"
+    "  --max-seqs N           concurrent sequences (default 32)\n"
+    "  --block-size N         KV cache block size in tokens (default 16)\n"
+    "  --kv-blocks N          KV blocks (default: max-seqs full contexts)\n"
+    "  --host H / --port P    HTTP address (default 127.0.0.1:8000)\n"
+    "  --api-key KEY          require `Authorization: Bearer KEY` (all routes but /health)\n"
+    "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
+    "  --max-body BYTES       request body limit (default 33554432)\n"
+    "  --io-threads N         HTTP I/O threads (default 2)\n"
+    "  --log-format text|json\n"
+    "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
+
+template <typename T>
+bool parse_number(const std::string& s, T* out) {
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+template <typename T>
+bool parse_positive(const std::string& s, T* out) {
+  return parse_number(s, out) && *out > 0;
+}
+
+bool parse_counts(const std::string& s, std::vector<uint32_t>* out) {
+  std::stringstream in(s);
+  std::string item;
+  out->clear();
+  while (std::getline(in, item, ',')) {
+    uint32_t v = 0;
+    if (!parse_positive(item, &v)) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s.empty() || s == "1" || s == "true" || s == "yes") return *out = true, true;
+  if (s == "0" || s == "false" || s == "no") return *out = false, true;
+  return false;
+}
+
+using Setter = std::function<bool(const std::string&)>;
+
+std::map<std::string, Setter> setters(ServeOptions* o) {
+  EngineOptions* e = &o->engine;
+  ServerOptions* h = &o->http;
+  return {
+      {"model", [e](const std::string& v) { e->model_path = v; return !v.empty(); }},
+      {"workers", [e](const std::string& v) { return parse_positive(v, &e->n_workers); }},
+      {"backend", [e](const std::string& v) { e->backend = v; return v == "cpu" || v == "cuda"; }},
+      {"threads", [e](const std::string& v) { return parse_positive(v, &e->threads_per_worker); }},
+      {"layer-split", [e](const std::string& v) { return parse_counts(v, &e->layer_split); }},
+      {"external-workers", [e](const std::string& v) { return parse_bool(v, &e->external_workers); }},
+      {"control-endpoint", [e](const std::string& v) { e->control_endpoint = v; return !v.empty(); }},
+      {"max-context", [e](const std::string& v) { return parse_positive(v, &e->max_context); }},
+      {"max-batch-tokens", [o](const std::string& v) { return parse_positive(v, &o->max_batch_tokens); }},
+      {"max-seqs", [o](const std::string& v) { return parse_positive(v, &o->max_seqs); }},
+      {"block-size", [o](const std::string& v) { return parse_positive(v, &o->block_size); }},
+      {"kv-blocks", [o](const std::string& v) { return parse_positive(v, &o->kv_blocks); }},
+      {"host", [h](const std::string& v) { h->host = v; return !v.empty(); }},
+      {"port", [h](const std::string& v) { return parse_number(v, &h->port); }},
+      {"api-key", [h](const std::string& v) { h->api_key = v; return true; }},
+      {"served-model-name", [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }},
+      {"max-body", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); }},
+      {"io-threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); }},
+      {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
+  };
+}
+
+bool apply(const std::map<std::string, Setter>& table, const std::string& name, const std::string& value,
+           const std::string& where, std::string* error) {
+  const auto it = table.find(name);
+  if (it == table.end()) {
+    *error = where + ": unknown option '" + name + "'\n" + kUsage;
+    return false;
+  }
+  if (!it->second(value)) {
+    *error = where + ": bad value '" + (name == "api-key" ? std::string("***") : value) + "' for " + name + "\n" + kUsage;
+    return false;
+  }
+  return true;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+bool read_config(const std::string& path, const std::map<std::string, Setter>& table, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = "cannot read config file '" + path + "'";
+    return false;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    const std::string name = trim(line.substr(0, eq));
+    const std::string value = eq == std::string::npos ? "" : trim(line.substr(eq + 1));
+    if (!apply(table, name, value, path + ":" + std::to_string(n), error)) return false;
+  }
+  return true;
+}
+
+// DELTASERVE_MAX_BATCH_TOKENS -> max-batch-tokens
+std::string option_of_variable(const std::string& var) {
+  std::string name = var.substr(std::string("DELTASERVE_").size());
+  for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+struct Flag {
+  std::string name, value;
+};
+
+// Splits argv into flags; a flag without `=` takes the next argument unless it is a switch.
+bool split_flags(int argc, char** argv, std::vector<Flag>* flags, std::string* config, bool* help, std::string* error) {
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      *error = kUsage;
+      return false;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      *error = "unexpected argument '" + arg + "'\n" + kUsage;
+      return false;
+    }
+    arg = arg.substr(2);
+    Flag f;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      f = {arg.substr(0, eq), arg.substr(eq + 1)};
+    } else if (arg == "external-workers") {
+      f = {arg, "true"};
+    } else if (i + 1 < argc) {
+      f = {arg, argv[++i]};
+    } else {
+      *error = "--" + arg + " needs a value\n" + kUsage;
+      return false;
+    }
+    if (f.name == "config") {
+      *config = f.value;
+    } else {
+      flags->push_back(f);
+    }
+  }
+  return true;
+}
+
+bool check_consistency(const ServeOptions& o, std::string* error) {
+  if (o.engine.model_path.empty()) {
+    *error = std::string("--model is required\n") + kUsage;
+  } else if (!o.engine.layer_split.empty() && o.engine.layer_split.size() != o.engine.n_workers) {
+    *error = "--layer-split must name one layer count per worker";
+  } else if (o.engine.external_workers && o.engine.control_endpoint.empty()) {
+    *error = "--external-workers needs --control-endpoint (the address the workers connect to)";
+  } else {
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> deltaserve_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("DELTASERVE_", 0) != 0) continue;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+bool parse_serve_options(int argc, char** argv, const std::map<std::string, std::string>& env, ServeOptions* out,
+                         std::string* error, bool* help) {
+  *help = false;
+  out->http.served_model_name.clear();  // default: the GGUF file name, filled by the caller
+  const std::map<std::string, Setter> table = setters(out);
+  std::vector<Flag> flags;
+  std::string config;
+  if (!split_flags(argc, argv, &flags, &config, help, error)) return false;
+  if (config.empty() && env.count("DELTASERVE_CONFIG")) config = env.at("DELTASERVE_CONFIG");
+  if (!config.empty() && !read_config(config, table, error)) return false;
+  for (const auto& [var, value] : env) {
+    if (var == "DELTASERVE_CONFIG" || var.rfind("DELTASERVE_", 0) != 0) continue;
+    const std::string name = option_of_variable(var);
+    if (table.count(name) && !apply(table, name, value, "environment " + var, error)) return false;
+  }
+  for (const Flag& f : flags) {
+    if (!apply(table, f.name, f.value, "--" + f.name, error)) return false;
+  }
+  return check_consistency(*out, error);
+}
+
+std::string describe(const ServeOptions& o) {
+  std::ostringstream s;
+  const EngineOptions& e = o.engine;
+  s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
+    << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
+    << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
+    << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
+    << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
+    << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto")) << " http=" << o.http.host
+    << ":" << o.http.port << " api_key=" << (o.http.api_key.empty() ? "(none)" : "***")
+    << " served_model_name=" << o.http.served_model_name << " max_body=" << o.http.max_body_bytes
+    << " log_format=" << o.log_format;
+  return s.str();
+}
+
+}  // namespace ds

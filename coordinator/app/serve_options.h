@@ -1,0 +1,37 @@
+// Every option of `deltaserve serve`, in one struct, filled in one place from (lowest to
+// highest precedence) defaults, a config file (--config FILE: `name = value` lines, `#`
+// comments), environment variables (DELTASERVE_<NAME>, e.g. DELTASERVE_PORT=8001,
+// DELTASERVE_API_KEY=...) and command-line flags (--name value or --name=value).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "coordinator/engine/engine.h"
+#include "coordinator/http/server_options.h"
+
+namespace ds {
+
+struct ServeOptions {
+  EngineOptions engine;
+  ServerOptions http;
+  uint32_t max_batch_tokens = 2048;  // token budget of one step (decode rows + prefill chunks)
+  uint32_t max_seqs = 32;            // live sequences
+  uint32_t block_size = 16;          // KV tokens per block
+  uint32_t kv_blocks = 0;            // 0: max_seqs full contexts (no over-commit)
+  std::string log_format = "text";   // text | json
+};
+
+// Parses argv (the arguments after "serve") plus `env` (normally the process environment,
+// passed in so tests can control it). Returns false with `error` (usage included) on a bad
+// flag, value, config line or variable; `help` is set when --help was asked for.
+bool parse_serve_options(int argc, char** argv, const std::map<std::string, std::string>& env, ServeOptions* out,
+                         std::string* error, bool* help);
+
+// The process environment's DELTASERVE_* variables.
+std::map<std::string, std::string> deltaserve_environment();
+
+// One line describing the effective options, secrets masked.
+std::string describe(const ServeOptions& options);
+
+}  // namespace ds

@@ -1,0 +1,132 @@
+#include "coordinator/http/metrics.h"
+
+#include <cstdio>
+
+namespace ds {
+
+namespace {
+
+std::string format_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+void header(std::string& out, std::string_view name, std::string_view help, std::string_view type) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+void sample(std::string& out, std::string_view name, std::string_view labels, double value) {
+  out.append(name);
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(format_double(value)).append("\n");
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, std::string_view name, std::string_view help) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  header(out, name, help, "histogram");
+  const std::string bucket = std::string(name) + "_bucket";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    sample(out, bucket, "le=\"" + format_double(bounds_[i]) + "\"", static_cast<double>(cumulative));
+  }
+  sample(out, bucket, "le=\"+Inf\"", static_cast<double>(count_));
+  sample(out, std::string(name) + "_sum", "", sum_);
+  sample(out, std::string(name) + "_count", "", static_cast<double>(count_));
+}
+
+ServerMetrics::ServerMetrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+             10.0, 20.0, 40.0, 80.0}),
+      itl_({0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+            0.5, 0.75, 1.0, 2.5, 5.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+            120.0, 240.0, 480.0}) {}
+
+void ServerMetrics::record_status(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++by_status_[status];
+}
+
+void ServerMetrics::add_prompt_tokens(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += n;
+}
+
+void ServerMetrics::add_generation_tokens(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  generation_tokens_ += n;
+}
+
+void ServerMetrics::record_finished(std::string_view finish_reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++by_finish_reason_[std::string(finish_reason)];
+}
+
+void ServerMetrics::observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
+void ServerMetrics::observe_inter_token_latency(double seconds) { itl_.observe(seconds); }
+void ServerMetrics::observe_e2e_latency(double seconds) { e2e_.observe(seconds); }
+
+uint64_t ServerMetrics::status_count(int status) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_status_.find(status);
+  return it == by_status_.end() ? 0 : it->second;
+}
+
+std::string ServerMetrics::render(const EngineHealth& health) const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    header(out, "deltaserve:http_requests_total", "HTTP replies by status code.", "counter");
+    for (const auto& [status, n] : by_status_) {
+      sample(out, "deltaserve:http_requests_total", "status=\"" + std::to_string(status) + "\"",
+             static_cast<double>(n));
+    }
+    header(out, "deltaserve:request_success_total", "Finished generations by finish reason.",
+           "counter");
+    for (const auto& [reason, n] : by_finish_reason_) {
+      sample(out, "deltaserve:request_success_total", "finished_reason=\"" + reason + "\"",
+             static_cast<double>(n));
+    }
+    header(out, "deltaserve:prompt_tokens_total", "Prefill tokens processed.", "counter");
+    sample(out, "deltaserve:prompt_tokens_total", "", static_cast<double>(prompt_tokens_));
+    header(out, "deltaserve:generation_tokens_total", "Tokens generated.", "counter");
+    sample(out, "deltaserve:generation_tokens_total", "", static_cast<double>(generation_tokens_));
+  }
+  ttft_.render(out, "deltaserve:time_to_first_token_seconds",
+               "Time from request arrival to the first generated token.");
+  itl_.render(out, "deltaserve:inter_token_latency_seconds", "Time between consecutive tokens.");
+  e2e_.render(out, "deltaserve:e2e_request_latency_seconds", "Request arrival to last token.");
+
+  header(out, "deltaserve:num_requests_waiting", "Requests queued in the engine.", "gauge");
+  sample(out, "deltaserve:num_requests_waiting", "", health.queue_depth);
+  header(out, "deltaserve:num_requests_running", "Requests generating.", "gauge");
+  sample(out, "deltaserve:num_requests_running", "", health.running);
+  header(out, "deltaserve:workers_total", "Configured worker processes.", "gauge");
+  sample(out, "deltaserve:workers_total", "", health.workers_total);
+  header(out, "deltaserve:workers_up", "Workers in the Ready state.", "gauge");
+  sample(out, "deltaserve:workers_up", "", health.workers_ready);
+  header(out, "deltaserve:worker_restarts_total", "Worker restarts since start.", "counter");
+  sample(out, "deltaserve:worker_restarts_total", "", static_cast<double>(health.worker_restarts));
+  header(out, "deltaserve:engine_ready", "1 when every worker is Ready.", "gauge");
+  sample(out, "deltaserve:engine_ready", "", health.ready ? 1 : 0);
+  return out;
+}
+
+}  // namespace ds

@@ -1,0 +1,31 @@
+// Every knob of the HTTP front door in one struct; `deltaserve serve` fills it from flags.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ds {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";  // loopback unless the operator opts in to exposure
+  uint16_t port = 8000;            // 0: pick an ephemeral port (tests); see HttpServer::port()
+  std::string api_key;             // empty: no authentication
+  size_t max_body_bytes = size_t{32} << 20;
+  size_t max_header_bytes = size_t{64} << 10;
+  // Waiting for (the header of) the next request on a keep-alive connection.
+  std::chrono::milliseconds idle_timeout{60'000};
+  // Reading a request body once its header has arrived.
+  std::chrono::milliseconds read_timeout{30'000};
+  // One write to a client that stopped reading (SSE streams included).
+  std::chrono::milliseconds write_timeout{60'000};
+  // On SIGTERM/SIGINT: how long in-flight requests may still run before they are cancelled.
+  std::chrono::milliseconds shutdown_grace{30'000};
+  unsigned io_threads = 2;
+  // The model id clients send and see in /v1/models; the GGUF file name is accepted too.
+  std::string served_model_name = "deltaserve";
+  std::string model_file_name;
+};
+
+}  // namespace ds

@@ -1,0 +1,135 @@
+#include "coordinator/openai/json_fields.h"
+
+#include <rapidjson/error/en.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "coordinator/http/api_error.h"
+
+namespace ds::openai {
+
+namespace {
+
+[[noreturn]] void bad(const char* name, const std::string& what) {
+  throw ApiError(400, std::string("'") + name + "' " + what, name);
+}
+
+}  // namespace
+
+const rapidjson::Value* field(const rapidjson::Value& obj, const char* name) {
+  auto it = obj.FindMember(name);
+  if (it == obj.MemberEnd() || it->value.IsNull()) return nullptr;
+  return &it->value;
+}
+
+std::string to_string(const rapidjson::Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
+
+std::optional<bool> get_bool(const rapidjson::Value& obj, const char* name) {
+  const rapidjson::Value* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->IsBool()) bad(name, "must be a boolean");
+  return v->GetBool();
+}
+
+std::optional<std::string> get_string(const rapidjson::Value& obj, const char* name) {
+  const rapidjson::Value* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->IsString()) bad(name, "must be a string");
+  return to_string(*v);
+}
+
+std::optional<int64_t> get_int(const rapidjson::Value& obj, const char* name, int64_t min, int64_t max) {
+  const rapidjson::Value* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  const std::string range = "between " + std::to_string(min) + " and " + std::to_string(max);
+  if (v->IsUint64() && !v->IsInt64()) bad(name, "must be an integer " + range);
+  if (!v->IsInt64()) bad(name, "must be an integer");
+  const int64_t i = v->GetInt64();
+  if (i < min || i > max) bad(name, "must be an integer " + range + ", got " + std::to_string(i));
+  return i;
+}
+
+std::optional<double> get_number(const rapidjson::Value& obj, const char* name, double min, double max) {
+  const rapidjson::Value* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->IsNumber()) bad(name, "must be a number");
+  const double d = v->GetDouble();
+  if (!std::isfinite(d) || d < min || d > max) {
+    bad(name, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+  }
+  return d;
+}
+
+const rapidjson::Value* get_object(const rapidjson::Value& obj, const char* name) {
+  const rapidjson::Value* v = field(obj, name);
+  if (v != nullptr && !v->IsObject()) bad(name, "must be an object");
+  return v;
+}
+
+std::vector<std::string> get_stop(const rapidjson::Value& obj, const char* name, size_t max_count) {
+  const rapidjson::Value* v = field(obj, name);
+  std::vector<std::string> out;
+  if (v == nullptr) return out;
+  if (v->IsString()) {
+    if (v->GetStringLength() == 0) bad(name, "must not be an empty string");
+    out.push_back(to_string(*v));
+    return out;
+  }
+  if (!v->IsArray()) bad(name, "must be a string or an array of strings");
+  if (v->Size() > max_count) bad(name, "may hold at most " + std::to_string(max_count) + " sequences");
+  for (const auto& s : v->GetArray()) {
+    if (!s.IsString() || s.GetStringLength() == 0) bad(name, "must contain only non-empty strings");
+    out.push_back(to_string(s));
+  }
+  return out;
+}
+
+namespace {
+
+// Deepest [ / { nesting outside strings. Later stages (template values, tool schemas) walk
+// JSON recursively, so absurd nesting is refused up front instead of risking the stack.
+size_t nesting_depth(const std::string& body) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+constexpr size_t kMaxJsonDepth = 64;
+
+}  // namespace
+
+rapidjson::Document parse_body(const std::string& body) {
+  if (nesting_depth(body) > kMaxJsonDepth) {
+    throw ApiError(400, "JSON body nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  rapidjson::Document doc;
+  // Invalid UTF-8 is rejected here so it can never reach responses or the tokenizer; the
+  // iterative parser keeps the parse itself off the call stack.
+  doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(body.data(), body.size());
+  if (doc.HasParseError()) {
+    throw ApiError(400, std::string("Invalid JSON body: ") + rapidjson::GetParseError_En(doc.GetParseError()) +
+                            " (at byte " + std::to_string(doc.GetErrorOffset()) + ")");
+  }
+  if (!doc.IsObject()) throw ApiError(400, "The request body must be a JSON object");
+  return doc;
+}
+
+}  // namespace ds::openai

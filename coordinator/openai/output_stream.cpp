@@ -1,0 +1,61 @@
+#include "coordinator/openai/output_stream.h"
+
+namespace ds::openai {
+
+OutputStream::OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                           std::optional<OutputParserOptions> parser)
+    : tokenizer_(&tokenizer), decoder_(tokenizer, /*render_control=*/false), stop_(std::move(stop)) {
+  if (parser) parser_.emplace(std::move(*parser));
+}
+
+ParseDelta OutputStream::route(const std::string& text) {
+  if (parser_) return parser_->feed(text);
+  ParseDelta d;
+  d.content = text;
+  plain_.content += text;
+  return d;
+}
+
+ParseDelta OutputStream::add_token(int32_t id) {
+  if (finished_ || stop_.stopped() || tokenizer_->is_eog(id)) return {};
+  std::string text;
+  try {
+    text = decoder_.feed(id);
+  } catch (const std::out_of_range&) {
+    return {};  // an id outside the vocabulary contributes nothing
+  }
+  if (text.empty()) return {};
+  StopMatcher::Result r = stop_.feed(text);
+  ParseDelta d = route(r.text);
+  if (r.stopped) {
+    // Nothing after the stop string will come: resolve what the parser holds now.
+    ParseDelta tail = finish();
+    d.reasoning += tail.reasoning;
+    d.content += tail.content;
+    for (auto& t : tail.tool_calls) d.tool_calls.push_back(std::move(t));
+  }
+  return d;
+}
+
+ParseDelta OutputStream::finish() {
+  if (finished_) return {};
+  finished_ = true;
+  std::string rest;
+  if (!stop_.stopped()) {
+    rest = decoder_.flush();
+    StopMatcher::Result r = stop_.feed(rest);
+    rest = r.text + (r.stopped ? std::string() : stop_.flush());
+  }
+  ParseDelta d = rest.empty() ? ParseDelta{} : route(rest);
+  if (parser_) {
+    ParseDelta tail = parser_->finish();
+    d.reasoning += tail.reasoning;
+    d.content += tail.content;
+    for (auto& t : tail.tool_calls) d.tool_calls.push_back(std::move(t));
+  }
+  return d;
+}
+
+const ParseResult& OutputStream::result() const { return parser_ ? parser_->result() : plain_; }
+
+}  // namespace ds::openai

@@ -1,0 +1,46 @@
+// The text pipeline of one generated choice: token ids → incremental UTF-8 decoding → stop
+// strings → (chat) reasoning / content / tool-call splitting. Each step returns only what has
+// become certain, so streaming and non-streaming responses share one code path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/openai/stop_matcher.h"
+#include "coordinator/output_parser/output_parser.h"
+#include "coordinator/tokenizer/incremental_decoder.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace ds::openai {
+
+class OutputStream {
+ public:
+  // `parser`: chat requests (reasoning and tool calls are split out); nullopt: plain text
+  // (/v1/completions), reported as `content`.
+  OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
+               std::optional<OutputParserOptions> parser);
+
+  // One generated token. End-of-generation tokens produce no text.
+  ParseDelta add_token(int32_t id);
+  // End of generation: releases everything held back. Idempotent.
+  ParseDelta finish();
+
+  // A stop string was matched: the caller ends the request (finish reason "stop").
+  bool stopped() const { return stop_.stopped(); }
+  // Everything emitted so far (complete after finish()).
+  const ParseResult& result() const;
+
+ private:
+  ParseDelta route(const std::string& text);
+
+  const Tokenizer* tokenizer_;
+  IncrementalDecoder decoder_;
+  StopMatcher stop_;
+  std::optional<OutputParser> parser_;
+  ParseResult plain_;  // accumulated text when there is no parser
+  bool finished_ = false;
+};
+
+}  // namespace ds::openai

@@ -1,0 +1,240 @@
+#include "coordinator/openai/service.h"
+
+#include <cstdio>
+#include <random>
+
+#include "coordinator/chat_template/chat_input.h"
+#include "coordinator/http/api_error.h"
+#include "coordinator/openai/json_fields.h"
+#include "coordinator/openai/output_stream.h"
+#include "coordinator/openai/responder.h"
+
+namespace ds::openai {
+
+namespace {
+
+// When the engine does not report its context size.
+constexpr uint32_t kFallbackMaxTokens = 16384;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The generation prompt opened a reasoning block: the model's first tokens are reasoning.
+bool prompt_opens_thinking(const std::string& prompt) {
+  return ends_with(prompt, "<think>\n") || ends_with(prompt, "<think>");
+}
+
+}  // namespace
+
+OpenAIService::OpenAIService(const ServerOptions& options, Engine& engine, const Tokenizer& tokenizer,
+                             const ChatTemplate& chat_template, ServerMetrics& metrics)
+    : options_(options),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      metrics_(metrics),
+      router_(options.api_key, &metrics),
+      id_salt_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()) {
+  add_routes();
+}
+
+OpenAIService::~OpenAIService() = default;
+
+void OpenAIService::add_routes() {
+  router_.add("POST", "/v1/chat/completions",
+              [this](HttpRequest& r, Channel c) { return chat_completions(r, std::move(c)); });
+  router_.add("POST", "/v1/completions",
+              [this](HttpRequest& r, Channel c) { return completions(r, std::move(c)); });
+  router_.add("GET", "/v1/models", [this](HttpRequest&, Channel c) {
+    list_models(std::move(c));
+    return DisconnectHook{};
+  });
+  router_.add("GET", "/health", [](HttpRequest&, Channel c) {
+    c->respond(HttpResponse{200, "application/json", R"({"status":"ok"})", {}});
+    return DisconnectHook{};
+  }, /*is_public=*/true);
+  router_.add("GET", "/ready", [this](HttpRequest&, Channel c) {
+    ready(std::move(c));
+    return DisconnectHook{};
+  });
+  router_.add("GET", "/metrics", [this](HttpRequest&, Channel c) {
+    prometheus(std::move(c));
+    return DisconnectHook{};
+  });
+  router_.add("POST", "/tokenize", [this](HttpRequest& r, Channel c) {
+    tokenize(r, std::move(c));
+    return DisconnectHook{};
+  });
+  router_.add("POST", "/detokenize", [this](HttpRequest& r, Channel c) {
+    detokenize(r, std::move(c));
+    return DisconnectHook{};
+  });
+}
+
+void OpenAIService::check_model(const std::string& model) const {
+  if (model.empty() || model == options_.served_model_name) return;
+  const std::string& file = options_.model_file_name;
+  if (!file.empty()) {
+    if (model == file) return;
+    if (ends_with(file, ".gguf") && model == file.substr(0, file.size() - 5)) return;
+  }
+  throw ApiError(404, "The model '" + model + "' does not exist (this server serves '" +
+                          options_.served_model_name + "')", "model", "model_not_found");
+}
+
+PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
+  try {
+    const ChatRequestInput input = chat_input_from_request(request);
+    if (!input.image_urls.empty()) {
+      throw ApiError(400, "Image inputs are not supported by this server", "messages");
+    }
+    return chat_template_.render(input);
+  } catch (const RequestError& e) {
+    throw ApiError(400, e.what(), "messages");
+  } catch (const TemplateRaise& e) {
+    throw ApiError(400, e.what(), "messages");
+  } catch (const TemplateError& e) {
+    // Usually request data the template cannot handle (e.g. odd tool arguments).
+    throw ApiError(400, std::string("Chat template error: ") + e.what(), "messages");
+  }
+}
+
+uint32_t OpenAIService::resolve_max_tokens(const CommonParams& params, size_t prompt_tokens,
+                                           const char* prompt_param) const {
+  const uint32_t context = engine_.health().max_context;
+  if (context == 0) return params.max_tokens.value_or(kFallbackMaxTokens);
+  if (prompt_tokens >= context) {
+    throw ApiError(400, "This model's maximum context length is " + std::to_string(context) +
+                            " tokens, but the prompt has " + std::to_string(prompt_tokens) + " tokens",
+                   prompt_param, "context_length_exceeded");
+  }
+  const uint32_t room = context - static_cast<uint32_t>(prompt_tokens);
+  if (!params.max_tokens) return room;
+  if (*params.max_tokens > room) {
+    throw ApiError(400, "This model's maximum context length is " + std::to_string(context) +
+                            " tokens; the prompt has " + std::to_string(prompt_tokens) +
+                            " tokens, so max_tokens may be at most " + std::to_string(room),
+                   "max_tokens", "context_length_exceeded");
+  }
+  return *params.max_tokens;
+}
+
+std::string OpenAIService::new_request_id(const char* prefix) {
+  const uint64_t n = next_id_.fetch_add(1);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx",
+                static_cast<unsigned long long>(splitmix64(id_salt_ ^ n)),
+                static_cast<unsigned long long>(splitmix64(id_salt_ + 0x51ed27 * (n + 1))));
+  return std::string(prefix) + buf;
+}
+
+int64_t OpenAIService::now_unix() const {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+struct Submission {
+  GenerationRequest request;
+  ResponderConfig config;
+  std::optional<OutputParserOptions> parser;
+  std::vector<std::string> stop;
+};
+
+// Common tail of both generation routes: hand the request to the engine with a responder.
+DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferred, const Tokenizer& tokenizer,
+                             ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel) {
+  const std::string id = s.request.request_id;
+  OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser));
+  auto stop_engine = [&engine, weak = std::weak_ptr<TaskThread>(deferred), id] {
+    if (auto d = weak.lock()) d->post([&engine, id] { engine.cancel(id); });
+  };
+  auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output),
+                                               std::move(channel), &metrics, std::move(stop_engine));
+  try {
+    engine.submit(std::move(s.request), responder);
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(400, e.what());
+  } catch (const std::exception& e) {
+    throw ApiError(503, std::string("The engine cannot take the request: ") + e.what());
+  }
+  return [&engine, responder, id] {
+    responder->abandon();
+    engine.cancel(id);
+  };
+}
+
+}  // namespace
+
+DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel) {
+  const auto arrival = std::chrono::steady_clock::now();
+  rapidjson::Document doc = parse_body(request.body);
+  merge_extra_body(doc);
+  ChatParams params = parse_chat_params(doc);
+  check_model(params.model);
+  const PromptText prompt = render_chat(doc);
+  std::vector<int32_t> ids = tokenizer_.encode(prompt);
+
+  Submission s;
+  s.request.request_id = new_request_id("chatcmpl-");
+  s.request.prompt_ids = std::move(ids);
+  s.request.sampling = params.sampling;
+  s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), "messages");
+  s.config = {true, params.stream, params.include_usage, params.sampling.logprobs,
+              {s.request.request_id, options_.served_model_name, now_unix()},
+              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
+  OutputParserOptions parser;
+  parser.thinking_open = prompt_opens_thinking(prompt.text);
+  parser.tools_enabled = params.has_tools && params.tool_choice != ToolChoice::kNone;
+  parser.tools = std::move(params.tools);
+  s.parser = std::move(parser);
+  s.stop = std::move(params.stop);
+  return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
+}
+
+DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel) {
+  const auto arrival = std::chrono::steady_clock::now();
+  rapidjson::Document doc = parse_body(request.body);
+  merge_extra_body(doc);
+  CompletionParams params = parse_completion_params(doc);
+  check_model(params.model);
+
+  std::vector<int32_t> ids;
+  if (params.prompt_text) {
+    // Raw completion prompts may spell control tokens (the caller owns the whole prompt).
+    if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
+    const std::vector<int32_t> text_ids = tokenizer_.encode(*params.prompt_text, /*parse_control=*/true);
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  } else {
+    ids = std::move(params.prompt_ids);
+    for (const int32_t id : ids) {
+      if (id < 0 || id >= tokenizer_.n_vocab()) {
+        throw ApiError(400, "Token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                std::to_string(tokenizer_.n_vocab()) + ")", "prompt");
+      }
+    }
+  }
+  if (ids.empty()) throw ApiError(400, "The prompt is empty", "prompt");
+
+  Submission s;
+  s.request.request_id = new_request_id("cmpl-");
+  s.request.prompt_ids = std::move(ids);
+  s.request.sampling = params.sampling;
+  s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), "prompt");
+  s.config = {false, params.stream, params.include_usage, params.sampling.logprobs,
+              {s.request.request_id, options_.served_model_name, now_unix()},
+              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
+  s.stop = std::move(params.stop);
+  return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
+}
+
+}  // namespace ds::openai

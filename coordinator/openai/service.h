@@ -1,0 +1,77 @@
+// The OpenAI-compatible API as a socket-free service: parse → validate → render/tokenize →
+// GenerationRequest → Engine, and engine events → response bodies (Responder). Its router()
+// is the RequestHandler the Beast HttpServer calls; tests call it directly with a recording
+// ResponseChannel and a fake Engine.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
+// (liveness, no API key), GET /ready, GET /metrics, POST /tokenize, POST /detokenize.
+//
+// tool_choice: "none" disables tool-call parsing; "auto", "required" and a named function
+// all parse tool calls but do not constrain sampling (no guided decoding yet), so a model
+// may still answer in plain text under "required".
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "coordinator/chat_template/chat_template.h"
+#include "coordinator/http/http_types.h"
+#include "coordinator/http/metrics.h"
+#include "coordinator/http/router.h"
+#include "coordinator/http/server_options.h"
+#include "coordinator/openai/request.h"
+#include "coordinator/openai/task_thread.h"
+#include "coordinator/serving/generation.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace ds::openai {
+
+class OpenAIService {
+ public:
+  // All references must outlive the service; the engine must not call a sink after it is
+  // destroyed (stop or drain the engine first).
+  OpenAIService(const ServerOptions& options, Engine& engine, const Tokenizer& tokenizer,
+                const ChatTemplate& chat_template, ServerMetrics& metrics);
+  ~OpenAIService();
+  OpenAIService(const OpenAIService&) = delete;
+  OpenAIService& operator=(const OpenAIService&) = delete;
+
+  RequestHandler& handler() { return router_; }
+  ServerMetrics& metrics() { return metrics_; }
+
+ private:
+  using Channel = std::shared_ptr<ResponseChannel>;
+
+  void add_routes();
+  DisconnectHook chat_completions(const HttpRequest& request, Channel channel);
+  DisconnectHook completions(const HttpRequest& request, Channel channel);
+  void list_models(Channel channel);
+  void ready(Channel channel);
+  void prometheus(Channel channel);
+  void tokenize(const HttpRequest& request, Channel channel);
+  void detokenize(const HttpRequest& request, Channel channel);
+
+  // Shared by both generation routes.
+  void check_model(const std::string& model) const;
+  PromptText render_chat(const rapidjson::Value& request) const;
+  uint32_t resolve_max_tokens(const CommonParams& params, size_t prompt_tokens, const char* prompt_param) const;
+  std::string new_request_id(const char* prefix);
+  int64_t now_unix() const;
+
+  const ServerOptions& options_;
+  Engine& engine_;
+  const Tokenizer& tokenizer_;
+  const ChatTemplate& chat_template_;
+  ServerMetrics& metrics_;
+  Router router_;
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t id_salt_;
+  // Engine cancels requested from engine callbacks. Shared (weakly) with in-flight responders
+  // so a callback arriving after the service is gone does nothing.
+  std::shared_ptr<TaskThread> deferred_ = std::make_shared<TaskThread>();
+};
+
+}  // namespace ds::openai

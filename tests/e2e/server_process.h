@@ -1,0 +1,51 @@
+// Runs `deltaserve serve` as a child process for end-to-end tests, plus a minimal blocking
+// HTTP/1.1 client (Connection: close, chunked decoding) so the tests exercise the real
+// sockets, processes and protocol without any test-only code path in the server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ds::test {
+
+class ServerProcess {
+ public:
+  // Starts the server with `args` after "serve" and waits until it listens (or throws).
+  explicit ServerProcess(const std::vector<std::string>& args);
+  ~ServerProcess();  // SIGKILLs the server and its workers if still running
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // Worker pids by rank, as logged at start-up.
+  const std::map<int, pid_t>& worker_pids() const { return workers_; }
+  // Sends SIGTERM and waits; returns the exit status (or -1 on timeout).
+  int terminate(int timeout_ms);
+  std::string log() const;  // the server's stderr so far
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+  std::map<int, pid_t> workers_;
+};
+
+struct HttpReply {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+// One request on a fresh connection. `on_body_bytes` (optional) sees the de-chunked body as
+// it arrives (streaming tests act on it, e.g. kill a worker after some events).
+HttpReply http_request(int port, const std::string& method, const std::string& path, const std::string& body,
+                       const std::vector<std::string>& extra_headers = {},
+                       const std::function<void(const std::string& so_far)>& on_body_bytes = {});
+
+// The `data:` payloads of an SSE body, in order.
+std::vector<std::string> sse_events(const std::string& body);
+
+}  // namespace ds::test
