@@ -3,12 +3,19 @@
 //       default: {"ids":[...],"tokens":[...]} (tokens in vocabulary form, e.g. "Ġworld");
 //       --ids: just the JSON array of ids; --no-control: CONTROL tokens in TEXT stay plain text.
 //   deltaserve-tokenize --model F.gguf [--hide-control] --detokenize 1,2,3
+//   deltaserve-tokenize --model F.gguf --chat FILE.json
+//       FILE.json: {"messages": [...], "tools"?: [...], "add_generation_prompt"?: bool,
+//       "enable_thinking"?: bool}; prints {"text": rendered prompt, "ids": [...]}.
 //       prints the decoded text followed by a newline.
 // Errors go to stderr with a non-zero exit status.
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <rapidjson/document.h>
+
 #include <charconv>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -17,6 +24,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/gguf.h"
+#include "coordinator/chat_template/chat_input.h"
+#include "coordinator/chat_template/chat_template.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
 namespace {
@@ -25,6 +35,7 @@ struct Args {
   std::string model;
   std::optional<std::string> text;
   std::optional<std::string> detokenize;
+  std::optional<std::string> chat;  // --chat FILE.json
   std::optional<ds::PreTokenizerKind> pre;
   bool ids_only = false;
   bool parse_control = true;
@@ -34,7 +45,8 @@ struct Args {
 void usage() {
   std::fputs(
       "usage: deltaserve-tokenize --model F.gguf [--ids] [--no-control] [--pre qwen2|qwen35] TEXT\n"
-      "       deltaserve-tokenize --model F.gguf [--hide-control] --detokenize ID,ID,...\n",
+      "       deltaserve-tokenize --model F.gguf [--hide-control] --detokenize ID,ID,...\n"
+      "       deltaserve-tokenize --model F.gguf --chat FILE.json\n",
       stderr);
 }
 
@@ -57,6 +69,8 @@ Args parse_args(int argc, char** argv) {
       a.render_control = false;
     } else if (arg == "--detokenize") {
       a.detokenize = take_value(argc, argv, i);
+    } else if (arg == "--chat") {
+      a.chat = take_value(argc, argv, i);
     } else if (arg == "--pre") {
       const std::string name = take_value(argc, argv, i);
       a.pre = ds::pre_tokenizer_from_name(name);
@@ -72,7 +86,9 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (a.model.empty()) throw std::invalid_argument("--model is required");
-  if (a.text.has_value() == a.detokenize.has_value()) throw std::invalid_argument("give either TEXT or --detokenize");
+  if (int(a.text.has_value()) + int(a.detokenize.has_value()) + int(a.chat.has_value()) != 1) {
+    throw std::invalid_argument("give exactly one of TEXT, --detokenize, --chat");
+  }
   return a;
 }
 
@@ -123,10 +139,47 @@ std::string ids_json(const ds::Tokenizer& tok, const std::vector<int32_t>& ids, 
   return std::string(buf.GetString(), buf.GetSize());
 }
 
+// Renders a chat file with the GGUF's template and tokenizes it with provenance.
+int run_chat(const ds::Tokenizer& tok, const Args& a) {
+  std::ifstream in(*a.chat);
+  if (!in) throw std::invalid_argument("cannot read " + *a.chat);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  rapidjson::Document file;
+  file.Parse(ss.str().c_str());
+  if (file.HasParseError() || !file.IsObject()) throw std::invalid_argument(*a.chat + ": not a JSON object");
+  rapidjson::Document req(rapidjson::kObjectType);
+  auto& al = req.GetAllocator();
+  for (const char* key : {"messages", "tools", "add_generation_prompt"}) {
+    if (file.HasMember(key)) req.AddMember(rapidjson::StringRef(key), rapidjson::Value(file[key], al), al);
+  }
+  if (file.HasMember("enable_thinking")) {
+    rapidjson::Value kwargs(rapidjson::kObjectType);
+    kwargs.AddMember("enable_thinking", rapidjson::Value(file["enable_thinking"], al), al);
+    req.AddMember("chat_template_kwargs", kwargs, al);
+  }
+  const ds::GgufFile gguf = ds::GgufFile::open(a.model);
+  const ds::PromptText prompt = ds::ChatTemplate::from_gguf(gguf).render(ds::chat_input_from_request(req));
+  const std::vector<int32_t> ids = tok.encode(prompt);
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  w.Key("text");
+  w.String(prompt.text.data(), static_cast<rapidjson::SizeType>(prompt.text.size()));
+  w.Key("ids");
+  w.StartArray();
+  for (int32_t id : ids) w.Int(id);
+  w.EndArray();
+  w.EndObject();
+  std::puts(buf.GetString());
+  return 0;
+}
+
 int run(const Args& a) {
   ds::TokenizerOptions options;
   options.pre_tokenizer = a.pre;
   const ds::Tokenizer tok = ds::Tokenizer::from_file(a.model, options);
+  if (a.chat) return run_chat(tok, a);
   if (a.detokenize) {
     const std::string text = tok.decode(parse_id_list(*a.detokenize), a.render_control);
     std::fwrite(text.data(), 1, text.size(), stdout);
