@@ -1,0 +1,24 @@
+// Writes a random-weight qwen35 GGUF of a given shape: real metadata keys, every tensor of the
+// real model, Q8_0 matrices and F32 small tensors. Deterministic for a seed: each chunk of rows
+// draws from its own generator, seeded by (seed, tensor name, first row), so the bytes do not
+// depend on the thread count, and a tensor's values do not depend on which others exist.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tools/synth/shapes.h"
+
+namespace ds::synth {
+
+struct SynthSummary {
+  size_t n_tensors = 0;
+  uint64_t n_params = 0;
+  uint64_t file_bytes = 0;
+  double seconds = 0;
+};
+
+// Threads <= 0: one per hardware thread. Throws ds::FormatError on I/O failure.
+SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads);
+
+}  // namespace ds::synth

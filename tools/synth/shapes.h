@@ -1,0 +1,57 @@
+// Hyperparameters of the known Qwen3.5 sizes (qwen35-model-spec.md §1.2) plus a tiny test
+// shape, and the tensor list a qwen35 GGUF of such a shape holds (§2.2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/ggml_types.h"
+
+namespace ds::synth {
+
+struct SynthShape {
+  std::string name;          // "9b", "tiny", ...
+  uint32_t n_embd = 0;       // D
+  uint32_t n_layer = 0;      // main stack
+  uint32_t n_head = 0;       // H
+  uint32_t n_head_kv = 0;    // Hkv
+  uint32_t head_dim = 0;     // d
+  uint32_t n_rot = 0;        // r
+  std::vector<int32_t> rope_sections{11, 11, 10, 0};
+  uint32_t n_ff = 0;         // F
+  uint32_t n_vocab = 0;      // V
+  uint32_t ssm_n_group = 0;  // nk
+  uint32_t ssm_dt_rank = 0;  // nv
+  uint32_t ssm_d_state = 0;  // dk = dv
+  uint32_t conv_kernel = 4;  // Kc
+  uint32_t attn_interval = 4;
+  uint32_t context_length = 262144;
+  bool tied = false;         // no output.weight
+  uint32_t n_nextn = 1;      // MTP blocks
+  uint32_t conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state; }
+};
+
+// "0.8b", "2b", "4b", "9b", "27b" or "tiny"; throws ds::ConfigError naming the choices otherwise.
+SynthShape shape_by_name(const std::string& name);
+
+// How a tensor's values are drawn (the scales keep activations finite through a deep stack).
+enum class Init : uint8_t {
+  kMatrix,  // N(0, 1/fan_in) with fan_in = ne0, quantized to Q8_0
+  kNorm,    // RMSNorm gain, about 1
+  kConv,    // depthwise conv taps, N(0, 1/Kc)
+  kSsmA,    // -exp(A_log): negative, in [-1, -0.1]
+  kDtBias,  // small, in [-0.1, 0.1]
+};
+
+struct TensorPlan {
+  std::string name;
+  GgmlType type;
+  std::vector<uint64_t> ne;
+  Init init;
+};
+
+// Every tensor of the shape in file order: embeddings, blocks, MTP block(s).
+std::vector<TensorPlan> plan_tensors(const SynthShape& s);
+
+}  // namespace ds::synth
