@@ -19,6 +19,7 @@ namespace ds {
 struct GgufTensor;
 using cpu::AttentionShape;
 using cpu::GdnShape;
+using cpu::KvPages;
 using cpu::WeightView;
 
 class Backend {
@@ -60,14 +61,17 @@ class Backend {
                          float* beta) = 0;
   virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out) = 0;
-  virtual void attention_causal(const AttentionShape& s, const float* q, const float* k_cache,
-                                const float* v_cache, float scale, float* out) = 0;
+  // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
+  virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
+                                float* out) = 0;
   virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
   virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride,
                             size_t n_rows, size_t dim, float* y, size_t y_stride) = 0;
   virtual void add_inplace(float* y, const float* x, size_t n) = 0;
   // Copies rows: dst[i] = src[rows[i]] (row length `dim`, host row indices).
   virtual void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
+  // Copies rows: dst[rows[i]] = src[i] (distinct host row indices); KV cache writes into the pools.
+  virtual void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   virtual void synchronize() = 0;
 };
 

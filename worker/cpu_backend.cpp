@@ -110,9 +110,9 @@ class CpuBackend final : public Backend {
       cpu::gdn_recurrent(s, q, k, v, g, beta, state, out, &pool_);
     }
   }
-  void attention_causal(const AttentionShape& s, const float* q, const float* k, const float* v, float scale,
+  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                         float* out) override {
-    cpu::attention_causal(s, q, k, v, scale, out, &pool_);
+    cpu::attention_causal(s, q, kv, scale, out, &pool_);
   }
   void swiglu(const float* gate, const float* up, size_t n, float* y) override { cpu::swiglu(gate, up, n, y); }
   void sigmoid_gate(const float* x, size_t xs, const float* gate, size_t gs, size_t rows, size_t dim, float* y,
@@ -122,6 +122,9 @@ class CpuBackend final : public Backend {
   void add_inplace(float* y, const float* x, size_t n) override { cpu::add_inplace(y, x, n); }
   void gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
     for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * dim, src + size_t{rows[i]} * dim, dim * sizeof(float));
+  }
+  void scatter_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
+    for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + size_t{rows[i]} * dim, src + i * dim, dim * sizeof(float));
   }
   void synchronize() override {}
 

@@ -130,11 +130,8 @@ class CudaBackend final : public Backend {
   }
   void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
            float* state, float* out) override;
-  void attention_causal(const AttentionShape& s, const float* q, const float* k, const float* v, float scale,
-                        float* out) override {
-    on_device();
-    DS_CUDA_CHECK(cuda::attention_causal(s, q, k, v, scale, out, stream_));
-  }
+  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
+                        float* out) override;
   void swiglu(const float* gate, const float* up, size_t n, float* y) override {
     on_device();
     DS_CUDA_CHECK(cuda::swiglu(gate, up, n, y, stream_));
@@ -149,6 +146,7 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cuda::add_inplace(y, x, n, stream_));
   }
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
+  void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void synchronize() override {
     on_device();
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -164,7 +162,9 @@ class CudaBackend final : public Backend {
   std::unordered_set<float*> allocations_;
   std::unordered_map<const void*, void*> uploads_;        // mapped weight bytes -> device copy
   std::unordered_map<const void*, void*> small_tensors_;  // mapped small tensor -> device f32
-  ControlBuffer ids_, positions_, rows_;
+  // One buffer per kind of control array, so repeated identical uploads (every layer of a step
+  // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
+  ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_;
 };
 
 CudaBackend::~CudaBackend() {
@@ -278,6 +278,23 @@ void CudaBackend::gather_rows(const float* src, const uint32_t* host_rows, size_
   on_device();
   const auto* rows = static_cast<const uint32_t*>(rows_.put(host_rows, n_rows * sizeof(uint32_t), stream_));
   DS_CUDA_CHECK(cuda::gather_rows(src, rows, n_rows, dim, dst, stream_));
+}
+
+// The block table is a host array of the step; the kernel reads it from device memory.
+void CudaBackend::attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
+                                   float* out) {
+  on_device();
+  const size_t n_blocks = kv.block_size == 0 ? 0 : (s.kv_len + kv.block_size - 1) / kv.block_size;
+  KvPages dev = kv;
+  dev.block_table =
+      static_cast<const int32_t*>(block_table_.put(kv.block_table, n_blocks * sizeof(int32_t), stream_));
+  DS_CUDA_CHECK(cuda::attention_causal(s, q, dev, scale, out, stream_));
+}
+
+void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {
+  on_device();
+  const auto* rows = static_cast<const uint32_t*>(kv_rows_.put(host_rows, n_rows * sizeof(uint32_t), stream_));
+  DS_CUDA_CHECK(cuda::scatter_rows(src, rows, n_rows, dim, dst, stream_));
 }
 
 }  // namespace

@@ -1,12 +1,20 @@
 // The interface between a worker daemon (or an in-process driver) and the model: one
 // pipeline stage = a contiguous slice [first_layer, last_layer) of the main stack. Stage 0 also
 // owns the embedding; the last stage (last_layer == n_layer) owns the final norm, the LM head
-// and the MTP block. The stage holds all per-sequence state of its layers (KV cache rows for
-// full-attention layers, conv + recurrent state for GDN layers) keyed by sequence id.
+// and the MTP block. The stage holds all per-sequence state of its layers in pooled memory:
+// paged KV blocks for full-attention layers, conv + recurrent state slots for GDN layers, and
+// snapshot buffers of those states (the hybrid prefix cache).
+//
+// Two ways to place sequences in that memory (CacheGeometry::managed()):
+//  - managed (serving): the coordinator's scheduler decides each sequence's state slot, block
+//    table and snapshots and sends them with every step (StepInput::cache);
+//  - self-managed (tools, model tests): the stage places sequences itself by seq id and grows
+//    its pools on demand; a step only names seq ids and positions.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +25,8 @@ struct ModelConfig;
 
 // One sequence's part of a step. Tokens [start_pos, start_pos + n_tokens) are processed;
 // positions before start_pos must already be in this stage's state for seq_id (start_pos == 0
-// starts a fresh sequence and discards any old state of that id).
+// starts a fresh sequence and discards any old state of that id; on a managed stage a new
+// placement, SeqCache::is_new, may also start later, from a snapshot and shared blocks).
 struct SeqStep {
   uint64_t seq_id = 0;
   uint32_t start_pos = 0;
@@ -26,9 +35,22 @@ struct SeqStep {
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
 };
 
+// Where the scheduler placed one sequence of a step (managed memory). Order of operations in
+// a step: set up every is_new row's slot (zero, or load_snapshot), compute, then save.
+struct SeqCache {
+  uint32_t state_slot = 0;                // GDN state slot (< max_seqs)
+  bool is_new = false;                    // first step of this placement: block_ids is the whole table
+  std::optional<uint32_t> load_snapshot;  // is_new only: the slot starts from this snapshot (else zero);
+                                          // the snapshot must hold exactly start_pos positions
+  std::optional<uint32_t> save_snapshot;  // after the step: snapshot <- the slot's state
+  std::vector<uint32_t> block_ids;        // is_new: the whole block table; else blocks appended since
+};
+
 struct StepInput {
   std::vector<SeqStep> seqs;       // token rows are concatenated in this order
   const float* hidden = nullptr;   // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
+  // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.
+  std::vector<SeqCache> cache;
 };
 
 struct StepOutput {
@@ -44,10 +66,22 @@ struct StageRange {
   uint32_t last_layer = 0;  // exclusive
 };
 
+// Pool sizes, fixed when the stage is created (the coordinator sends them in Assign and
+// configures its scheduler with the same numbers, so it never plans memory the workers lack).
+struct CacheGeometry {
+  uint32_t block_size = 16;    // KV rows per block
+  uint32_t num_blocks = 0;     // KV blocks per attention layer; 0 = self-managed (pools grow)
+  uint32_t max_seqs = 0;       // GDN state slots (managed)
+  uint32_t num_snapshots = 0;  // GDN state snapshot buffers (managed; 0 = no prefix cache)
+  bool managed() const { return num_blocks > 0; }
+  bool operator==(const CacheGeometry&) const = default;
+};
+
 struct StageOptions {
   int n_threads = 1;              // CPU backend worker threads
   uint32_t max_context = 0;       // 0: model context length
   bool keep_all_hidden = false;   // debugging: record per-layer residuals (tests compare them)
+  CacheGeometry cache;            // memory layout (default: self-managed)
 };
 
 class StageModel {
@@ -61,9 +95,14 @@ class StageModel {
   virtual void forward(const StepInput& in, StepOutput* out) = 0;
   // MTP draft rows (last stage only): row i = (final-normed hidden `hidden[i]`, token
   // `token_ids[i]`) at position start_pos + i of seq_id's MTP cache. Returns [n, n_vocab] logits.
+  // The MTP cache uses the sequence's block table (its own pool); on a managed stage the table
+  // must already cover the rows.
   virtual void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
                            const float* hidden, std::vector<float>* logits) = 0;
+  // Forgets a sequence. Managed: only its block table goes (the memory belongs to the pools and
+  // the scheduler); self-managed: its slot and blocks return to the stage's free lists.
   virtual void drop_sequence(uint64_t seq_id) = 0;
+  // Forgets every sequence and every snapshot (worker recovery).
   virtual void drop_all() = 0;
   // Residual stream after each layer of the last forward (only with keep_all_hidden).
   virtual const std::vector<std::vector<float>>& layer_hidden() const = 0;

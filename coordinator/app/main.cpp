@@ -45,7 +45,7 @@ ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_con
   const uint32_t blocks_per_seq = (max_context + o.block_size - 1) / o.block_size;
   s.num_blocks = o.kv_blocks ? o.kv_blocks : blocks_per_seq * o.max_seqs;
   s.eos_token_ids = tok.eog_ids();
-  s.num_snapshots = 0;  // the prefix cache needs worker-side state snapshots (not yet)
+  s.num_snapshots = o.prefix_cache_snapshots.value_or(2 * o.max_seqs);  // 0: prefix cache off
   return s;
 }
 
@@ -66,14 +66,23 @@ int serve(int argc, char** argv) {
   o.http.model_file_name = file_name(o.engine.model_path);
   std::cerr << "[deltaserve] " << ds::describe(o) << "\n";
 
+  // One set of numbers for the scheduler and the workers' pools (sent in Assign).
+  ds::BatchEngineOptions bo;
+  bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
+  o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
+  const double kv_mib = 2.0 * o.engine.cache.num_blocks * o.engine.cache.block_size * cfg.n_head_kv * cfg.head_dim *
+                        sizeof(float) / (1024.0 * 1024.0);
+  std::cerr << "[deltaserve] worker memory: " << o.engine.cache.num_blocks << " KV blocks of "
+            << o.engine.cache.block_size << " tokens (" << kv_mib << " MiB K+V per full-attention layer), "
+            << o.engine.cache.max_seqs << " state slots, " << o.engine.cache.num_snapshots << " state snapshots"
+            << (o.engine.cache.num_snapshots ? "" : " (prefix cache off)") << "\n";
+
   ds::PipelineEngine pipeline(o.engine);
   pipeline.start();
   for (const ds::WorkerInfo& w : pipeline.workers()) {
     std::cerr << "[deltaserve] rank " << w.rank << " layers [" << w.layers.first_layer << ", " << w.layers.last_layer
               << ") pid " << w.pid << " " << w.state << "\n";
   }
-  ds::BatchEngineOptions bo;
-  bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
   ds::BatchEngine engine(pipeline, bo);
   engine.start();
   const int rc = ds::run_http_server(o.http, engine, tokenizer, chat_template, nullptr, [&](uint16_t port) {

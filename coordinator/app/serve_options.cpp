@@ -29,6 +29,7 @@ constexpr const char* kUsage =
     "  --max-seqs N           concurrent sequences (default 32)\n"
     "  --block-size N         KV cache block size in tokens (default 16)\n"
     "  --kv-blocks N          KV blocks (default: max-seqs full contexts)\n"
+    "  --prefix-cache-snapshots N  GDN state snapshots for the prefix cache (default 2 x max-seqs, 0 = off)\n"
     "  --host H / --port P    HTTP address (default 127.0.0.1:8000)\n"
     "  --api-key KEY          require `Authorization: Bearer KEY` (all routes but /health)\n"
     "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
@@ -84,6 +85,13 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"max-seqs", [o](const std::string& v) { return parse_positive(v, &o->max_seqs); }},
       {"block-size", [o](const std::string& v) { return parse_positive(v, &o->block_size); }},
       {"kv-blocks", [o](const std::string& v) { return parse_positive(v, &o->kv_blocks); }},
+      {"prefix-cache-snapshots",
+       [o](const std::string& v) {
+         uint32_t n = 0;
+         if (!parse_number(v, &n)) return false;
+         o->prefix_cache_snapshots = n;
+         return true;
+       }},
       {"host", [h](const std::string& v) { h->host = v; return !v.empty(); }},
       {"port", [h](const std::string& v) { return parse_number(v, &h->port); }},
       {"api-key", [h](const std::string& v) { h->api_key = v; return true; }},
@@ -233,7 +241,10 @@ std::string describe(const ServeOptions& o) {
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
-    << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto")) << " http=" << o.http.host
+    << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))
+    << " prefix_cache_snapshots="
+    << (o.prefix_cache_snapshots ? std::to_string(*o.prefix_cache_snapshots) : std::string("auto"))
+    << " http=" << o.http.host
     << ":" << o.http.port << " api_key=" << (o.http.api_key.empty() ? "(none)" : "***")
     << " served_model_name=" << o.http.served_model_name << " max_body=" << o.http.max_body_bytes
     << " log_format=" << o.log_format;

@@ -4,7 +4,9 @@
 // DELTASERVE_API_KEY=...) and command-line flags (--name value or --name=value).
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "coordinator/engine/engine.h"
@@ -19,6 +21,9 @@ struct ServeOptions {
   uint32_t max_seqs = 32;            // live sequences
   uint32_t block_size = 16;          // KV tokens per block
   uint32_t kv_blocks = 0;            // 0: max_seqs full contexts (no over-commit)
+  // GDN state snapshot buffers per worker for the hybrid prefix cache; 0 turns the cache off.
+  // Unset: 2 per sequence slot (one prompt snapshot + one decode snapshot each).
+  std::optional<uint32_t> prefix_cache_snapshots;
   std::string log_format = "text";   // text | json
 };
 

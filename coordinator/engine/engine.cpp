@@ -73,7 +73,7 @@ struct PipelineEngine::Impl {
   bool wait_until(const std::function<bool()>& done, int timeout_ms);
   void wait_all_ready(int64_t deadline_ms);
   bool drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms);
-  StepOutcome run_step(const std::vector<SeqRequest>& seqs);
+  StepOutcome run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released);
 };
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -125,6 +125,10 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_n_threads(static_cast<uint32_t>(opt.threads_per_worker));
   a.set_epoch(epoch);
   a.set_max_context(opt.max_context);
+  a.set_block_size(opt.cache.block_size);
+  a.set_num_blocks(opt.cache.num_blocks);
+  a.set_max_seqs(opt.cache.max_seqs);
+  a.set_num_snapshots(opt.cache.num_snapshots);
   return a;
 }
 
@@ -289,9 +293,9 @@ bool PipelineEngine::Impl::drop_everywhere(const std::vector<uint64_t>& ids, boo
 
 // ---- steps --------------------------------------------------------------------------------
 
-StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs) {
+StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
   if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
-  const v1::StepPlan plan = encode_plan(seqs, next_plan_id++, epoch, &sent_sampling);
+  const v1::StepPlan plan = encode_plan(seqs, released, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling);
   const auto t0 = std::chrono::steady_clock::now();
   pending_plan = plan.plan_id();
   pending_result.reset();
@@ -347,7 +351,9 @@ void PipelineEngine::start() {
   m.needs_recovery = false;  // nothing to recover before the first step
 }
 
-StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs) { return impl_->run_step(seqs); }
+StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
+  return impl_->run_step(seqs, released);
+}
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
   Impl& m = *impl_;
@@ -390,6 +396,7 @@ void PipelineEngine::shutdown() {
 }
 
 bool PipelineEngine::needs_recovery() const { return impl_->needs_recovery; }
+const CacheGeometry& PipelineEngine::cache_geometry() const { return impl_->opt.cache; }
 const std::vector<StageRange>& PipelineEngine::layout() const { return impl_->layout; }
 uint32_t PipelineEngine::n_vocab() const { return impl_->config.n_vocab; }
 uint32_t PipelineEngine::n_layer() const { return impl_->config.n_layer; }

@@ -6,12 +6,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/sampling.h"     // SamplingRule
-#include "worker/stage_model.h"  // StageRange
+#include "worker/stage_model.h"  // StageRange, CacheGeometry, SeqCache
 
 namespace ds {
 
@@ -31,10 +32,15 @@ struct EngineOptions {
   int step_timeout_ms = 600000;         // no result for this long = the step is lost
   uint64_t memory_budget_bytes = 0;     // per worker, 0 = no limit
   uint32_t max_context = 0;             // 0 = the model's context length
+  // Worker memory, sent in Assign and sized once per worker start. num_blocks == 0: no
+  // scheduler, the workers place sequences themselves (steps carry no SeqRequest::cache).
+  // Otherwise every step must place every sequence, with exactly these pool sizes.
+  CacheGeometry cache;
 };
 
-// One sequence's part of a step. A new sequence starts at position 0 with its prompt (chunk);
-// a running one sends only its new token(s) at the next position.
+// One sequence's part of a step. A new sequence starts at position 0 with its prompt (chunk)
+// (or, placed by a scheduler, at a prefix-cache hit); a running one sends only its new token(s)
+// at the next position.
 struct SeqRequest {
   uint64_t seq_id = 0;
   uint32_t start_pos = 0;
@@ -43,6 +49,7 @@ struct SeqRequest {
   std::vector<double> random_u;       // one uniform number in [0,1) per logit row (sampling)
   SamplingRule sampling;            // sent to the workers only when new or changed
   bool return_full_logits = false;
+  std::optional<SeqCache> cache;      // where the scheduler placed it (set iff EngineOptions::cache is managed)
 };
 
 struct RowResult {
@@ -99,8 +106,9 @@ class PipelineEngine {
   // Binds the control socket, starts the workers (unless external) and waits until every
   // stage is Ready. Throws std::runtime_error with the reason (a worker's load failure, timeout).
   void start();
-  // Runs one step through the pipeline. Throws WorkerLost or StepFailed.
-  StepOutcome step(const std::vector<SeqRequest>& seqs);
+  // Runs one step through the pipeline. `released`: sequences the workers forget before the
+  // step (their placement ended; see StepPlan.released_seq_ids). Throws WorkerLost or StepFailed.
+  StepOutcome step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
   // Frees the sequences' state on every worker.
   void drop_sequences(const std::vector<uint64_t>& seq_ids);
   // After WorkerLost: waits until every stage is Ready again and drops all sequence state on
@@ -112,6 +120,7 @@ class PipelineEngine {
   void shutdown();
 
   bool needs_recovery() const;
+  const CacheGeometry& cache_geometry() const;
   const std::vector<StageRange>& layout() const;
   std::vector<WorkerInfo> workers() const;
   uint32_t n_vocab() const;

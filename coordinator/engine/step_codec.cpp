@@ -12,7 +12,12 @@ bool same_sampling(const SentSampling& a, const SeqRequest& s) {
          a.params.top_p == s.sampling.top_p && a.full_logits == s.return_full_logits;
 }
 
-void check_request(const SeqRequest& s) {
+void check_request(const SeqRequest& s, bool managed) {
+  if (s.cache.has_value() != managed) {
+    throw StepFailed("sequence " + std::to_string(s.seq_id) +
+                     (managed ? ": the workers' memory is managed, the step must place it"
+                              : ": placed on workers that place sequences themselves"));
+  }
   if (s.tokens.empty()) throw StepFailed("sequence " + std::to_string(s.seq_id) + " has no tokens");
   if (!s.random_u.empty() && s.random_u.size() != s.logit_rows.size()) {
     throw StepFailed("sequence " + std::to_string(s.seq_id) + ": random_u count differs from logit_rows count");
@@ -22,15 +27,30 @@ void check_request(const SeqRequest& s) {
   }
 }
 
+// The placement columns of one row (see StepPlan in step.proto).
+void encode_placement(const SeqCache& c, v1::StepPlan* plan) {
+  plan->add_state_slots(c.state_slot);
+  plan->add_is_new(c.is_new);
+  plan->add_load_snapshots(c.load_snapshot ? static_cast<int32_t>(*c.load_snapshot) : -1);
+  plan->add_save_snapshots(c.save_snapshot ? static_cast<int32_t>(*c.save_snapshot) : -1);
+  plan->add_n_block_ids(static_cast<uint32_t>(c.block_ids.size()));
+  plan->mutable_block_ids()->Add(c.block_ids.begin(), c.block_ids.end());
+}
+
 }  // namespace
 
-v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch, SentSamplingMap* sent) {
+v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released, bool managed,
+                         uint64_t plan_id, uint64_t epoch, SentSamplingMap* sent) {
   if (seqs.empty()) throw StepFailed("empty step");
   v1::StepPlan plan;
   plan.set_plan_id(plan_id);
   plan.set_epoch(epoch);
+  plan.set_managed_memory(managed);
+  plan.mutable_released_seq_ids()->Add(released.begin(), released.end());
+  for (uint64_t id : released) sent->erase(id);  // the last stage forgets them too
   for (const SeqRequest& s : seqs) {
-    check_request(s);
+    check_request(s, managed);
+    if (s.cache) encode_placement(*s.cache, &plan);
     plan.add_seq_ids(s.seq_id);
     plan.add_start_positions(s.start_pos);
     plan.add_n_tokens(static_cast<uint32_t>(s.tokens.size()));
@@ -40,7 +60,8 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, 
     for (size_t i = 0; i < s.logit_rows.size(); ++i) plan.add_random_u(s.random_u.empty() ? 0.0 : s.random_u[i]);
     const auto it = sent->find(s.seq_id);
     // Sent in full when the sequence (re)starts or its inputs change; omitted otherwise.
-    if (s.start_pos == 0 || it == sent->end() || !same_sampling(it->second, s)) {
+    const bool restarts = s.start_pos == 0 || (s.cache && s.cache->is_new);
+    if (restarts || it == sent->end() || !same_sampling(it->second, s)) {
       v1::SequenceSampling* entry = plan.add_sampling();
       entry->set_seq_id(s.seq_id);
       entry->mutable_params()->set_temperature(s.sampling.temperature);

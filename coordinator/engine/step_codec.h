@@ -18,10 +18,17 @@ struct SentSampling {
 };
 using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;
 
-// Builds the plan; records in `sent` the sampling inputs it includes. Throws StepFailed when
-// the request is inconsistent (no tokens, random_u count != logit row count, ...).
-ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch,
-                              SentSamplingMap* sent);
+// Builds the plan; `released` sequences are forgotten (also in `sent`) before its rows. Records
+// in `sent` the sampling inputs it includes. `managed`: every row must carry its placement
+// (SeqRequest::cache), else none may. Throws StepFailed when the request is inconsistent (no
+// tokens, random_u count != logit row count, placement missing, ...).
+ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released,
+                              bool managed, uint64_t plan_id, uint64_t epoch, SentSamplingMap* sent);
+// For workers that place sequences themselves, nothing released.
+inline ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch,
+                                     SentSamplingMap* sent) {
+  return encode_plan(seqs, {}, false, plan_id, epoch, sent);
+}
 
 // Unpacks a StepResult (full logits from `bulk`). Throws StepFailed when it does not answer
 // `plan` consistently.

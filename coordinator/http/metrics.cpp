@@ -124,6 +124,12 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
   sample(out, "deltaserve:workers_up", "", health.workers_ready);
   header(out, "deltaserve:worker_restarts_total", "Worker restarts since start.", "counter");
   sample(out, "deltaserve:worker_restarts_total", "", static_cast<double>(health.worker_restarts));
+  header(out, "deltaserve:prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache.",
+         "counter");
+  sample(out, "deltaserve:prefix_cache_queried_tokens_total", "",
+         static_cast<double>(health.prefix_cache_queried_tokens));
+  header(out, "deltaserve:prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", "counter");
+  sample(out, "deltaserve:prefix_cache_hit_tokens_total", "", static_cast<double>(health.prefix_cache_hit_tokens));
   header(out, "deltaserve:engine_ready", "1 when every worker is Ready.", "gauge");
   sample(out, "deltaserve:engine_ready", "", health.ready ? 1 : 0);
   return out;

@@ -19,10 +19,34 @@ SamplingRule rule_of(const SamplingParams& p) {
   return r;
 }
 
+// The scheduler's placement of one row, as the workers apply it.
+SeqCache placement_of(const ScheduledSeq& s) {
+  SeqCache c;
+  c.state_slot = s.state_slot;
+  c.is_new = s.is_new;
+  c.load_snapshot = s.load_snapshot;
+  c.save_snapshot = s.save_snapshot;
+  c.block_ids = s.block_ids;
+  return c;
+}
+
 }  // namespace
+
+CacheGeometry worker_cache_geometry(const SchedulerConfig& s) {
+  CacheGeometry g;
+  g.block_size = s.block_size;
+  g.num_blocks = s.num_blocks;
+  g.max_seqs = s.max_seqs;
+  g.num_snapshots = s.num_snapshots;
+  return g;
+}
 
 BatchEngine::BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options)
     : pipeline_(pipeline), opt_(std::move(options)), scheduler_(opt_.scheduler) {
+  if (!(pipeline_.cache_geometry() == worker_cache_geometry(opt_.scheduler)) || opt_.scheduler.num_blocks == 0) {
+    throw std::invalid_argument(
+        "the workers' memory (EngineOptions::cache) differs from what the scheduler plans with");
+  }
   update_health();
 }
 
@@ -79,6 +103,8 @@ void BatchEngine::update_health() {
   h.queue_depth = s.waiting;
   h.running = s.running;
   h.max_context = opt_.scheduler.max_context;
+  h.prefix_cache_queried_tokens = s.prefix_queried_tokens;
+  h.prefix_cache_hit_tokens = s.prefix_hit_tokens;
   std::lock_guard<std::mutex> lock(mu_);
   health_ = h;
 }
@@ -160,32 +186,42 @@ void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& pl
   for (const FinishEvent& f : result.finished) finish(f.request_id, f.reason, "");
 }
 
+// Released sequences (finished, aborted, preempted) may already be gone from active_, so the
+// workers' seq ids come from placed_. Releases are idempotent on the workers: after a failed
+// step they are simply sent again.
+void BatchEngine::note_released(const StepPlan& plan) {
+  for (const ReleasedSeq& r : plan.released) {
+    auto p = placed_.find(r.request_id);
+    if (p == placed_.end()) continue;
+    to_release_.push_back(p->second);
+    placed_.erase(p);
+  }
+}
+
+SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
+  Active& a = active_.at(s.request_id);
+  SeqRequest r;
+  r.seq_id = a.seq_id;
+  r.start_pos = s.start_pos;
+  r.tokens = s.token_ids;
+  r.sampling = a.rule;
+  r.cache = placement_of(s);
+  if (s.needs_logits) {
+    r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1));
+    r.random_u.push_back(uniform01(a.rng));
+  }
+  placed_[s.request_id] = a.seq_id;
+  return r;
+}
+
 void BatchEngine::run_step() {
   StepPlan plan = scheduler_.schedule();
-  std::vector<uint64_t> drop;
-  for (const ReleasedSeq& r : plan.released) {
-    // Finished requests are gone from active_; preempted ones restart at position 0, which
-    // resets their state on the workers anyway. Either way the workers can free it now.
-    auto a = active_.find(r.request_id);
-    if (a != active_.end()) drop.push_back(a->second.seq_id);
-  }
-  if (!drop.empty()) pipeline_.drop_sequences(drop);
-  if (plan.empty()) return;
+  note_released(plan);
+  if (plan.empty()) return;  // the releases ride on the next step
   std::vector<SeqRequest> reqs;
-  for (const ScheduledSeq& s : plan.seqs) {
-    Active& a = active_.at(s.request_id);
-    SeqRequest r;
-    r.seq_id = a.seq_id;
-    r.start_pos = s.start_pos;
-    r.tokens = s.token_ids;
-    r.sampling = a.rule;
-    if (s.needs_logits) {
-      r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1));
-      r.random_u.push_back(uniform01(a.rng));
-    }
-    reqs.push_back(std::move(r));
-  }
-  const StepOutcome outcome = pipeline_.step(reqs);
+  for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
+  const StepOutcome outcome = pipeline_.step(reqs, to_release_);
+  to_release_.clear();
   deliver(outcome.rows, plan);
   recoveries_in_a_row_ = 0;
 }
@@ -220,6 +256,9 @@ void BatchEngine::loop() {
         fail_all(std::string("workers keep failing: ") + e.what());
         recoveries_in_a_row_ = 0;
       }
+      // Recovery empties every worker: no placement survives it.
+      placed_.clear();
+      to_release_.clear();
       try {
         pipeline_.recover();
         scheduler_.reset_worker_state();

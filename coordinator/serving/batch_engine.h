@@ -2,8 +2,9 @@
 // One thread (the engine loop) owns the Scheduler and the PipelineEngine, which are both
 // single-threaded; HTTP threads only enqueue submissions / cancellations and read health.
 //
-// Each loop turn: take new requests and cancellations, plan a step, drop released
-// sequences on the workers, run the step, feed the sampled tokens back, and report tokens
+// Each loop turn: take new requests and cancellations, plan a step, run it on the workers
+// (with the scheduler's memory placement: state slots, block tables, snapshots, and the
+// sequences released since the last step), feed the sampled tokens back, and report tokens
 // and finishes to the request sinks. A lost worker triggers recovery: the pipeline waits
 // for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
 // and clients only see a pause.
@@ -23,11 +24,17 @@
 #include "common/sampling.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/serving/generation.h"
+#include "worker/stage_model.h"  // CacheGeometry
 
 namespace ds {
 
 class PipelineEngine;
 struct RowResult;
+struct SeqRequest;
+
+// The worker memory a scheduler plans with: the pipeline's EngineOptions::cache must equal it
+// (BatchEngine checks), so the scheduler never places a sequence in memory a worker lacks.
+CacheGeometry worker_cache_geometry(const SchedulerConfig& scheduler);
 
 struct BatchEngineOptions {
   SchedulerConfig scheduler;
@@ -37,7 +44,8 @@ struct BatchEngineOptions {
 
 class BatchEngine final : public Engine {
  public:
-  // `pipeline` must be started and outlive this object.
+  // `pipeline` must be started and outlive this object, with
+  // cache_geometry() == worker_cache_geometry(options.scheduler) (else std::invalid_argument).
   BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options);
   ~BatchEngine() override;  // stop()
   BatchEngine(const BatchEngine&) = delete;
@@ -68,12 +76,18 @@ class BatchEngine final : public Engine {
   void deliver(const std::vector<RowResult>& rows, const StepPlan& plan);
   void finish(const std::string& id, FinishReason reason, const std::string& error);
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
+  void note_released(const StepPlan& plan);
+  SeqRequest request_of(const ScheduledSeq& s);
   void update_health();
 
   PipelineEngine& pipeline_;
   BatchEngineOptions opt_;
   Scheduler scheduler_;
   std::unordered_map<std::string, Active> active_;  // loop thread only
+  // Sequences the workers hold a placement for (request id -> seq id), and placements ended
+  // by the scheduler but not yet told to the workers (they ride on the next step).
+  std::unordered_map<std::string, uint64_t> placed_;
+  std::vector<uint64_t> to_release_;
   uint64_t next_seq_id_ = 1;
   uint32_t recoveries_in_a_row_ = 0;
 

@@ -65,6 +65,8 @@ struct EngineHealth {
   uint32_t queue_depth = 0;        // requests waiting
   uint32_t running = 0;            // requests generating
   uint32_t max_context = 0;        // tokens per sequence
+  uint64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up in the prefix cache
+  uint64_t prefix_cache_hit_tokens = 0;      // of those, reused (not recomputed)
 };
 
 class Engine {

@@ -11,12 +11,15 @@ namespace ds::cpu {
 namespace {
 
 // One (query token, head): out[d] = sum_{tau < n_keys} softmax(scale * q.k_tau)_tau v_tau[d].
-// k, v point at the kv head's first element of cache row 0. scores: n_keys floats of scratch.
-void attend_one(const float* q, const float* k, const float* v, size_t row_stride, size_t n_keys, size_t d,
+// `head_off` selects the kv head inside a cache row. scores: n_keys floats of scratch. The
+// keys are visited in row order whatever the paging, so the result does not depend on which
+// pool blocks hold the rows (bit-identical to a contiguous cache).
+void attend_one(const float* q, const KvPages& kv, size_t row_stride, size_t head_off, size_t n_keys, size_t d,
                 float scale, float* scores, float* out) {
   float mx = -INFINITY;
   for (size_t tau = 0; tau < n_keys; ++tau) {
-    scores[tau] = detail::dot(q, k + tau * row_stride, d) * scale;
+    const float* kt = kv.k_pool + kv_row_offset(kv.block_table, kv.block_size, row_stride, tau) + head_off;
+    scores[tau] = detail::dot(q, kt, d) * scale;
     mx = std::max(mx, scores[tau]);
   }
   float sum = 0.0f;
@@ -29,15 +32,15 @@ void attend_one(const float* q, const float* k, const float* v, size_t row_strid
   std::fill(out, out + d, 0.0f);
   for (size_t tau = 0; tau < n_keys; ++tau) {
     const float p = scores[tau];
-    const float* vt = v + tau * row_stride;
+    const float* vt = kv.v_pool + kv_row_offset(kv.block_table, kv.block_size, row_stride, tau) + head_off;
     for (size_t j = 0; j < d; ++j) out[j] += p * vt[j];
   }
 }
 
 }  // namespace
 
-void attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, float scale,
-                      float* out, ThreadPool* pool) {
+void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
+                      ThreadPool* pool) {
   if (s.n_q_tokens == 0 || s.n_heads == 0) return;
   if (pool == nullptr) pool = default_pool();
   const size_t group = s.n_heads / s.n_kv_heads;  // query heads per kv head (grouped mapping)
@@ -50,12 +53,10 @@ void attention_causal(const AttentionShape& s, const float* q, const float* k_ca
       const size_t t = i / s.n_heads, h = i % s.n_heads;
       const size_t g = h / group;
       const size_t n_keys = first_row + t + 1;  // causal: rows 0 .. first_row + t
-      attend_one(q + t * s.q_token_stride + h * s.q_head_stride, k_cache + g * s.head_dim, v_cache + g * s.head_dim,
-                 s.kv_row_stride, n_keys, s.head_dim, scale, scores.data(),
-                 out + t * s.out_token_stride + h * s.head_dim);
+      attend_one(q + t * s.q_token_stride + h * s.q_head_stride, kv, s.kv_row_stride, g * s.head_dim, n_keys,
+                 s.head_dim, scale, scores.data(), out + t * s.out_token_stride + h * s.head_dim);
     }
   });
 }
 
 }  // namespace ds::cpu
-

@@ -1,7 +1,12 @@
-// Causal grouped-query softmax attention over a per-sequence KV cache (spec §4.5-4.6).
+// Causal grouped-query softmax attention over a paged KV cache (spec §4.5-4.6).
+//
+// K and V live in pools of fixed-size blocks shared by all sequences; a sequence owns a block
+// table: its cache row tau is row tau % block_size of pool block block_table[tau / block_size].
+// A contiguous cache is the special case of one table entry per block in order (0, 1, 2, ...).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ds::cpu {
 
@@ -19,8 +24,23 @@ struct AttentionShape {
   size_t out_token_stride;  // out: [n_q_tokens, H, d]
 };
 
+// The sequence's view of the KV pools.
+struct KvPages {
+  const float* k_pool = nullptr;         // [pool blocks][block_size][kv_row_stride]
+  const float* v_pool = nullptr;         // same layout as k_pool
+  const int32_t* block_table = nullptr;  // ceil(kv_len / block_size) pool block ids
+  size_t block_size = 0;                 // cache rows per block
+};
+
+// Offset in floats of cache row `tau` inside a pool (the one place that maps rows to pages;
+// KV writes and the CUDA twin use it too, so reads and writes agree by construction).
+// constexpr so device code may call it (kernels/cuda builds with --expt-relaxed-constexpr).
+constexpr size_t kv_row_offset(const int32_t* block_table, size_t block_size, size_t row_stride, size_t tau) {
+  return (static_cast<size_t>(block_table[tau / block_size]) * block_size + tau % block_size) * row_stride;
+}
+
 // out[t][h] = sum_tau softmax(q.k_tau * scale) v_tau over tau <= kv_len - n_q_tokens + t.
-void attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, float scale,
-                      float* out, ThreadPool* pool);
+void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
+                      ThreadPool* pool);
 
 }  // namespace ds::cpu

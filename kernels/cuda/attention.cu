@@ -22,10 +22,14 @@ struct WarpState {
   float acc[kPerLane];  // sum of exp(score - mx) * v
 };
 
-__device__ void attend_keys(const AttentionShape& s, const float* qv, const float* k, const float* v, float scale,
-                            size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
+// Keys are visited per warp in row order; row tau is found through the block table exactly as
+// on the CPU (cpu::kv_row_offset), so paging changes where rows are read, never the math.
+// head_off selects the kv head inside a cache row.
+__device__ void attend_keys(const AttentionShape& s, const float* qv, const KvPages& kv, size_t head_off,
+                            float scale, size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
   for (size_t tau = warp; tau < n_keys; tau += kWarps) {
-    const float* kr = k + tau * s.kv_row_stride;
+    const size_t row = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off;
+    const float* kr = kv.k_pool + row;
     float p = 0.0f;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
@@ -37,7 +41,7 @@ __device__ void attend_keys(const AttentionShape& s, const float* qv, const floa
     const float corr = expf(st.mx - mx);  // 0 on the first key (st.mx = -inf)
     const float w = expf(score - mx);
     st.sum = st.sum * corr + w;
-    const float* vr = v + tau * s.kv_row_stride;
+    const float* vr = kv.v_pool + row;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const size_t i = lane + size_t{kWarp} * e;
@@ -48,8 +52,7 @@ __device__ void attend_keys(const AttentionShape& s, const float* qv, const floa
 }
 
 __global__ void __launch_bounds__(kWarps * kWarp)
-    attention_kernel(AttentionShape s, const float* q, const float* k_cache, const float* v_cache, float scale,
-                     float* out) {
+    attention_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
   __shared__ float s_mx[kWarps], s_sum[kWarps];
   __shared__ float s_acc[kWarps][kMaxAttentionHeadDim];
   const size_t h = blockIdx.x % s.n_heads, t = blockIdx.x / s.n_heads;
@@ -65,7 +68,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     qv[e] = i < s.head_dim ? qh[i] : 0.0f;
   }
   WarpState st{-INFINITY, 0.0f, {}};
-  attend_keys(s, qv, k_cache + g * s.head_dim, v_cache + g * s.head_dim, scale, n_keys, warp, lane, st);
+  attend_keys(s, qv, kv, g * s.head_dim, scale, n_keys, warp, lane, st);
 
   if (lane == 0) {
     s_mx[warp] = st.mx;
@@ -93,11 +96,12 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   }
 }
 
-cudaError_t check_shape(const AttentionShape& s) {
+cudaError_t check_shape(const AttentionShape& s, size_t kv_block_size) {
   if (s.n_kv_heads == 0 || s.n_heads % s.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (s.head_dim == 0 || s.head_dim > kMaxAttentionHeadDim) return cudaErrorInvalidValue;
   if (s.kv_len < s.n_q_tokens) return cudaErrorInvalidValue;
   if (s.q_head_stride < s.head_dim || s.kv_row_stride < s.n_kv_heads * s.head_dim) return cudaErrorInvalidValue;
+  if (s.kv_len > 0 && kv_block_size == 0) return cudaErrorInvalidValue;
   if (s.n_q_tokens > 1 && (s.q_token_stride < s.q_head_stride * (s.n_heads - 1) + s.head_dim ||
                            s.out_token_stride < s.n_heads * s.head_dim)) {
     return cudaErrorInvalidValue;
@@ -108,16 +112,20 @@ cudaError_t check_shape(const AttentionShape& s) {
 
 }  // namespace
 
-cudaError_t attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                             float scale, float* out, cudaStream_t stream) {
+cudaError_t attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
+                             cudaStream_t stream) {
   if (s.n_q_tokens == 0 || s.n_heads == 0) return cudaSuccess;
-  if (q == nullptr || k_cache == nullptr || v_cache == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  for (const float* p : {q, k_cache, v_cache, static_cast<const float*>(out)}) {
+  if (q == nullptr || kv.k_pool == nullptr || kv.v_pool == nullptr || kv.block_table == nullptr || out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(kv.k_pool),
+                        static_cast<const void*>(kv.v_pool), static_cast<const void*>(kv.block_table),
+                        static_cast<const void*>(out)}) {
     if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
   }
-  if (const cudaError_t e = check_shape(s); e != cudaSuccess) return e;
-  attention_kernel<<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(
-      s, q, k_cache, v_cache, scale, out);
+  if (const cudaError_t e = check_shape(s, kv.block_size); e != cudaSuccess) return e;
+  attention_kernel<<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(s, q, kv, scale,
+                                                                                                   out);
   return detail::launch_status();
 }
 

@@ -1,5 +1,6 @@
 // CUDA twin of kernels/cpu/attention.h: causal grouped-query softmax attention over one
-// sequence's contiguous KV cache (device pointers, layouts and strides as in AttentionShape).
+// sequence's paged KV cache (KvPages holds DEVICE pointers: the pools and the block table;
+// layouts and strides as in AttentionShape, rows mapped by cpu::kv_row_offset).
 // f32 scores and softmax, computed online (running max and sum), so any kv_len works with no
 // per-row score buffer. head_dim <= kMaxAttentionHeadDim. Status codes as in kernels/cuda/norm.h.
 #pragma once
@@ -13,10 +14,11 @@
 namespace ds::cuda {
 
 using cpu::AttentionShape;
+using cpu::KvPages;
 
 inline constexpr size_t kMaxAttentionHeadDim = 256;
 
-cudaError_t attention_causal(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                             float scale, float* out, cudaStream_t stream);
+cudaError_t attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
+                             cudaStream_t stream);
 
 }  // namespace ds::cuda

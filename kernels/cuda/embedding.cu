@@ -28,6 +28,13 @@ __global__ void gather_kernel(const float* src, const uint32_t* rows, size_t n_r
   }
 }
 
+__global__ void scatter_kernel(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) {
+  for (size_t i = blockIdx.x; i < n_rows; i += gridDim.x) {
+    float* d = dst + size_t{rows[i]} * dim;
+    for (size_t c = threadIdx.x; c < dim; c += blockDim.x) d[c] = src[i * dim + c];
+  }
+}
+
 unsigned row_grid(size_t n) { return static_cast<unsigned>(n < 65535u * 16u ? n : 65535u * 16u); }
 
 }  // namespace
@@ -75,6 +82,17 @@ cudaError_t gather_rows(const float* src, const uint32_t* rows, size_t n_rows, s
     return cudaErrorMisalignedAddress;
   }
   gather_kernel<<<row_grid(n_rows), kThreads, 0, stream>>>(src, rows, n_rows, dim, dst);
+  return detail::launch_status();
+}
+
+cudaError_t scatter_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst,
+                         cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (src == nullptr || rows == nullptr || dst == nullptr) return cudaErrorInvalidValue;
+  if (!detail::aligned_to(src, 4) || !detail::aligned_to(rows, 4) || !detail::aligned_to(dst, 4)) {
+    return cudaErrorMisalignedAddress;
+  }
+  scatter_kernel<<<row_grid(n_rows), kThreads, 0, stream>>>(src, rows, n_rows, dim, dst);
   return detail::launch_status();
 }
 

@@ -82,6 +82,76 @@ __global__ void gdn_kernel(GdnArgs a) {
   }
 }
 
+// ---- parallel recurrence (dk <= 128): the state lives in registers across a 128-thread block ---
+// Block = (value head n, 16 value columns j). Thread (ig, jj): column j0 + jj, key rows
+// i = ig*16 .. ig*16+15 (8 row groups), so S[i][j] stays in 16 registers for the whole call and is
+// read and written back once. Per token: m_j = sum_i S[i][j] k_i and o_j = sum_i S[i][j] q_i are
+// reduced over the 8 row groups through shared memory (3 barriers per token). q/k are staged in
+// shared memory (zero-padded to 128, so padded rows contribute nothing), double-buffered by token.
+constexpr int kPJ = 16, kPGroups = 8, kPI = 16, kPThreads = kPJ * kPGroups, kPMaxDk = kPGroups * kPI;
+
+__global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs a) {
+  __shared__ float qs[2][kPMaxDk], ks[2][kPMaxDk];
+  __shared__ float red_m[kPGroups][kPJ], red_o[kPGroups][kPJ];
+  const GdnShape& s = a.s;
+  const size_t n = blockIdx.x, kh = n % s.n_k_heads;
+  const int tid = static_cast<int>(threadIdx.x), jj = tid % kPJ, ig = tid / kPJ;
+  const size_t j = size_t{blockIdx.y} * kPJ + jj;
+  const bool active = j < s.dv;
+  float* Sg = a.state + n * s.dk * s.dv + j;
+  float S[kPI];
+#pragma unroll
+  for (int ii = 0; ii < kPI; ++ii) {
+    const size_t i = size_t(ig) * kPI + ii;
+    S[ii] = (active && i < s.dk) ? Sg[i * s.dv] : 0.0f;
+  }
+  for (size_t t = 0; t < s.n_tokens; ++t) {
+    const int buf = static_cast<int>(t % 2);
+    if (tid < kPMaxDk) {
+      const bool in = static_cast<size_t>(tid) < s.dk;
+      qs[buf][tid] = in ? a.q[t * s.qk_token_stride + kh * s.dk + tid] * a.q_scale : 0.0f;
+      ks[buf][tid] = in ? a.k[t * s.qk_token_stride + kh * s.dk + tid] : 0.0f;
+    }
+    const float alpha = expf(a.g[t * s.n_v_heads + n]);
+    const float beta = a.beta[t * s.n_v_heads + n];
+    const float vj = active ? a.v[t * s.v_token_stride + n * s.dv + j] : 0.0f;
+    __syncthreads();
+    const float* kr = ks[buf] + ig * kPI;
+    const float* qr = qs[buf] + ig * kPI;
+    float m = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < kPI; ++ii) {
+      S[ii] *= alpha;
+      m += S[ii] * kr[ii];
+    }
+    red_m[ig][jj] = m;
+    __syncthreads();
+    float mj = 0.0f;
+#pragma unroll
+    for (int gi = 0; gi < kPGroups; ++gi) mj += red_m[gi][jj];
+    const float delta = (vj - mj) * beta;
+    float o = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < kPI; ++ii) {
+      S[ii] += kr[ii] * delta;
+      o += S[ii] * qr[ii];
+    }
+    red_o[ig][jj] = o;
+    __syncthreads();
+    if (ig == 0 && active) {
+      float oj = 0.0f;
+#pragma unroll
+      for (int gi = 0; gi < kPGroups; ++gi) oj += red_o[gi][jj];
+      a.out[(t * s.n_v_heads + n) * s.dv + j] = oj;
+    }
+  }
+#pragma unroll
+  for (int ii = 0; ii < kPI; ++ii) {
+    const size_t i = size_t(ig) * kPI + ii;
+    if (active && i < s.dk) Sg[i * s.dv] = S[ii];
+  }
+}
+
 cudaError_t check_gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const float* state, const float* out) {
   for (const float* p : {q, k, v, g, beta, state, out}) {
@@ -106,8 +176,14 @@ cudaError_t launch_gdn(const GdnShape& s, const float* q, const float* k, const 
     if (kShared) return launch_gdn<false>(s, q, k, v, g, beta, state, out, stream);
     return cudaErrorInvalidValue;  // dk beyond any real model (> 6000)
   }
+  const GdnArgs args{s, q, k, v, g, beta, state, out, q_scale(s.dk)};
+  if (s.dk <= static_cast<size_t>(kPMaxDk) && (s.dv + kPJ - 1) / kPJ <= 65535) {
+    const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ));
+    gdn_block_kernel<<<grid, kPThreads, 0, stream>>>(args);
+    return detail::launch_status();
+  }
   const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kCols - 1) / kCols));
-  gdn_kernel<kShared><<<grid, kCols, smem, stream>>>(GdnArgs{s, q, k, v, g, beta, state, out, q_scale(s.dk)});
+  gdn_kernel<kShared><<<grid, kCols, smem, stream>>>(args);
   return detail::launch_status();
 }
 

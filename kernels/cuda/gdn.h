@@ -13,7 +13,11 @@ namespace ds::cuda {
 
 using cpu::GdnShape;
 
-// Token-by-token recurrence reading and writing the state in global memory (decode: 1 token).
+// Both forms run the exact token-by-token recurrence. For dk <= 128 (every real model) both use one
+// 128-thread block per (value head, 16 value columns) with the state in registers, read and written
+// once per call; the per-column sums over the key index are split over 8 row groups, so the f32
+// rounding order differs from the CPU's. Larger dk falls back to one warp per 32 columns.
+// Token-by-token recurrence (decode: 1 token).
 cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                           const float* beta, float* state, float* out, cudaStream_t stream);
 

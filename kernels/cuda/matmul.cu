@@ -1,6 +1,7 @@
 #include "kernels/cuda/matmul.h"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda {
@@ -163,6 +164,13 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
+  // Q8_0 fast paths (matmul_fast.h): bf16 tensor cores for prefill (opt-in), streaming GEMV for decode.
+  if (detail::bf16_tensor_cores_enabled() && detail::gemm_q8_tc_applies(w, n_tokens)) {
+    return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, stream);
+  }
+  if (detail::gemv_q8_applies(w, x, x_stride, n_tokens)) {
+    return detail::gemv_q8(w, x, x_stride, n_tokens, y, y_stride, stream);
+  }
   switch (w.type) {
     case GgmlType::F32: launch_typed<GgmlType::F32>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
     case GgmlType::F16: launch_typed<GgmlType::F16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -13,6 +14,16 @@ namespace ds::cpu {
 namespace {
 
 using test::Rng;
+
+// A contiguous cache seen through the paged contract: block j is pool block j.
+struct Contiguous {
+  std::vector<int32_t> table;
+  KvPages pages(const std::vector<float>& k, const std::vector<float>& v, size_t kv_len, size_t block_size) {
+    table.resize((kv_len + block_size - 1) / block_size);
+    for (size_t j = 0; j < table.size(); ++j) table[j] = static_cast<int32_t>(j);
+    return KvPages{k.data(), v.data(), table.data(), block_size};
+  }
+};
 
 // ---- attention -------------------------------------------------------------------------------
 
@@ -39,7 +50,8 @@ void check_attention(const AttnCase& c, ThreadPool* pool) {
   const auto v = rng.vec(c.kv_len * s.kv_row_stride);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   std::vector<float> out(c.n_q * s.out_token_stride, NAN);
-  attention_causal(s, q.data(), k.data(), v.data(), scale, out.data(), pool);
+  Contiguous cache;
+  attention_causal(s, q.data(), cache.pages(k, v, c.kv_len, 7), scale, out.data(), pool);
 
   const size_t group = c.H / c.Hkv;
   for (size_t t = 0; t < c.n_q; ++t) {
@@ -85,9 +97,47 @@ TEST(Attention, ThreadIndependent) {
   const auto q = rng.vec(7 * 6 * 32), k = rng.vec(50 * 64), v = rng.vec(50 * 64);
   std::vector<float> a(7 * 6 * 32), b(a.size());
   ThreadPool p1(1), p3(3);
-  attention_causal(s, q.data(), k.data(), v.data(), 0.2f, a.data(), &p1);
-  attention_causal(s, q.data(), k.data(), v.data(), 0.2f, b.data(), &p3);
+  Contiguous cache;
+  const KvPages kv = cache.pages(k, v, 50, 16);
+  attention_causal(s, q.data(), kv, 0.2f, a.data(), &p1);
+  attention_causal(s, q.data(), kv, 0.2f, b.data(), &p3);
   EXPECT_EQ(a, b);
+}
+
+// The same rows scattered over a larger pool in shuffled blocks (with garbage in the blocks the
+// sequence does not own) give bit-identical output: paging changes addresses, not arithmetic.
+TEST(Attention, PagedEqualsContiguousBitForBit) {
+  struct Case {
+    size_t n_q, kv_len, block_size;
+  };
+  for (const Case& c : {Case{1, 1, 1}, Case{1, 50, 16}, Case{9, 33, 4}, Case{16, 64, 16}, Case{5, 100, 7},
+                        Case{3, 17, 32}}) {
+    Rng rng(c.kv_len * 31 + c.block_size);
+    const size_t H = 6, Hkv = 2, d = 32, row = Hkv * d;
+    const AttentionShape s{c.n_q, c.kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+    const auto q = rng.vec(c.n_q * 2 * H * d, -2, 2), k = rng.vec(c.kv_len * row, -2, 2), v = rng.vec(c.kv_len * row);
+    std::vector<float> want(c.n_q * H * d), got(want.size());
+    Contiguous cont;
+    attention_causal(s, q.data(), cont.pages(k, v, c.kv_len, c.block_size), 0.3f, want.data(), nullptr);
+
+    const size_t n_blocks = (c.kv_len + c.block_size - 1) / c.block_size, pool_blocks = 3 * n_blocks + 2;
+    std::vector<int32_t> ids(pool_blocks);
+    for (size_t i = 0; i < pool_blocks; ++i) ids[i] = static_cast<int32_t>(i);
+    for (size_t i = pool_blocks - 1; i > 0; --i) {  // Fisher-Yates
+      std::swap(ids[i], ids[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
+    }
+    const std::vector<int32_t> table(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_blocks));
+    std::vector<float> k_pool = rng.vec(pool_blocks * c.block_size * row, -9, 9);
+    std::vector<float> v_pool = rng.vec(k_pool.size(), -9, 9);
+    for (size_t tau = 0; tau < c.kv_len; ++tau) {
+      const size_t at = kv_row_offset(table.data(), c.block_size, row, tau);
+      std::copy_n(k.data() + tau * row, row, k_pool.data() + at);
+      std::copy_n(v.data() + tau * row, row, v_pool.data() + at);
+    }
+    attention_causal(s, q.data(), KvPages{k_pool.data(), v_pool.data(), table.data(), c.block_size}, 0.3f, got.data(),
+                     nullptr);
+    EXPECT_EQ(got, want) << "n_q " << c.n_q << " kv_len " << c.kv_len << " block " << c.block_size;
+  }
 }
 
 // ---- rope ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 namespace ds::test {
 
-LoadedModel load_fixture(bool keep_all_hidden, StageRange range) {
+LoadedModel load_fixture(bool keep_all_hidden, StageRange range, CacheGeometry cache) {
   LoadedModel m;
   m.gguf = std::make_shared<const GgufFile>(GgufFile::open(tiny_model_path()));
   m.config = load_model_config(*m.gguf);
@@ -14,6 +14,7 @@ LoadedModel load_fixture(bool keep_all_hidden, StageRange range) {
   StageOptions o;
   o.n_threads = 2;
   o.keep_all_hidden = keep_all_hidden;
+  o.cache = cache;
   m.stage = load_cpu_stage(m.gguf, m.config, range, o);
   return m;
 }

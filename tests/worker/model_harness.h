@@ -16,7 +16,8 @@ struct LoadedModel {
   std::unique_ptr<StageModel> stage;
 };
 
-LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0});
+// `cache`: the stage's memory layout (default self-managed, as tools use it).
+LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0}, CacheGeometry cache = {});
 
 // Runs `ids` as sequence `seq_id` from position 0 in chunks of `chunk` tokens (0: one step),
 // returning the logits of `rows` ([rows.size(), V]), rows ascending, and optionally their

@@ -49,6 +49,11 @@ std::unique_ptr<StageModel> load_gguf_stage(const ipc::v1::Assign& assign, int n
   StageOptions options;
   options.n_threads = n_threads;
   options.max_context = assign.max_context();
+  // Pools are sized here, once per worker start, from what the coordinator's scheduler plans with.
+  if (assign.block_size() != 0) options.cache.block_size = assign.block_size();
+  options.cache.num_blocks = assign.num_blocks();
+  options.cache.max_seqs = assign.max_seqs();
+  options.cache.num_snapshots = assign.num_snapshots();
   return load_cpu_stage(gguf, config, StageRange{assign.first_layer(), assign.last_layer()}, options);
 #else
   (void)assign, (void)n_threads, (void)shape, (void)weight_bytes;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -33,6 +34,35 @@ void describe_chunk(uint64_t plan_id, uint64_t rows, uint64_t cols, size_t nbyte
   chunk->set_nbytes(nbytes);
 }
 
+// The placement columns: all per-row arrays present (managed) or all absent.
+void validate_placement(const v1::StepPlan& plan) {
+  const int n = plan.seq_ids_size();
+  if (!plan.managed_memory()) {
+    if (plan.state_slots_size() || plan.is_new_size() || plan.load_snapshots_size() || plan.save_snapshots_size() ||
+        plan.n_block_ids_size() || plan.block_ids_size()) {
+      throw FormatError("plan " + std::to_string(plan.plan_id()) + ": placement columns without managed_memory");
+    }
+    return;
+  }
+  if (plan.state_slots_size() != n || plan.is_new_size() != n || plan.load_snapshots_size() != n ||
+      plan.save_snapshots_size() != n || plan.n_block_ids_size() != n) {
+    throw FormatError("plan " + std::to_string(plan.plan_id()) + ": placement arrays differ in length");
+  }
+  uint64_t blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    if (plan.load_snapshots(i) < -1 || plan.save_snapshots(i) < -1) throw FormatError("plan: negative snapshot id");
+    if (plan.load_snapshots(i) >= 0 && !plan.is_new(i)) throw FormatError("plan: snapshot load on a running sequence");
+    blocks += plan.n_block_ids(i);
+  }
+  if (blocks != static_cast<uint64_t>(plan.block_ids_size())) {
+    throw FormatError("plan: block_ids length != sum of n_block_ids");
+  }
+}
+
+std::optional<uint32_t> snapshot_id(int32_t v) {
+  return v < 0 ? std::nullopt : std::optional<uint32_t>(static_cast<uint32_t>(v));
+}
+
 }  // namespace
 
 void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
@@ -56,6 +86,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
     rows += plan.n_logit_rows(i);
   }
   if (tokens != total_tokens(plan)) throw FormatError("plan: token_ids length != sum of n_tokens");
+  validate_placement(plan);
   if (rows != static_cast<uint64_t>(plan.logit_rows_size()) || rows != static_cast<uint64_t>(plan.random_u_size())) {
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
@@ -82,8 +113,19 @@ void StageRunner::remember_sampling(const v1::StepPlan& plan) {
 StepInput StageRunner::build_input(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
                                    std::vector<float>* hidden_storage) const {
   StepInput in;
-  int tok = 0, row = 0;
+  int tok = 0, row = 0, block = 0;
   for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    if (plan.managed_memory()) {
+      SeqCache c;
+      c.state_slot = plan.state_slots(i);
+      c.is_new = plan.is_new(i);
+      c.load_snapshot = snapshot_id(plan.load_snapshots(i));
+      c.save_snapshot = snapshot_id(plan.save_snapshots(i));
+      const auto first = plan.block_ids().begin() + block;
+      block += static_cast<int>(plan.n_block_ids(i));
+      c.block_ids.assign(first, plan.block_ids().begin() + block);
+      in.cache.push_back(std::move(c));
+    }
     SeqStep s;
     s.seq_id = plan.seq_ids(i);
     s.start_pos = plan.start_positions(i);
@@ -110,6 +152,8 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, const std::vector<
                                     const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
   const uint64_t received = now_us();
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
+  // Releases come first: a released sequence's slot may be reused by a new row of this plan.
+  for (uint64_t id : plan.released_seq_ids()) forget(id);
   std::vector<float> hidden_storage;
   const StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
   StepOutput out;
@@ -189,11 +233,13 @@ void StageRunner::drop(const v1::DropSequences& drop) {
     live_.clear();
     return;
   }
-  for (uint64_t id : drop.seq_ids()) {
-    model_->drop_sequence(id);
-    sampling_.erase(id);
-    live_.erase(id);
-  }
+  for (uint64_t id : drop.seq_ids()) forget(id);
+}
+
+void StageRunner::forget(uint64_t seq_id) {
+  model_->drop_sequence(seq_id);
+  sampling_.erase(seq_id);
+  live_.erase(seq_id);
 }
 
 }  // namespace ds

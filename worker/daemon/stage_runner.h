@@ -1,4 +1,5 @@
-// Executes StepPlans on one StageModel: checks the plan, turns its columns into the model's
+// Executes StepPlans on one StageModel: checks the plan, applies its releases, turns its
+// columns (tokens, and the scheduler's memory placement when managed) into the model's
 // StepInput, runs the forward and packs the output for the next hop — a StageForward (hidden
 // chunk) for the next stage, or a StepResult (logit digests) for the coordinator on the last
 // stage. Holds the sampling inputs of each sequence (sent once by the coordinator).
@@ -47,6 +48,7 @@ class StageRunner {
     bool full_logits = false;
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);
+  void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
   StepInput build_input(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
                         std::vector<float>* hidden_storage) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,

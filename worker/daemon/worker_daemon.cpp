@@ -57,8 +57,10 @@ void WorkerDaemon::send_hello() {
 
 int WorkerDaemon::run(const std::atomic<bool>& stop) {
   std::cerr << "[worker " << options_.rank << "] starting: " << describe(options_) << "\n";
+  notifier_.waiting_for_coordinator(options_.coordinator);
   int64_t next_hello = 0;
   while (!stop && !shutdown_) {
+    notifier_.tick();
     if (!assign_ && steady_now_ms() >= next_hello) {
       send_hello();
       next_hello = steady_now_ms() + kHelloRetryMs;
@@ -70,6 +72,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     drain(*channels[static_cast<size_t>(ready)], ready == 1);
   }
   std::cerr << "[worker " << options_.rank << "] exiting\n";
+  notifier_.stopping();
   return 0;
 }
 
@@ -91,6 +94,7 @@ bool WorkerDaemon::drain(ipc::ZmqChannel& channel, bool is_data) {
     } else {
       on_control(msg);
     }
+    notifier_.tick();  // a steady stream of steps may keep this loop from returning for long
     if (shutdown_) return any;
   }
 }
@@ -133,6 +137,7 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   ready->set_rank(options_.rank);
   ready->set_instance_id(instance_id_);
   const auto t0 = std::chrono::steady_clock::now();
+  notifier_.loading(assign.first_layer(), assign.last_layer());
   try {
     if (assign.rank() != options_.rank) throw std::runtime_error("Assign for rank " + std::to_string(assign.rank()));
     if (options_.backend != "cpu") throw std::runtime_error("the CUDA backend is not built yet");
@@ -163,6 +168,11 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   std::cerr << "[worker " << options_.rank << "] layers [" << assign.first_layer() << ", " << assign.last_layer()
             << ") " << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in " << ms.count() << " ms\n";
   send_to_coordinator(reply);
+  if (ready->ok()) {
+    notifier_.ready(assign.first_layer(), assign.last_layer(), ms.count());
+  } else {
+    notifier_.load_failed(ready->error());
+  }
 }
 
 void WorkerDaemon::handle_drop(const v1::DropSequences& drop) {

@@ -13,6 +13,7 @@
 
 #include "common/ipc/channel.h"
 #include "worker/daemon/heartbeat.h"
+#include "worker/daemon/service_notifier.h"
 #include "worker/daemon/stage_runner.h"
 #include "worker/daemon/worker_options.h"
 
@@ -59,6 +60,7 @@ class WorkerDaemon {
   std::optional<ipc::v1::Assign> assign_;
   WorkerStats stats_;
   std::unique_ptr<HeartbeatThread> heartbeat_;
+  ServiceNotifier notifier_;  // systemd: status, READY, watchdog, STOPPING
 };
 
 }  // namespace ds

@@ -4,17 +4,19 @@
 //
 // A step processes a batch of sequences with different lengths and start positions; token
 // rows of all sequences are concatenated so the projections run as one matmul, while conv,
-// recurrence and attention run per sequence over that sequence's state.
+// recurrence and attention run per sequence over that sequence's state. State lives in pools
+// (worker/cache): GDN layers use the sequence's state slot, attention layers read and write
+// K/V through its block table.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 
 #include "common/error.h"
 #include "common/gguf.h"
 #include "common/model_config.h"
 #include "worker/backend.h"
+#include "worker/cache/stage_cache.h"
 #include "worker/models/workspace.h"
 #include "worker/stage_model.h"
 
@@ -54,27 +56,10 @@ struct MtpWeights {
   LayerWeights block;
 };
 
-// ---- per-sequence state -------------------------------------------------------------------------
-
-struct LayerState {
-  float* conv = nullptr;  // GDN: [Kc-1][C] raw inputs, oldest first
-  float* ssm = nullptr;   // GDN: [nv][dk][dv]
-  float* k = nullptr;     // attention: [kv_cap][Hkv*d]
-  float* v = nullptr;
-  size_t kv_cap = 0;
-};
-
-struct SeqState {
-  uint32_t n_past = 0;
-  std::vector<LayerState> layers;  // one per local layer
-  LayerState mtp;
-  uint32_t mtp_n_past = 0;
-};
-
 // Token rows of one sequence inside the concatenated batch.
 struct SeqSpan {
-  SeqState* state;
-  size_t offset;    // first row
+  StageCache::Seq* seq;  // slot and block table
+  size_t offset;         // first row
   size_t n_tokens;
   uint32_t start_pos;
 };
@@ -85,8 +70,8 @@ class Qwen35Stage final : public StageModel {
               const StageOptions& options, std::unique_ptr<Backend> backend)
       : gguf_(std::move(gguf)), cfg_(config), range_(range), opt_(options), be_(std::move(backend)), ws_(*be_) {
     bind_weights();
+    cache_ = std::make_unique<StageCache>(*be_, opt_.cache, cache_shapes());
   }
-  ~Qwen35Stage() override { drop_all(); }
 
   const StageRange& range() const override { return range_; }
   bool is_first() const override { return range_.first_layer == 0; }
@@ -96,8 +81,8 @@ class Qwen35Stage final : public StageModel {
   void forward(const StepInput& in, StepOutput* out) override;
   void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden,
                    std::vector<float>* logits) override;
-  void drop_sequence(uint64_t seq_id) override;
-  void drop_all() override;
+  void drop_sequence(uint64_t seq_id) override { cache_->drop(seq_id); }
+  void drop_all() override { cache_->drop_all(); }
 
  private:
   void bind_weights();
@@ -105,10 +90,10 @@ class Qwen35Stage final : public StageModel {
   WeightView w(const std::string& name) const { return be_->weight(gguf_->tensor(name)); }
   const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
 
+  CacheShapes cache_shapes();
+  void check_batch(const StepInput& in) const;
   std::vector<SeqSpan> prepare_batch(const StepInput& in);
-  SeqState& state_for(uint64_t seq_id, uint32_t start_pos, bool mtp);
-  void release_layer_state(LayerState& s);
-  void ensure_kv_capacity(LayerState& s, size_t rows);
+  void set_positions(const std::vector<SeqSpan>& spans, size_t T);
 
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
@@ -131,8 +116,13 @@ class Qwen35Stage final : public StageModel {
   bool has_mtp_ = false;
   MtpWeights mtp_;
 
-  std::unordered_map<uint64_t, SeqState> seqs_;
+  // Per local layer: its KV pool (attention) or its place in a state slot (GDN); the MTP
+  // block's attention has the pool after the main layers'.
+  std::vector<size_t> cache_index_;
+  size_t mtp_pool_ = 0;
+  std::unique_ptr<StageCache> cache_;  // after be_: released before the backend goes
   std::vector<int32_t> positions_;  // host [3][T]
+  std::vector<uint32_t> kv_rows_;   // host [T]: pool row of every token of the step
   std::vector<std::vector<float>> layer_hidden_;
 };
 
@@ -185,73 +175,22 @@ void Qwen35Stage::bind_weights() {
 
 // ---- sequence state ------------------------------------------------------------------------------
 
-void Qwen35Stage::release_layer_state(LayerState& s) {
-  be_->release(s.conv);
-  be_->release(s.ssm);
-  be_->release(s.k);
-  be_->release(s.v);
-  s = LayerState{};
-}
-
-void Qwen35Stage::drop_sequence(uint64_t seq_id) {
-  auto it = seqs_.find(seq_id);
-  if (it == seqs_.end()) return;
-  for (auto& ls : it->second.layers) release_layer_state(ls);
-  release_layer_state(it->second.mtp);
-  seqs_.erase(it);
-}
-
-void Qwen35Stage::drop_all() {
-  while (!seqs_.empty()) drop_sequence(seqs_.begin()->first);
-}
-
-// Returns the state a step starting at `start_pos` continues (start_pos == 0: a fresh one).
-SeqState& Qwen35Stage::state_for(uint64_t seq_id, uint32_t start_pos, bool mtp) {
-  SeqState& st = seqs_[seq_id];
-  if (st.layers.empty()) {
-    st.layers.resize(layers_.size());
-    const size_t C = cfg_.ssm_conv_channels();
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      if (layers_[i].kind != LayerKind::kLinearAttention) continue;
-      st.layers[i].conv = be_->alloc((cfg_.ssm_conv_kernel - 1) * C);
-      st.layers[i].ssm = be_->alloc(size_t{cfg_.ssm_dt_rank} * cfg_.ssm_d_state * cfg_.ssm_head_v_dim());
-    }
+// Numbers the stage's attention layers (KV pools) and GDN layers (parts of a state slot).
+CacheShapes Qwen35Stage::cache_shapes() {
+  CacheShapes c;
+  for (const LayerWeights& lw : layers_) {
+    const bool attn = lw.kind == LayerKind::kFullAttention;
+    cache_index_.push_back(attn ? c.n_attention_layers++ : c.n_gdn_layers++);
   }
-  if (start_pos == 0) {  // restart: clear recurrent state, forget cached rows
-    if (mtp) {
-      st.mtp_n_past = 0;
-    } else {
-      st.n_past = 0;
-      const size_t C = cfg_.ssm_conv_channels();
-      for (size_t i = 0; i < layers_.size(); ++i) {
-        if (layers_[i].kind != LayerKind::kLinearAttention) continue;
-        be_->zero(st.layers[i].conv, (cfg_.ssm_conv_kernel - 1) * C);
-        be_->zero(st.layers[i].ssm, size_t{cfg_.ssm_dt_rank} * cfg_.ssm_d_state * cfg_.ssm_head_v_dim());
-      }
-    }
-  }
-  return st;
+  mtp_pool_ = has_mtp_ ? c.n_attention_layers++ : 0;
+  c.kv_row_floats = size_t{cfg_.n_head_kv} * cfg_.head_dim;
+  c.conv_floats = size_t{cfg_.ssm_conv_kernel - 1} * cfg_.ssm_conv_channels();
+  c.ssm_floats = size_t{cfg_.ssm_dt_rank} * cfg_.ssm_d_state * cfg_.ssm_head_v_dim();
+  return c;
 }
 
-void Qwen35Stage::ensure_kv_capacity(LayerState& s, size_t rows) {
-  if (rows <= s.kv_cap) return;
-  const size_t row = size_t{cfg_.n_head_kv} * cfg_.head_dim;
-  const size_t cap = std::max({rows, 2 * s.kv_cap, size_t{256}});
-  float* k = be_->alloc(cap * row);
-  float* v = be_->alloc(cap * row);
-  if (s.k != nullptr) {
-    be_->copy(k, s.k, s.kv_cap * row);
-    be_->copy(v, s.v, s.kv_cap * row);
-    be_->release(s.k);
-    be_->release(s.v);
-  }
-  s.k = k;
-  s.v = v;
-  s.kv_cap = cap;
-}
-
-// Validates the whole step before touching any state, then resolves each sequence's state.
-std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
+// Validates the whole step before touching any state.
+void Qwen35Stage::check_batch(const StepInput& in) const {
   if (in.seqs.empty()) throw ConfigError("empty step");
   if (!is_first() && in.hidden == nullptr) throw ConfigError("stage needs the previous stage's hidden states");
   for (size_t i = 0; i < in.seqs.size(); ++i) {
@@ -267,23 +206,39 @@ std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
     for (uint32_t r : s.logit_rows) {
       if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
     }
-    auto it = seqs_.find(s.seq_id);
-    const uint32_t have = it == seqs_.end() ? 0 : it->second.n_past;
-    if (s.start_pos != 0 && s.start_pos != have) {
-      throw ConfigError(who + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds " +
-                        std::to_string(have) + " positions");
-    }
     if (opt_.max_context && size_t{s.start_pos} + s.n_tokens() > opt_.max_context) {
       throw ConfigError(who + ": exceeds the context limit of " + std::to_string(opt_.max_context));
     }
   }
+  cache_->check_step(in);
+}
+
+// Checks the step, places its sequences (slot set-up, block tables) and lays out their rows.
+std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
+  check_batch(in);
+  const std::vector<StageCache::Seq*> seqs = cache_->begin_step(in);
   std::vector<SeqSpan> spans;
   size_t offset = 0;
-  for (const SeqStep& s : in.seqs) {
-    spans.push_back({&state_for(s.seq_id, s.start_pos, false), offset, s.n_tokens(), s.start_pos});
-    offset += s.n_tokens();
+  for (size_t i = 0; i < in.seqs.size(); ++i) {
+    spans.push_back({seqs[i], offset, in.seqs[i].n_tokens(), in.seqs[i].start_pos});
+    offset += in.seqs[i].n_tokens();
   }
+  set_positions(spans, offset);
   return spans;
+}
+
+// Rope positions (3 identical streams: text-only M-RoPE) and the pool row every token's K/V
+// goes to, for all attention layers of the step.
+void Qwen35Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
+  positions_.resize(3 * T);
+  kv_rows_.clear();
+  for (const SeqSpan& s : spans) {
+    for (size_t j = 0; j < s.n_tokens; ++j) {
+      const auto pos = static_cast<int32_t>(s.start_pos + j);
+      for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + s.offset + j] = pos;
+    }
+    cache_->append_pool_rows(*s.seq, s.start_pos, s.n_tokens, &kv_rows_);
+  }
 }
 
 // ---- layers ----------------------------------------------------------------------------------------
@@ -308,8 +263,8 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
   be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
   for (const SeqSpan& s : spans) {
-    be_->causal_conv1d_silu(qkv + s.offset * C, C, s.n_tokens, C, lw.gdn.conv, Kc, s.state->layers[local].conv,
-                            conv + s.offset * C);
+    be_->causal_conv1d_silu(qkv + s.offset * C, C, s.n_tokens, C, lw.gdn.conv, Kc,
+                            cache_->states().conv(s.seq->slot, cache_index_[local]), conv + s.offset * C);
   }
   for (size_t head = 0; head < 2 * nk; ++head) {  // L2-normalize every q and k head in place
     be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
@@ -318,7 +273,7 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
     const float* q = conv + s.offset * C;
     const GdnShape shape{s.n_tokens, nk, nv, dk, dv, C, C};
     be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv,
-             s.state->layers[local].ssm, o + s.offset * nv * dv);
+             cache_->states().ssm(s.seq->slot, cache_index_[local]), o + s.offset * nv * dv);
   }
   be_->gated_rms_norm(o, z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
   float* mixed = ws_.get(Slot::kOut, T * D);
@@ -343,15 +298,19 @@ void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqS
   be_->rope_neox(qg, T, 2 * H * d, H, 2 * d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
   be_->rope_neox(k, T, Hkv * d, Hkv, d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
 
+  // Every token's K/V row goes to its sequence's page first; then each sequence attends over
+  // its rows through its block table.
   const size_t row = Hkv * d;
+  const size_t pool = mtp ? mtp_pool_ : cache_index_[local];
+  float* k_pool = cache_->kv().k(pool);
+  float* v_pool = cache_->kv().v(pool);
+  be_->scatter_rows(k, kv_rows_.data(), T, row, k_pool);
+  be_->scatter_rows(v, kv_rows_.data(), T, row, v_pool);
   for (const SeqSpan& s : spans) {
-    LayerState& ls = mtp ? s.state->mtp : s.state->layers[local];
     const size_t kv_len = size_t{s.start_pos} + s.n_tokens;
-    ensure_kv_capacity(ls, kv_len);
-    be_->copy(ls.k + size_t{s.start_pos} * row, k + s.offset * row, s.n_tokens * row);
-    be_->copy(ls.v + size_t{s.start_pos} * row, v + s.offset * row, s.n_tokens * row);
     const AttentionShape shape{s.n_tokens, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
-    be_->attention_causal(shape, qg + s.offset * 2 * H * d, ls.k, ls.v, 1.0f / std::sqrt(static_cast<float>(d)),
+    const KvPages pages{k_pool, v_pool, s.seq->table.data(), cache_->kv().block_size()};
+    be_->attention_causal(shape, qg + s.offset * 2 * H * d, pages, 1.0f / std::sqrt(static_cast<float>(d)),
                           o + s.offset * H * d);
   }
   be_->sigmoid_gate(o, d, qg + d, 2 * d, T * H, d, y, d);
@@ -407,15 +366,9 @@ void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, c
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
-  std::vector<SeqSpan> spans = prepare_batch(in);
+  const std::vector<SeqSpan> spans = prepare_batch(in);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
-  positions_.resize(3 * T);
-  for (const SeqSpan& s : spans) {
-    for (size_t j = 0; j < s.n_tokens; ++j) {
-      for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + s.offset + j] = static_cast<int32_t>(s.start_pos + j);
-    }
-  }
   float* x = ws_.get(Slot::kHidden, T * D);
   if (is_first()) {
     std::vector<int32_t> ids;
@@ -432,7 +385,7 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
       be_->download(layer_hidden_.back().data(), x, T * D);
     }
   }
-  for (size_t i = 0; i < spans.size(); ++i) spans[i].state->n_past = spans[i].start_pos + static_cast<uint32_t>(spans[i].n_tokens);
+  cache_->end_step(in);
 
   out->hidden.clear();
   out->logits.clear();
@@ -461,19 +414,10 @@ void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::ve
   for (int32_t id : token_ids) {
     if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab) throw ConfigError("MTP token id out of range");
   }
-  auto it = seqs_.find(seq_id);
-  const uint32_t have = it == seqs_.end() ? 0 : it->second.mtp_n_past;
-  if (start_pos != 0 && start_pos != have) {
-    throw ConfigError("MTP step for sequence " + std::to_string(seq_id) + " starts at " + std::to_string(start_pos) +
-                      " but the MTP cache holds " + std::to_string(have));
-  }
-  SeqState& st = state_for(seq_id, start_pos, true);
+  StageCache::Seq& seq = cache_->begin_mtp(seq_id, start_pos, token_ids.size());
   const size_t D = cfg_.n_embd, T = token_ids.size();
-  std::vector<SeqSpan> spans{{&st, 0, T, start_pos}};
-  positions_.resize(3 * T);
-  for (size_t j = 0; j < T; ++j) {
-    for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + j] = static_cast<int32_t>(start_pos + j);
-  }
+  const std::vector<SeqSpan> spans{{&seq, 0, T, start_pos}};
+  set_positions(spans, T);
   float* e = ws_.get(Slot::kProjA, T * D);
   float* h = ws_.get(Slot::kProjB, T * D);
   float* cat = ws_.get(Slot::kConv, T * 2 * D);  // row t = [enorm(e_t) ; hnorm(h_t)]
@@ -484,7 +428,7 @@ void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::ve
   float* x = ws_.get(Slot::kHidden, T * D);
   be_->matmul(mtp_.eh_proj, cat, 2 * D, T, x, D);
   run_layer(mtp_.block, 0, spans, T, true);
-  st.mtp_n_past = start_pos + static_cast<uint32_t>(T);
+  seq.mtp_n_past = start_pos + static_cast<uint32_t>(T);
   lm_head(x, T, mtp_.head_norm, mtp_.head, logits, nullptr);
 }
 

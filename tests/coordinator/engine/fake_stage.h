@@ -20,6 +20,7 @@ class FakeStage : public StageModel {
   bool is_last() const override { return range_.last_layer == n_layer_; }
 
   void forward(const StepInput& in, StepOutput* out) override {
+    last_cache_ = in.cache;
     for (const SeqStep& s : in.seqs) {
       auto it = held_.find(s.seq_id);
       if (s.start_pos != 0 && (it == held_.end() || it->second.first != s.start_pos)) {
@@ -55,16 +56,23 @@ class FakeStage : public StageModel {
   void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*) override {
     throw std::logic_error("fake stage has no MTP");
   }
-  void drop_sequence(uint64_t id) override { held_.erase(id); }
+  void drop_sequence(uint64_t id) override {
+    held_.erase(id);
+    dropped_.push_back(id);
+  }
   void drop_all() override { held_.clear(); }
   const std::vector<std::vector<float>>& layer_hidden() const override { return none_; }
   size_t n_held() const { return held_.size(); }
+  const std::vector<SeqCache>& last_cache() const { return last_cache_; }  // placements of the last step
+  const std::vector<uint64_t>& dropped() const { return dropped_; }
 
  private:
   StageRange range_;
   uint32_t n_layer_;
   std::map<uint64_t, std::pair<uint32_t, float>> held_;  // seq -> (positions held, accumulator)
   std::vector<std::vector<float>> none_;
+  std::vector<SeqCache> last_cache_;
+  std::vector<uint64_t> dropped_;
 };
 
 }  // namespace ds::test

@@ -121,6 +121,32 @@ TEST(StepCodec, NewSequenceInFullThenDeltas) {
   EXPECT_EQ(encode_plan({next}, 3, 1, &sent).sampling_size(), 1);
 }
 
+TEST(StepCodec, PlacementColumnsAndReleases) {
+  SentSamplingMap sent;
+  SeqRequest a = decode_request(7, 0, {1, 2, 3});
+  a.cache = SeqCache{3, true, std::nullopt, 1u, {10, 11}};
+  const v1::StepPlan first = encode_plan({a}, {}, true, 1, 1, &sent);
+  EXPECT_TRUE(first.managed_memory());
+  EXPECT_EQ(first.state_slots(0), 3u);
+  EXPECT_TRUE(first.is_new(0));
+  EXPECT_EQ(first.load_snapshots(0), -1);
+  EXPECT_EQ(first.save_snapshots(0), 1);
+  EXPECT_EQ(first.n_block_ids(0), 2u);
+  EXPECT_EQ(first.block_ids_size(), 2);
+
+  // Released, then placed again from a prefix hit (is_new at position 16): sampling resent.
+  SeqRequest hit = decode_request(7, 16, {4});
+  hit.cache = SeqCache{0, true, 1u, std::nullopt, {10, 11}};
+  const v1::StepPlan again = encode_plan({hit}, {7}, true, 2, 1, &sent);
+  ASSERT_EQ(again.released_seq_ids_size(), 1);
+  EXPECT_EQ(again.released_seq_ids(0), 7u);
+  EXPECT_EQ(again.sampling_size(), 1);
+  EXPECT_EQ(again.load_snapshots(0), 1);
+
+  EXPECT_THROW(encode_plan({decode_request(8, 0, {1})}, {}, true, 3, 1, &sent), StepFailed);  // placement missing
+  EXPECT_THROW(encode_plan({a}, {}, false, 3, 1, &sent), StepFailed);  // placement on self-managed workers
+}
+
 TEST(StepCodec, RejectsInconsistentRequestsAndResults) {
   SentSamplingMap sent;
   SeqRequest bad = decode_request(1, 0, {1, 2});

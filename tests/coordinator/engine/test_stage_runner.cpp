@@ -56,6 +56,42 @@ TEST(StageRunner, TwoStagesProduceDigestsByTheSharedRule) {
   EXPECT_EQ(s1.n_sequences(), 0u);
 }
 
+// The scheduler's placement travels column-wise and reaches the model unchanged; releases are
+// applied before the step.
+TEST(StageRunner, PlacementAndReleasesReachTheModel) {
+  auto model = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+  const FakeStage* fake = model.get();
+  StageRunner s(std::move(model), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+  SentSamplingMap sent;
+  SeqRequest a = request(5, 0, {3, 4, 5}, 0.3), b = request(6, 0, {1}, 0.5);
+  a.cache = SeqCache{2, true, std::nullopt, 4u, {7, 3}};
+  b.cache = SeqCache{0, true, std::nullopt, std::nullopt, {1}};
+  s.run(encode_plan({a, b}, {}, true, 1, 1, &sent), {}, kNoTimings);
+  ASSERT_EQ(fake->last_cache().size(), 2u);
+  EXPECT_EQ(fake->last_cache()[0].state_slot, 2u);
+  EXPECT_TRUE(fake->last_cache()[0].is_new);
+  EXPECT_FALSE(fake->last_cache()[0].load_snapshot.has_value());
+  EXPECT_EQ(fake->last_cache()[0].save_snapshot, std::optional<uint32_t>(4));
+  EXPECT_EQ(fake->last_cache()[0].block_ids, (std::vector<uint32_t>{7, 3}));
+  EXPECT_EQ(fake->last_cache()[1].block_ids, (std::vector<uint32_t>{1}));
+
+  SeqRequest next = request(5, 3, {9}, 0.1);
+  next.cache = SeqCache{2, false, std::nullopt, std::nullopt, {8}};
+  s.run(encode_plan({next}, {6}, true, 2, 1, &sent), {}, kNoTimings);
+  EXPECT_EQ(fake->dropped(), (std::vector<uint64_t>{6}));
+  ASSERT_EQ(fake->last_cache().size(), 1u);
+  EXPECT_FALSE(fake->last_cache()[0].is_new);
+  EXPECT_EQ(fake->last_cache()[0].block_ids, (std::vector<uint32_t>{8}));
+  EXPECT_EQ(s.n_sequences(), 1u);
+
+  v1::StepPlan broken = encode_plan({next}, {}, true, 3, 1, &sent);
+  broken.add_block_ids(5);  // more block ids than n_block_ids announce
+  EXPECT_THROW(s.run(broken, {}, kNoTimings), FormatError);
+  broken = encode_plan({request(7, 0, {1}, 0.1)}, 4, 1, &sent);
+  broken.add_state_slots(1);  // placement columns on a plan without managed memory
+  EXPECT_THROW(s.run(broken, {}, kNoTimings), FormatError);
+}
+
 TEST(StageRunner, RejectsInconsistentPlansAndChunks) {
   StageRunner s0 = make_runner({0, 8}, 0);
   SentSamplingMap sent;

@@ -5,7 +5,8 @@
 // keys are unit vectors and beta < 1 (the update is a contraction). We allow 2e-5 relative to the
 // largest output / state value over up to 200 tokens.
 // Attention tolerance: online softmax (running max) vs the CPU's two-pass softmax and a different
-// summation order of q.k and p.v: a few ulp of the largest value; we allow 1e-5 relative.
+// summation order of q.k and p.v: a few ulp of the largest value; we allow 1e-5 relative. Both
+// read the same paged cache (shuffled block table).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -114,20 +115,51 @@ struct AttnCase {
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
-// Layout of the model: q rows [H][query | gate] (stride 2d per head), cache rows Hkv*d.
+// A paged cache as the model lays it out: the sequence's rows in shuffled pool blocks (block
+// size 16), with the blocks it does not own filled with other values.
+struct PagedKv {
+  std::vector<int32_t> table;
+  std::vector<float> k_pool, v_pool;
+  PagedKv(const std::vector<float>& k, const std::vector<float>& v, size_t kv_len, size_t row, size_t block_size,
+          Rng& rng) {
+    const size_t n_blocks = (kv_len + block_size - 1) / block_size, pool_blocks = 2 * n_blocks + 1;
+    std::vector<int32_t> ids(pool_blocks);
+    for (size_t i = 0; i < pool_blocks; ++i) ids[i] = static_cast<int32_t>(i);
+    for (size_t i = pool_blocks - 1; i > 0; --i) {
+      std::swap(ids[i], ids[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
+    }
+    table.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_blocks));
+    k_pool = rng.vec(pool_blocks * block_size * row, -3, 3);
+    v_pool = rng.vec(k_pool.size(), -3, 3);
+    for (size_t tau = 0; tau < kv_len; ++tau) {
+      const size_t at = cpu::kv_row_offset(table.data(), block_size, row, tau);
+      for (size_t i = 0; i < row; ++i) {
+        k_pool[at + i] = k[tau * row + i];
+        v_pool[at + i] = v[tau * row + i];
+      }
+    }
+  }
+};
+
+// Layout of the model: q rows [H][query | gate] (stride 2d per head), cache rows Hkv*d in
+// shuffled pool blocks; CPU and GPU read the same pages.
 TEST_P(CudaAttention, MatchesCpu) {
   DS_REQUIRE_GPU();
   const AttnCase c = GetParam();
   Rng rng(40 + c.kv_len);
-  const size_t row = c.Hkv * c.d;
+  const size_t row = c.Hkv * c.d, block_size = 16;
   const AttentionShape s{c.n_q, c.kv_len, c.H, c.Hkv, c.d, 2 * c.H * c.d, 2 * c.d, row, c.H * c.d};
   const std::vector<float> q = rng.vec(c.n_q * 2 * c.H * c.d, -2, 2);
   const std::vector<float> k = rng.vec(c.kv_len * row, -2, 2), v = rng.vec(c.kv_len * row);
+  const PagedKv paged(k, v, c.kv_len, row, block_size, rng);
   std::vector<float> want(c.n_q * c.H * c.d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  cpu::attention_causal(s, q.data(), k.data(), v.data(), scale, want.data(), nullptr);
-  DeviceArray<float> dq(q), dk(k), dv(v), dout(want.size());
-  DS_CUDA_CHECK(cuda::attention_causal(s, dq.get(), dk.get(), dv.get(), scale, dout.get(), nullptr));
+  const cpu::KvPages host_kv{paged.k_pool.data(), paged.v_pool.data(), paged.table.data(), block_size};
+  cpu::attention_causal(s, q.data(), host_kv, scale, want.data(), nullptr);
+  DeviceArray<float> dq(q), dk(paged.k_pool), dv(paged.v_pool), dout(want.size());
+  DeviceArray<int32_t> dtable(paged.table);
+  DS_CUDA_CHECK(cuda::attention_causal(s, dq.get(), KvPages{dk.get(), dv.get(), dtable.get(), block_size}, scale,
+                                       dout.get(), nullptr));
   EXPECT_LE(rel_error(dout.download(), want), kAttentionTol);
 }
 
@@ -139,10 +171,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 
 TEST(CudaAttentionArgs, RejectsHeadDimAboveLimitAndBadGroups) {
   float dummy[4] = {};
+  const int32_t table[1] = {0};
+  const KvPages kv{dummy, dummy, table, 16};
   const AttentionShape big{1, 1, 1, 1, 512, 1024, 512, 512, 512};
-  EXPECT_EQ(cuda::attention_causal(big, dummy, dummy, dummy, 1.0f, dummy, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::attention_causal(big, dummy, kv, 1.0f, dummy, nullptr), cudaErrorInvalidValue);
   const AttentionShape groups{1, 1, 3, 2, 64, 384, 128, 128, 192};
-  EXPECT_EQ(cuda::attention_causal(groups, dummy, dummy, dummy, 1.0f, dummy, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::attention_causal(groups, dummy, kv, 1.0f, dummy, nullptr), cudaErrorInvalidValue);
+  const AttentionShape ok{1, 1, 1, 1, 4, 4, 4, 4, 4};
+  EXPECT_EQ(cuda::attention_causal(ok, dummy, KvPages{dummy, dummy, table, 0}, 1.0f, dummy, nullptr),
+            cudaErrorInvalidValue);  // block size 0
+  EXPECT_EQ(cuda::attention_causal(ok, dummy, KvPages{dummy, dummy, nullptr, 16}, 1.0f, dummy, nullptr),
+            cudaErrorInvalidValue);  // no block table
 }
 
 }  // namespace

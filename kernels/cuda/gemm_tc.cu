@@ -1,0 +1,259 @@
+// Tensor-core prefill GEMM for Q8_0 weights (see matmul_fast.h for the numerics).
+//
+// y[t][r] = sum_k W[r][k] x[t][k]: A = W (M = rows, row-major, K contiguous), B = x (N = tokens,
+// K contiguous, i.e. the "col" operand of mma.row.col). Both are staged as bf16 in global scratch:
+// W in chunks of rows (<= kChunkBytes of bf16), x once per call.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda::detail {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4, kThreads = 256;
+constexpr int kLd = kBK + 8;  // padded smem row (80 bytes): ldmatrix rows hit distinct banks
+constexpr int kStageElems = (kBM + kBN) * kLd;
+constexpr size_t kSmemBytes = size_t{kStages} * kStageElems * sizeof(__nv_bfloat16);
+constexpr size_t kChunkBytes = size_t{96} << 20;  // bf16 weight chunk
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A: [M][K] bf16, B: [N][K] bf16 (K % 32 == 0, 16-byte aligned rows), y[n * ys + m] f32.
+// 8 warps as 2 (M) x 4 (N), warp tile 64 x 32.
+__global__ void __launch_bounds__(kThreads)
+    gemm_bf16_kernel(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, int M, int N, int K,
+                     float* __restrict__ y, size_t ys) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int n0 = static_cast<int>(blockIdx.x) * kBN, m0 = static_cast<int>(blockIdx.y) * kBM;
+  const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+  const int k_tiles = K / kBK;
+
+  auto load_stage = [&](int stage, int kt) {
+    __nv_bfloat16* sa = smem + stage * kStageElems;
+    __nv_bfloat16* sb = sa + kBM * kLd;
+    const int k0 = kt * kBK;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c = tid + i * kThreads, row = c / 4, col = (c % 4) * 8;
+      const int gm = m0 + row, gn = n0 + row;
+      const bool va = gm < M, vb = gn < N;
+      cp_async16(smem_u32(sa + row * kLd + col), A + static_cast<size_t>(va ? gm : 0) * K + k0 + col, va);
+      cp_async16(smem_u32(sb + row * kLd + col), B + static_cast<size_t>(vb ? gn : 0) * K + k0 + col, vb);
+    }
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  // ldmatrix lane addressing: A x4 -> rows lane%16, k half lane/16; B x4 -> two n8 tiles x two k halves.
+  const int a_row = lane % 16, a_col = (lane / 16) * 8;
+  const int b_row = (lane % 8) + 8 * (lane / 16), b_col = ((lane / 8) % 2) * 8;
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = kt + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, next);
+    cp_async_commit();
+
+    const __nv_bfloat16* sa = smem + (kt % kStages) * kStageElems;
+    const __nv_bfloat16* sb = sa + kBM * kLd;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t af[4][4], bf[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        ldmatrix_x4(smem_u32(sa + (wm + mi * 16 + a_row) * kLd + kk + a_col), af[mi][0], af[mi][1], af[mi][2],
+                    af[mi][3]);
+      }
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        ldmatrix_x4(smem_u32(sb + (wn + nj * 16 + b_row) * kLd + kk + b_col), bf[2 * nj][0], bf[2 * nj][1],
+                    bf[2 * nj + 1][0], bf[2 * nj + 1][1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Fragment: c0,c1 at (row g, cols 2q, 2q+1), c2,c3 at row g+8; row = weight row, col = token.
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int m = m0 + wm + mi * 16 + g + (e / 2) * 8, n = n0 + wn + ni * 8 + 2 * q + (e % 2);
+        if (m < M && n < N) y[static_cast<size_t>(n) * ys + m] = acc[mi][ni][e];
+      }
+    }
+  }
+}
+
+// One thread per Q8_0 block: 32 weights d * q rounded to bf16 (round to nearest even).
+__global__ void dequant_q8_bf16_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t rows, size_t cols,
+                                       __nv_bfloat16* __restrict__ out) {
+  const size_t blocks_per_row = cols / kQ8Block;
+  for (size_t b = global_thread(); b < rows * blocks_per_row; b += global_threads()) {
+    const size_t r = b / blocks_per_row, c = b % blocks_per_row;
+    const uint8_t* blk = w + r * row_bytes + c * kQ8BlockBytes;
+    const float d = half_bits_to_float(load_u16(blk));
+    uint4 packed[4];
+    auto* h = reinterpret_cast<__nv_bfloat162*>(packed);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint16_t pair = load_u16(blk + 2 + 2 * j);
+      h[j] = __floats2bfloat162_rn(d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu)),
+                                   d * static_cast<float>(static_cast<int8_t>(pair >> 8)));
+    }
+    auto* dst = reinterpret_cast<uint4*>(out + r * cols + c * kQ8Block);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) dst[j] = packed[j];
+  }
+}
+
+// x [n][xs] f32 -> [n][cols] bf16, two elements per thread (cols is even).
+__global__ void x_to_bf16_kernel(const float* __restrict__ x, size_t xs, size_t n, size_t cols,
+                                 __nv_bfloat162* __restrict__ out) {
+  const size_t half = cols / 2;
+  for (size_t e = global_thread(); e < n * half; e += global_threads()) {
+    const size_t t = e / half, c = (e % half) * 2;
+    out[e] = __floats2bfloat162_rn(x[t * xs + c], x[t * xs + c + 1]);
+  }
+}
+
+struct WorkspaceKey {
+  int device;
+  cudaStream_t stream;
+  bool operator<(const WorkspaceKey& o) const {
+    return device != o.device ? device < o.device : std::less<cudaStream_t>()(stream, o.stream);
+  }
+};
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+}  // namespace
+
+void* stream_workspace(size_t bytes, cudaStream_t stream, cudaError_t* err) {
+  static std::mutex mu;
+  static std::map<WorkspaceKey, Workspace> spaces;
+  *err = cudaSuccess;
+  int device = 0;
+  if ((*err = cudaGetDevice(&device)) != cudaSuccess) return nullptr;
+  const std::lock_guard<std::mutex> lock(mu);
+  Workspace& ws = spaces[WorkspaceKey{device, stream}];
+  if (ws.bytes >= bytes) return ws.ptr;
+  if (ws.ptr != nullptr) {
+    // Work queued on this stream may still read the old buffer: let it finish first.
+    if ((*err = cudaStreamSynchronize(stream)) != cudaSuccess) return nullptr;
+    cudaFree(ws.ptr);
+    ws = Workspace{};
+  }
+  const size_t want = std::max(bytes, size_t{16} << 20);
+  if ((*err = cudaMalloc(&ws.ptr, want)) != cudaSuccess) {
+    ws = Workspace{};
+    return nullptr;
+  }
+  ws.bytes = want;
+  return ws.ptr;
+}
+
+bool bf16_tensor_cores_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DS_CUDA_MATMUL");
+    return v != nullptr && std::strcmp(v, "bf16") == 0;
+  }();
+  return on;
+}
+
+bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens) {
+  return w.type == GgmlType::Q8_0 && n_tokens >= kTcMinTokens && w.cols % kBK == 0 && w.cols <= (size_t{1} << 30) &&
+         n_tokens <= (size_t{1} << 30);
+}
+
+cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                       cudaStream_t stream) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(gemm_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+  if (attr != cudaSuccess) return attr;
+  const size_t K = w.cols;
+  size_t chunk_rows = std::max<size_t>(kBM, kChunkBytes / (K * 2) / kBM * kBM);
+  chunk_rows = std::min(chunk_rows, (w.rows + kBM - 1) / kBM * kBM);
+  const size_t x_bytes = (n * K * 2 + 255) / 256 * 256;
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + chunk_rows * K * 2, stream, &e));
+  if (ws == nullptr) return e;
+  auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
+  auto* wb = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes);
+  x_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(x, xs, n, K,
+                                                                           reinterpret_cast<__nv_bfloat162*>(xb));
+  const auto* wq = static_cast<const uint8_t*>(w.data);
+  for (size_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
+    const size_t rows = std::min(chunk_rows, w.rows - r0);
+    dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(
+        wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb);
+    const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((rows + kBM - 1) / kBM));
+    gemm_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(wb, xb, static_cast<int>(rows), static_cast<int>(n),
+                                                             static_cast<int>(K), y + r0, ys);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace ds::cuda::detail

@@ -1,0 +1,124 @@
+// The hybrid prefix cache end to end: `deltaserve serve` with 2 CPU workers and the cache on
+// (the default) against a server with it off (--prefix-cache-snapshots 0). A resent long prompt
+// and the second turn of a chat must reuse cached tokens (the Prometheus counter
+// deltaserve:prefix_cache_hit_tokens_total grows) and still produce exactly the greedy output of
+// the server that recomputes everything.
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <sstream>
+
+#include "tests/e2e/server_process.h"
+#include "tests/testutil/reference.h"
+#include "tests/testutil/testutil.h"
+
+namespace ds::test {
+namespace {
+
+std::string ids_json(const std::vector<int32_t>& ids) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < ids.size(); ++i) s << (i ? "," : "") << ids[i];
+  s << "]";
+  return s.str();
+}
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  EXPECT_FALSE(d.HasParseError()) << body;
+  return d;
+}
+
+// choices[0] of a reply, re-serialized: text / message, finish reason (no ids or timestamps).
+std::string first_choice(const HttpReply& r) {
+  EXPECT_EQ(r.status, 200) << r.body;
+  rapidjson::Document d = parse(r.body);
+  if (!d.IsObject() || !d.HasMember("choices") || d["choices"].Empty()) return "";
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> w(out);
+  d["choices"][0].Accept(w);
+  return out.GetString();
+}
+
+// The value of counter `name` on the server's /metrics (0 when absent).
+double counter(int port, const std::string& name) {
+  const HttpReply r = http_request(port, "GET", "/metrics", "");
+  EXPECT_EQ(r.status, 200);
+  std::istringstream lines(r.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  ADD_FAILURE() << name << " missing from /metrics";
+  return 0;
+}
+
+double hit_tokens(int port) {
+  return counter(port, "deltaserve:prefix_cache_hit_tokens_total");
+}
+
+class PrefixCacheE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cached_ = new ServerProcess({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads", "1"});
+    plain_ = new ServerProcess(
+        {"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--prefix-cache-snapshots", "0"});
+  }
+  static void TearDownTestSuite() {
+    delete cached_;
+    delete plain_;
+    cached_ = plain_ = nullptr;
+  }
+  static ServerProcess* cached_;
+  static ServerProcess* plain_;
+};
+ServerProcess* PrefixCacheE2E::cached_ = nullptr;
+ServerProcess* PrefixCacheE2E::plain_ = nullptr;
+
+TEST_F(PrefixCacheE2E, ResentLongPromptHitsAndMatches) {
+  const ReferencePrompt ref = load_reference_prompt("rand_1500");
+  const std::string body = R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 24, "temperature": 0})";
+  const double before = hit_tokens(cached_->port());
+  const std::string first = first_choice(http_request(cached_->port(), "POST", "/v1/completions", body));
+  const double after_first = hit_tokens(cached_->port());
+  const std::string second = first_choice(http_request(cached_->port(), "POST", "/v1/completions", body));
+  const double after_second = hit_tokens(cached_->port());
+  const std::string uncached = first_choice(http_request(plain_->port(), "POST", "/v1/completions", body));
+
+  EXPECT_EQ(after_first, before) << "nothing of this prompt was cached yet";
+  // The prompt snapshot sits at the last block boundary before its end: 1500 -> 1488 (block 16).
+  EXPECT_EQ(after_second - after_first, 1488);
+  EXPECT_FALSE(first.empty());
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(uncached, first);
+  EXPECT_EQ(hit_tokens(plain_->port()), 0) << "the cache is off on the plain server";
+}
+
+TEST_F(PrefixCacheE2E, SecondChatTurnHitsAndMatches) {
+  const std::string question = R"({"role": "user", "content": "Hello! What is the capital of Korea?"})";
+  const HttpReply turn1 = http_request(cached_->port(), "POST", "/v1/chat/completions",
+                                       R"({"messages": [)" + question + R"(], "max_tokens": 20, "temperature": 0})");
+  ASSERT_EQ(turn1.status, 200) << turn1.body;
+  rapidjson::Document d = parse(turn1.body);
+  const auto& msg = d["choices"][0]["message"];
+  const std::string reply = msg.HasMember("content") && msg["content"].IsString() ? msg["content"].GetString() : "";
+  rapidjson::StringBuffer reply_json;
+  rapidjson::Writer<rapidjson::StringBuffer> w(reply_json);
+  w.String(reply.c_str(), static_cast<rapidjson::SizeType>(reply.size()));
+
+  const std::string body = R"({"messages": [)" + question + R"(, {"role": "assistant", "content": )" +
+                           reply_json.GetString() +
+                           R"(}, {"role": "user", "content": "And the capital of Japan? Answer in one word."}],
+                               "max_tokens": 20, "temperature": 0})";
+  const double before = hit_tokens(cached_->port());
+  const std::string cached = first_choice(http_request(cached_->port(), "POST", "/v1/chat/completions", body));
+  EXPECT_GE(hit_tokens(cached_->port()) - before, 16) << "turn 2 reuses at least turn 1's prompt blocks";
+  const std::string uncached = first_choice(http_request(plain_->port(), "POST", "/v1/chat/completions", body));
+  EXPECT_FALSE(cached.empty());
+  EXPECT_EQ(cached, uncached);
+}
+
+}  // namespace
+}  // namespace ds::test
