@@ -21,12 +21,12 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/gguf.h"
 #include "common/model_config.h"
+#include "tools/cli_args.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -44,63 +44,49 @@ struct Options {
   int repeat = 3;
   int threads = 2;
   std::string backend = "cpu";
+  bool bf16_prefill = false;  // --bf16-prefill: tensor-core prefill products (cuda, opt-in)
   int device = 0;
   bool warmup = true;
 };
 
-[[noreturn]] void usage(const std::string& e) {
-  std::fprintf(stderr,
-               "deltaserve-bench: %s\nusage: deltaserve-bench --model F.gguf [--backend cpu|cuda] [--device N] "
-               "[--prompt 512,2048] [--gen 128] [--chunk N] [--repeat 3] [--threads T] [--no-warmup]\n",
-               e.c_str());
-  std::exit(2);
-}
+using ds::cli::parse_number;
 
-size_t number(const std::string& flag, const std::string& v, size_t min) {
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < static_cast<long>(min)) usage(flag + " needs an integer >= " + std::to_string(min));
-  return static_cast<size_t>(n);
-}
+const ds::cli::Usage kUsage{"deltaserve-bench",
+                            "--model F.gguf [--backend cpu|cuda] [--device N] [--bf16-prefill] [--prompt 512,2048] [--gen 128] "
+                            "[--chunk N] [--repeat 3] [--threads T] [--no-warmup]"};
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
+  ds::cli::ArgReader args(kUsage, argc, argv);
+  for (std::string a; args.next(a);) {
     if (a == "--model") {
-      o.model = value();
+      o.model = args.value();
     } else if (a == "--prompt") {
-      o.prompts.clear();
-      std::stringstream ss(value());
-      std::string item;
-      while (std::getline(ss, item, ',')) o.prompts.push_back(number(a, item, 1));
+      o.prompts = ds::cli::parse_list<size_t>(kUsage, a, args.value(), 1);
     } else if (a == "--gen") {
-      o.gen = number(a, value(), 0);
+      o.gen = parse_number<size_t>(kUsage, a, args.value(), 0);
     } else if (a == "--chunk") {
-      o.chunk = number(a, value(), 1);
+      o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
     } else if (a == "--repeat") {
-      o.repeat = static_cast<int>(number(a, value(), 1));
+      o.repeat = parse_number<int>(kUsage, a, args.value(), 1);
     } else if (a == "--threads") {
-      o.threads = static_cast<int>(number(a, value(), 1));
+      o.threads = parse_number<int>(kUsage, a, args.value(), 1);
     } else if (a == "--backend") {
-      o.backend = value();
+      o.backend = args.value();
     } else if (a == "--device") {
-      o.device = static_cast<int>(number(a, value(), 0));
+      o.device = parse_number<int>(kUsage, a, args.value(), 0);
     } else if (a == "--no-warmup") {
       o.warmup = false;
+    } else if (a == "--bf16-prefill") {
+      o.bf16_prefill = true;
     } else {
-      usage("unknown argument '" + a + "'");
+      args.unknown();
     }
   }
-  if (o.model.empty()) usage("--model is required");
-  if (o.prompts.empty()) usage("--prompt is empty");
-  if (o.backend != "cpu" && o.backend != "cuda") usage("--backend must be cpu or cuda, got '" + o.backend + "'");
+  if (o.model.empty()) kUsage.fail("--model is required");
+  if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
 #ifndef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") usage("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
+  if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
 #endif
   return o;
 }
@@ -194,7 +180,7 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   ds::StageOptions so;
   so.n_threads = o.threads;
 #ifdef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device));
+  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, o.bf16_prefill));
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
 }

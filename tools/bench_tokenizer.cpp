@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "coordinator/tokenizer/tokenizer.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace {
 
@@ -52,7 +52,7 @@ void append_cjk(Lcg& r, std::string& s) {
     // Mostly common Han (first 2000 of the block), some kana and Hangul.
     const uint32_t pick = r.below(10);
     const uint32_t cp = pick < 7 ? 0x4E00 + r.below(2000) : pick < 9 ? 0x3041 + r.below(80) : 0xAC00 + r.below(400);
-    ds::tok::append_utf8(s, cp);
+    ds::utf8::append(s, cp);
   }
   s += "。\n";
 }
@@ -64,7 +64,7 @@ void append_digits(Lcg& r, std::string& s) {
 std::string make_text() {
   Lcg r;
   std::string s;
-  while (ds::tok::utf8_length(s) < kTargetChars) {
+  while (ds::utf8::length(s) < kTargetChars) {
     switch (r.below(5)) {
       case 0: append_prose(r, s); break;
       case 1: s += kCode[r.below(std::size(kCode))]; break;
@@ -76,7 +76,7 @@ std::string make_text() {
   // Trim to exactly kTargetChars code points.
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   size_t bytes = 0;
-  for (size_t c = 0; c < kTargetChars; ++c) bytes += ds::tok::utf8_step(p + bytes, s.size() - bytes).len;
+  for (size_t c = 0; c < kTargetChars; ++c) bytes += ds::utf8::step(p + bytes, s.size() - bytes).len;
   s.resize(bytes);
   return s;
 }
@@ -104,13 +104,13 @@ int main(int argc, char** argv) {
   try {
     const ds::Tokenizer tok = ds::Tokenizer::from_file(argv[1]);
     const std::string text = make_text();
-    std::printf("text: %zu chars, %zu bytes; pre-tokenizer %s\n", ds::tok::utf8_length(text), text.size(),
+    std::printf("text: %zu chars, %zu bytes; pre-tokenizer %s\n", ds::utf8::length(text), text.size(),
                 ds::pre_tokenizer_name(tok.pre_tokenizer()));
     for (const bool cold : {true, false}) {
       size_t n_tokens = 0;
       const double ms = best_ms(tok, text, cold, n_tokens);
       std::printf("%-5s cache: chars %zu  tokens %zu  %.3f ms  %.1f MB/s  (best of %d)\n", cold ? "cold" : "warm",
-                  ds::tok::utf8_length(text), n_tokens, ms, static_cast<double>(text.size()) / 1e3 / ms, kRuns);
+                  ds::utf8::length(text), n_tokens, ms, static_cast<double>(text.size()) / 1e3 / ms, kRuns);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -7,11 +7,9 @@
 //                     [--out FILE.f32] [--threads T] [--backend cpu|cuda] [--device N]
 //                     [--workers N]   (N > 0: through N real worker processes over ZeroMQ)
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "common/model_config.h"
 #include "kernels/cpu/digest.h"
 #include "coordinator/engine/engine.h"
+#include "tools/cli_args.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
 #include "worker/cuda_backend.h"
@@ -39,71 +38,61 @@ struct Options {
   uint32_t workers = 0;          // 0: in-process; N: N deltaserve-worker processes (pipeline)
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "deltaserve-logits: %s\nusage: deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] "
-               "[--chunk N] [--out FILE.f32] [--threads T] [--backend cpu|cuda] [--device N]\n",
-               error.c_str());
-  std::exit(2);
-}
+using ds::cli::parse_number;
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0 || v > 0x7FFFFFFF) usage("bad token id '" + item + "'");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) usage("--ids is empty");
-  return ids;
-}
-
-long parse_positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n <= 0) usage(flag + " needs a positive integer, got '" + v + "'");
-  return n;
-}
-
-long parse_non_negative(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 0 || n > 0xFFFF) usage(flag + " needs a non-negative integer, got '" + v + "'");
-  return n;
-}
+const ds::cli::Usage kUsage{"deltaserve-logits",
+                            "--model F.gguf --ids 1,2,3 [--all-positions] [--mtp] [--chunk N] [--out FILE.f32] "
+                            "[--threads T] [--backend cpu|cuda] [--device N]"};
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") o.model = value();
-    else if (a == "--ids") o.ids = parse_ids(value());
+  ds::cli::ArgReader args(kUsage, argc, argv);
+  for (std::string a; args.next(a);) {
+    if (a == "--model") o.model = args.value();
+    else if (a == "--ids") o.ids = ds::cli::parse_list<int32_t>(kUsage, a, args.value(), 0);
     else if (a == "--all-positions") o.all_positions = true;
     else if (a == "--mtp") o.mtp = true;
-    else if (a == "--chunk") o.chunk = static_cast<size_t>(parse_positive(a, value()));
-    else if (a == "--out") o.out = value();
-    else if (a == "--threads") o.threads = static_cast<int>(parse_positive(a, value()));
-    else if (a == "--backend") o.backend = value();
-    else if (a == "--device") o.device = static_cast<int>(parse_non_negative(a, value()));
-    else if (a == "--workers") o.workers = static_cast<uint32_t>(parse_positive(a, value()));
-    else usage("unknown argument '" + a + "'");
+    else if (a == "--chunk") o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
+    else if (a == "--out") o.out = args.value();
+    else if (a == "--threads") o.threads = parse_number<int>(kUsage, a, args.value(), 1);
+    else if (a == "--backend") o.backend = args.value();
+    else if (a == "--device") o.device = parse_number<int>(kUsage, a, args.value(), 0, 0xFFFF);
+    else if (a == "--workers") o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1);
+    else args.unknown();
   }
-  if (o.model.empty()) usage("--model is required");
-  if (o.ids.empty()) usage("--ids is required");
-  if (o.mtp && o.ids.size() < 2) usage("--mtp needs at least 2 ids");
-  if (o.workers > 0 && o.mtp) usage("--mtp is not available with --workers yet");
-  if (o.backend != "cpu" && o.backend != "cuda") usage("--backend must be cpu or cuda, got '" + o.backend + "'");
+  if (o.model.empty()) kUsage.fail("--model is required");
+  if (o.ids.empty()) kUsage.fail("--ids is required");
+  if (o.mtp && o.ids.size() < 2) kUsage.fail("--mtp needs at least 2 ids");
+  if (o.workers > 0 && o.mtp) kUsage.fail("--mtp is not available with --workers yet");
+  if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
 #ifndef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") usage("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
+  if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
 #endif
   return o;
+}
+
+// One step's share of the prompt.
+struct PromptChunk {
+  uint32_t start_pos = 0;
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> rows;  // the requested positions inside the chunk, relative to start_pos
+};
+
+// The prompt cut into --chunk pieces (one piece without --chunk); `wanted` (ascending
+// positions) is dealt out to the pieces holding each position.
+std::vector<PromptChunk> prompt_chunks(const Options& o, const std::vector<size_t>& wanted) {
+  std::vector<PromptChunk> chunks;
+  const size_t chunk = o.chunk ? o.chunk : o.ids.size();
+  size_t w = 0;
+  for (size_t begin = 0; begin < o.ids.size(); begin += chunk) {
+    const size_t end = std::min(o.ids.size(), begin + chunk);
+    PromptChunk c;
+    c.start_pos = static_cast<uint32_t>(begin);
+    c.tokens.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    for (; w < wanted.size() && wanted[w] < end; ++w) c.rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
+    chunks.push_back(std::move(c));
+  }
+  return chunks;
 }
 
 // Runs the prompt through a single in-process stage, chunk by chunk. Returns logits of the
@@ -111,16 +100,13 @@ Options parse_args(int argc, char** argv) {
 std::vector<float> run_prompt(ds::StageModel& model, const Options& o, const std::vector<size_t>& wanted,
                               std::vector<float>* final_hidden) {
   std::vector<float> logits;
-  const size_t chunk = o.chunk ? o.chunk : o.ids.size();
-  size_t w = 0;
-  for (size_t begin = 0; begin < o.ids.size(); begin += chunk) {
-    const size_t end = std::min(o.ids.size(), begin + chunk);
+  for (PromptChunk& c : prompt_chunks(o, wanted)) {
     ds::StepInput in;
     ds::SeqStep s;
     s.seq_id = 1;
-    s.start_pos = static_cast<uint32_t>(begin);
-    s.token_ids.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
-    for (; w < wanted.size() && wanted[w] < end; ++w) s.logit_rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
+    s.start_pos = c.start_pos;
+    s.token_ids = std::move(c.tokens);
+    s.logit_rows = std::move(c.rows);
     in.seqs.push_back(std::move(s));
     ds::StepOutput out;
     model.forward(in, &out);
@@ -155,18 +141,13 @@ std::vector<float> run_prompt_workers(const Options& o, const std::vector<size_t
   ds::PipelineEngine engine(eo);
   engine.start();
   std::vector<float> logits;
-  const size_t chunk = o.chunk ? o.chunk : o.ids.size();
-  size_t w = 0;
-  for (size_t begin = 0; begin < o.ids.size(); begin += chunk) {
-    const size_t end = std::min(o.ids.size(), begin + chunk);
+  for (PromptChunk& c : prompt_chunks(o, wanted)) {
     ds::SeqRequest r;
     r.seq_id = 1;
-    r.start_pos = static_cast<uint32_t>(begin);
-    r.tokens.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
-    for (; w < wanted.size() && wanted[w] < end; ++w) {
-      r.logit_rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
-      r.random_u.push_back(0.0);
-    }
+    r.start_pos = c.start_pos;
+    r.tokens = std::move(c.tokens);
+    r.logit_rows = std::move(c.rows);
+    r.random_u.assign(r.logit_rows.size(), 0.0);
     r.return_full_logits = true;
     const ds::StepOutcome out = engine.step({r});
     for (const ds::RowResult& row : out.rows) logits.insert(logits.end(), row.logits.begin(), row.logits.end());

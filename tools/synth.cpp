@@ -7,10 +7,10 @@
 // The file streams to disk (bounded memory), is the same for the same arguments whatever the
 // thread count, and loads with load_model_config. Sizes: 9b ~9.5 GB, 27b ~29 GB.
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
+#include "tools/cli_args.h"
 #include "tools/synth/generate.h"
 #include "tools/synth/shapes.h"
 
@@ -26,42 +26,27 @@ struct Options {
   int threads = 0;      // 0: all hardware threads
 };
 
-[[noreturn]] void usage(const std::string& e) {
-  std::fprintf(stderr,
-               "deltaserve-synth: %s\nusage: deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] "
-               "[--vocab N] [--no-mtp] [--layers N] [--threads T]\n",
-               e.c_str());
-  std::exit(2);
-}
+using ds::cli::parse_number;
 
-uint64_t number(const std::string& flag, const std::string& v, uint64_t min, uint64_t max) {
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || v[0] == '-' || *end != '\0' || n < min || n > max) {
-    usage(flag + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got '" + v + "'");
-  }
-  return n;
-}
+const ds::cli::Usage kUsage{"deltaserve-synth",
+                            "--shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] [--vocab N] [--no-mtp] "
+                            "[--layers N] [--threads T]"};
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--shape") o.shape = value();
-    else if (a == "--out") o.out = value();
-    else if (a == "--seed") o.seed = number(a, value(), 0, UINT64_MAX);
-    else if (a == "--vocab") o.vocab = static_cast<uint32_t>(number(a, value(), 1, 1u << 24));
-    else if (a == "--layers") o.layers = static_cast<uint32_t>(number(a, value(), 1, 1024));
-    else if (a == "--threads") o.threads = static_cast<int>(number(a, value(), 1, 1024));
+  ds::cli::ArgReader args(kUsage, argc, argv);
+  for (std::string a; args.next(a);) {
+    if (a == "--shape") o.shape = args.value();
+    else if (a == "--out") o.out = args.value();
+    else if (a == "--seed") o.seed = parse_number<uint64_t>(kUsage, a, args.value(), 0);
+    else if (a == "--vocab") o.vocab = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1u << 24);
+    else if (a == "--layers") o.layers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1024);
+    else if (a == "--threads") o.threads = parse_number<int>(kUsage, a, args.value(), 1, 1024);
     else if (a == "--no-mtp") o.no_mtp = true;
-    else usage("unknown argument '" + a + "'");
+    else args.unknown();
   }
-  if (o.shape.empty()) usage("--shape is required");
-  if (o.out.empty()) usage("--out is required");
+  if (o.shape.empty()) kUsage.fail("--shape is required");
+  if (o.out.empty()) kUsage.fail("--out is required");
   return o;
 }
 

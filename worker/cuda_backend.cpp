@@ -61,7 +61,7 @@ class ControlBuffer {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, cuda::MatmulPrecision precision) : device_(device), precision_(precision) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -158,6 +158,7 @@ class CudaBackend final : public Backend {
   const void* device_copy(const void* host, size_t bytes);
 
   int device_;
+  cuda::MatmulPrecision precision_;  // how prefill products may run (tensor cores are opt-in)
   cudaStream_t stream_ = nullptr;
   std::unordered_set<float*> allocations_;
   std::unordered_map<const void*, void*> uploads_;        // mapped weight bytes -> device copy
@@ -246,7 +247,7 @@ void CudaBackend::embed_rows(const WeightView& table, const int32_t* host_ids, s
 
 void CudaBackend::matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) {
   on_device();
-  const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, stream_);
+  const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, precision_, stream_);
   if (e == cudaErrorNotSupported) {  // same error as the CPU backend
     throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(w.type));
   }
@@ -299,6 +300,9 @@ void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, bool bf16_prefill) {
+  return std::make_unique<CudaBackend>(
+      device, bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32);
+}
 
 }  // namespace ds

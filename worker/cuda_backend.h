@@ -10,6 +10,8 @@ namespace ds {
 
 // A backend on CUDA device `device`. Throws std::runtime_error when the device does not exist or a
 // CUDA call fails (the message names the call, the source location and the CUDA error).
-std::unique_ptr<Backend> make_cuda_backend(int device);
+// bf16_prefill: run Q8_0 prefill products on bf16 tensor cores (f32 accumulation; opt-in
+// until a well-conditioned fixture bounds its model-level error).
+std::unique_ptr<Backend> make_cuda_backend(int device, bool bf16_prefill = false);
 
 }  // namespace ds

@@ -32,6 +32,15 @@ struct SeqStep {
   uint32_t start_pos = 0;
   std::vector<int32_t> token_ids;     // n_tokens ids (used by stage 0 for the embedding)
   std::vector<uint32_t> logit_rows;   // rows in [0, n_tokens) whose logits the last stage returns
+  // Speculative decoding (both only ever set with --spec-k > 0):
+  //  - n_draft: the last n_draft tokens are unverified drafts. The stage keeps the GDN state
+  //    after each of the rows n_tokens-1-n_draft .. n_tokens-2 (capture j = after the j-th of
+  //    them; at most StatePool::kMaxCaptures) so the next step can roll back.
+  //  - rewind: the previous step of this sequence accepted fewer drafts than it computed; the
+  //    stage drops every position >= start_pos (attention KV is simply overwritten) and restores
+  //    the captured GDN state that holds exactly start_pos positions. The coordinator decides.
+  uint32_t n_draft = 0;
+  bool rewind = false;
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
 };
 
@@ -49,6 +58,8 @@ struct SeqCache {
 struct StepInput {
   std::vector<SeqStep> seqs;       // token rows are concatenated in this order
   const float* hidden = nullptr;   // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
+  // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
+  bool all_final_hidden = false;
   // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.
   std::vector<SeqCache> cache;
 };
@@ -58,7 +69,8 @@ struct StepOutput {
   std::vector<float> hidden;
   // Last stage: for every requested logit row (in seqs order, then row order):
   std::vector<float> logits;         // [n_rows, n_vocab]
-  std::vector<float> final_hidden;   // [n_rows, n_embd], post output_norm (the MTP input)
+  std::vector<float> final_hidden;   // [n_rows, n_embd], post output_norm (the MTP input);
+                                     // [total_tokens, n_embd] with StepInput::all_final_hidden
 };
 
 struct StageRange {
@@ -96,9 +108,12 @@ class StageModel {
   // MTP draft rows (last stage only): row i = (final-normed hidden `hidden[i]`, token
   // `token_ids[i]`) at position start_pos + i of seq_id's MTP cache. Returns [n, n_vocab] logits.
   // The MTP cache uses the sequence's block table (its own pool); on a managed stage the table
-  // must already cover the rows.
+  // must already cover the rows. start_pos may go back to any position the MTP cache holds
+  // (rows after it are overwritten). `out_hidden` (optional): [n, n_embd] shared-head-normed
+  // output, the hidden a chained draft step feeds back in.
   virtual void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
-                           const float* hidden, std::vector<float>* logits) = 0;
+                           const float* hidden, std::vector<float>* logits,
+                           std::vector<float>* out_hidden = nullptr) = 0;
   // Forgets a sequence. Managed: only its block table goes (the memory belongs to the pools and
   // the scheduler); self-managed: its slot and blocks return to the stage's free lists.
   virtual void drop_sequence(uint64_t seq_id) = 0;

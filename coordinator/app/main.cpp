@@ -12,6 +12,7 @@
 
 #include "common/gguf.h"
 #include "common/model_config.h"
+#include "common/systemd_notify.h"
 #include "coordinator/app/serve_options.h"
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/engine/engine.h"
@@ -88,7 +89,11 @@ int serve(int argc, char** argv) {
   const int rc = ds::run_http_server(o.http, engine, tokenizer, chat_template, nullptr, [&](uint16_t port) {
     std::cerr << "[deltaserve] listening on http://" << o.http.host << ":" << port << " (model "
               << o.http.served_model_name << ")\n";
+    // systemd (Type=notify): the coordinator is up once the workers are Ready and HTTP listens.
+    ds::notify_ready("serving " + o.http.served_model_name + " on " + o.http.host + ":" + std::to_string(port) +
+                     ", " + std::to_string(o.engine.n_workers) + " workers");
   });
+  ds::notify_stopping();
   std::cerr << "[deltaserve] shutting down\n";
   engine.stop();
   pipeline.shutdown();

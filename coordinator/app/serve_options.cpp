@@ -3,6 +3,7 @@
 // settable all three ways with the same validation.
 #include "coordinator/app/serve_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -22,6 +23,7 @@ constexpr const char* kUsage =
     "  --backend cpu|cuda     worker backend (default cpu)\n"
     "  --threads T            compute threads per CPU worker (default 1)\n"
     "  --layer-split a,b,...  layers per stage (default: balanced by weight bytes)\n"
+    "  --devices a,b,...      cuda: GPU of each local worker (default: worker r on GPU r)\n"
     "  --external-workers     do not start workers (systemd starts them); needs --control-endpoint\n"
     "  --control-endpoint EP  ipc://PATH or tcp://HOST:PORT the workers connect to\n"
     "  --max-context N        tokens per sequence, prompt + output (default min(model, 32768))\n"
@@ -35,6 +37,8 @@ constexpr const char* kUsage =
     "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
     "  --max-body BYTES       request body limit (default 33554432)\n"
     "  --io-threads N         HTTP I/O threads (default 2)\n"
+    "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9)\n"
+    "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
     "  --log-format text|json\n"
     "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
 
@@ -78,6 +82,16 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"backend", [e](const std::string& v) { e->backend = v; return v == "cpu" || v == "cuda"; }},
       {"threads", [e](const std::string& v) { return parse_positive(v, &e->threads_per_worker); }},
       {"layer-split", [e](const std::string& v) { return parse_counts(v, &e->layer_split); }},
+      {"devices", [e](const std::string& v) {  // e.g. 0,0: two workers sharing GPU 0
+         e->devices.clear();
+         std::stringstream in(v);
+         for (std::string item; std::getline(in, item, ',');) {
+           int d = -1;
+           if (!parse_number(item, &d) || d < 0) return false;
+           e->devices.push_back(d);
+         }
+         return !e->devices.empty();
+       }},
       {"external-workers", [e](const std::string& v) { return parse_bool(v, &e->external_workers); }},
       {"control-endpoint", [e](const std::string& v) { e->control_endpoint = v; return !v.empty(); }},
       {"max-context", [e](const std::string& v) { return parse_positive(v, &e->max_context); }},
@@ -98,6 +112,18 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"served-model-name", [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }},
       {"max-body", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); }},
       {"io-threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); }},
+      {"gpu-memory-fraction", [e](const std::string& v) {
+         double f = 0;
+         if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
+         e->worker_extra_args.insert(e->worker_extra_args.end(), {"--gpu-memory-fraction", v});
+         return true;
+       }},
+      {"startup-timeout", [e](const std::string& v) {
+         uint32_t s = 0;
+         if (!parse_positive(v, &s)) return false;
+         e->startup_timeout_ms = static_cast<int>(std::min<uint32_t>(s, 86400) * 1000);
+         return true;
+       }},
       {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
   };
 }
@@ -191,6 +217,8 @@ bool check_consistency(const ServeOptions& o, std::string* error) {
     *error = std::string("--model is required\n") + kUsage;
   } else if (!o.engine.layer_split.empty() && o.engine.layer_split.size() != o.engine.n_workers) {
     *error = "--layer-split must name one layer count per worker";
+  } else if (!o.engine.devices.empty() && o.engine.devices.size() != o.engine.n_workers) {
+    *error = "--devices must name one GPU per worker";
   } else if (o.engine.external_workers && o.engine.control_endpoint.empty()) {
     *error = "--external-workers needs --control-endpoint (the address the workers connect to)";
   } else {

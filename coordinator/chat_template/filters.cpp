@@ -9,7 +9,6 @@
 #include "coordinator/chat_template/builtins.h"
 #include "coordinator/chat_template/json.h"
 #include "coordinator/chat_template/methods.h"
-#include "coordinator/chat_template/utf8.h"
 #include "coordinator/chat_template/value_ops.h"
 
 namespace ds::jinja {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "coordinator/chat_template/utf8.h"
+#include "common/utf8.h"
 
 namespace ds::jinja {
 
@@ -53,9 +53,10 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = utf8_seq_len(s, i);
+    const utf8::Loose ch = utf8::decode_loose(s, i);
+    const size_t n = ch.len;
     if ((c >= 0x80 || c == 0x7F) && ensure_ascii) {  // Python escapes everything outside ' '..'~'
-      uint32_t cp = utf8_decode(s, i);
+      uint32_t cp = ch.cp;
       if (cp >= 0x10000) {
         cp -= 0x10000;
         append_hex4(out, 0xD800 + (cp >> 10));

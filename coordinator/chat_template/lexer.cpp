@@ -4,8 +4,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/utf8.h"
 #include "coordinator/chat_template/errors.h"
-#include "coordinator/chat_template/utf8.h"
+#include "coordinator/chat_template/py_string.h"
 
 namespace ds::jinja {
 
@@ -28,24 +29,6 @@ std::string normalize_newlines(const std::string& src) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -257,7 +240,7 @@ class Lexer {
     }
     if (cp > 0x10FFFF) fail(i_, "escape out of range");
     i_ += n;
-    append_utf8(value, cp);
+    utf8::append(value, cp);
   }
 
   Pos pos_at(size_t off) {
@@ -270,7 +253,7 @@ class Lexer {
       if (s_[pos_off_] == '\n') {
         ++pos_.line;
         pos_.col = 1;
-      } else if ((static_cast<unsigned char>(s_[pos_off_]) & 0xC0) != 0x80) {
+      } else if (!utf8::is_continuation(static_cast<uint8_t>(s_[pos_off_]))) {
         ++pos_.col;
       }
     }

@@ -2,10 +2,26 @@
 
 #include <cctype>
 
+#include "common/utf8.h"
 #include "coordinator/chat_template/args.h"
-#include "coordinator/chat_template/utf8.h"
+#include "coordinator/chat_template/py_string.h"
 
 namespace ds::jinja {
+
+namespace {
+
+// The first offset from `i` on whose code point is not (space = true) or is (space = false)
+// Python whitespace.
+size_t skip_py_space(std::string_view s, size_t i, bool space) {
+  while (i < s.size()) {
+    const utf8::Loose c = utf8::decode_loose(s, i);
+    if (is_py_space(c.cp) != space) break;
+    i += c.len;
+  }
+  return i;
+}
+
+}  // namespace
 
 Value str_strip(const Text& s, const Value& chars, bool left, bool right) {
   std::string_view set_view;
@@ -27,14 +43,14 @@ Value str_split(const Text& s, const Value& sep, int64_t maxsplit) {
     // Python split(): runs of whitespace separate, no empty strings.
     size_t i = 0;
     while (i < str.size()) {
-      while (i < str.size() && is_py_space(utf8_decode(str, i))) i += utf8_seq_len(str, i);
+      i = skip_py_space(str, i, true);
       if (i >= str.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
         parts.push_back(Value::string(s.slice(i, str.size() - i)));  // trailing space kept
         break;
       }
       const size_t b = i;
-      while (i < str.size() && !is_py_space(utf8_decode(str, i))) i += utf8_seq_len(str, i);
+      i = skip_py_space(str, i, false);
       parts.push_back(Value::string(s.slice(b, i - b)));
     }
     return Value::list(std::move(parts));
@@ -60,7 +76,7 @@ Value str_replace(const Text& s, const Text& old_s, const Text& new_s, int64_t c
   int64_t done = 0;
   if (o.empty()) {
     // Python inserts `new` between every character (and at both ends).
-    const std::vector<size_t> cuts = utf8_boundaries(str);
+    const std::vector<size_t> cuts = utf8::boundaries_loose(str);
     for (size_t i = 0; i < cuts.size(); ++i) {
       if (count < 0 || done < count) {
         out += new_s.str();
@@ -136,9 +152,9 @@ int64_t str_find(const Text& s, const Text& sub, bool count) {
   const std::string& p = sub.str();
   if (!count) {
     const size_t at = str.find(p);
-    return at == std::string::npos ? -1 : static_cast<int64_t>(utf8_length(std::string_view(str).substr(0, at)));
+    return at == std::string::npos ? -1 : static_cast<int64_t>(utf8::length_loose(std::string_view(str).substr(0, at)));
   }
-  if (p.empty()) return static_cast<int64_t>(utf8_length(str)) + 1;
+  if (p.empty()) return static_cast<int64_t>(utf8::length_loose(str)) + 1;
   int64_t n = 0;
   for (size_t at = str.find(p); at != std::string::npos; at = str.find(p, at + p.size())) ++n;
   return n;

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "common/utf8.h"
 #include "coordinator/chat_template/methods.h"
-#include "coordinator/chat_template/utf8.h"
 
 namespace ds::jinja {
 namespace {
@@ -233,7 +233,7 @@ Value get_item(const Value& obj, const Value& key) {
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     std::vector<size_t> b;
     const int64_t len = obj.is_list() ? static_cast<int64_t>(obj.as_list().size())
-                                      : static_cast<int64_t>((b = utf8_boundaries(obj.as_text().str())).size() - 1);
+                                      : static_cast<int64_t>((b = utf8::boundaries_loose(obj.as_text().str())).size() - 1);
     int64_t i = int_of(key);
     if (i < 0) i += len;
     if (i < 0 || i >= len) return {};
@@ -254,7 +254,7 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   }
   if (obj.is_string()) {
     const Text& t = obj.as_text();
-    const std::vector<size_t> b = utf8_boundaries(t.str());
+    const std::vector<size_t> b = utf8::boundaries_loose(t.str());
     Text out;
     for (size_t i : slice_positions(static_cast<int64_t>(b.size() - 1), start, stop, step)) {
       out.append_slice(t, b[i], b[i + 1] - b[i]);
@@ -276,7 +276,7 @@ List iteration_items(const Value& v) {
     }
     case Value::Kind::kString: {
       const Text& t = v.as_text();
-      const std::vector<size_t> b = utf8_boundaries(t.str());
+      const std::vector<size_t> b = utf8::boundaries_loose(t.str());
       List chars;
       for (size_t i = 0; i + 1 < b.size(); ++i) chars.push_back(Value::string(t.slice(b[i], b[i + 1] - b[i])));
       return chars;
@@ -288,7 +288,7 @@ List iteration_items(const Value& v) {
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.as_text().str()));
+    case Value::Kind::kString: return static_cast<int64_t>(utf8::length_loose(v.as_text().str()));
     case Value::Kind::kList: return static_cast<int64_t>(v.as_list().size());
     case Value::Kind::kDict: return static_cast<int64_t>(v.as_dict().entries.size());
     case Value::Kind::kNamespace: return static_cast<int64_t>(v.as_namespace().attrs.entries.size());

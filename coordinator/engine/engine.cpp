@@ -94,7 +94,10 @@ void PipelineEngine::Impl::start_workers() {
   auto args = [this](uint32_t rank) {
     std::vector<std::string> a{"--coordinator", endpoint, "--rank", std::to_string(rank), "--backend", opt.backend,
                                "--threads", std::to_string(opt.threads_per_worker)};
-    if (opt.backend == "cuda") a.insert(a.end(), {"--device", std::to_string(rank)});
+    if (opt.backend == "cuda") {
+      const int device = rank < opt.devices.size() ? opt.devices[rank] : static_cast<int>(rank);
+      a.insert(a.end(), {"--device", std::to_string(device)});
+    }
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
     return a;
   };

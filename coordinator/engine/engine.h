@@ -21,6 +21,7 @@ struct EngineOptions {
   std::string model_path;               // GGUF; workers mmap the same path
   uint32_t n_workers = 1;               // pipeline stages
   std::string backend = "cpu";          // cpu | cuda
+  std::vector<int> devices;             // cuda: GPU of each rank (local workers); empty = rank r on GPU r
   std::vector<uint32_t> layer_split;    // layers per stage; empty = balance by weight bytes
   int threads_per_worker = 1;
   bool external_workers = false;        // workers are started by someone else (systemd, by hand)

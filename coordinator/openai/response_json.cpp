@@ -3,6 +3,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "common/utf8.h"
+
 namespace ds::openai {
 
 namespace {
@@ -174,154 +176,99 @@ void tool_call_deltas(Writer& w, const std::vector<ToolCallDelta>& deltas) {
   w.EndArray();
 }
 
-std::string done(const rapidjson::StringBuffer& sb) { return std::string(sb.GetString(), sb.GetSize()); }
-
-}  // namespace
-
-std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result,
-                                 const std::string& finish_reason, const LogprobsView& logprobs,
-                                 const Usage& usage) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartObject();
-  header(w, meta, "chat.completion");
-  w.Key("choices");
-  w.StartArray();
-  w.StartObject();
-  w.Key("index");
-  w.Uint(0);
-  w.Key("message");
-  w.StartObject();
-  key_str(w, "role", "assistant");
-  w.Key("content");
-  // OpenAI: content is null when the reply is only tool calls.
-  if (result.content.empty() && !result.tool_calls.empty()) {
-    w.Null();
-  } else {
-    str(w, result.content);
-  }
-  if (!result.reasoning_content.empty()) key_str(w, "reasoning_content", result.reasoning_content);
-  if (!result.tool_calls.empty()) tool_calls_array(w, result.tool_calls);
-  w.EndObject();
-  chat_logprobs(w, logprobs);
-  finish_reason_field(w, finish_reason);
-  w.EndObject();
-  w.EndArray();
-  usage_object(w, usage);
-  w.EndObject();
-  return done(sb);
-}
-
-std::string chat_chunk_json(const ResponseMeta& meta, const ParseDelta& delta, bool with_role,
-                            const LogprobsView& logprobs, const std::string& finish_reason) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartObject();
-  header(w, meta, "chat.completion.chunk");
-  w.Key("choices");
-  w.StartArray();
-  w.StartObject();
-  w.Key("index");
-  w.Uint(0);
-  w.Key("delta");
-  w.StartObject();
-  if (with_role) {
-    key_str(w, "role", "assistant");
-    if (delta.content.empty()) key_str(w, "content", "");
-  }
-  if (!delta.reasoning.empty()) key_str(w, "reasoning_content", delta.reasoning);
-  if (!delta.content.empty()) key_str(w, "content", delta.content);
-  if (!delta.tool_calls.empty()) tool_call_deltas(w, delta.tool_calls);
-  w.EndObject();
-  chat_logprobs(w, logprobs);
-  finish_reason_field(w, finish_reason);
-  w.EndObject();
-  w.EndArray();
-  w.EndObject();
-  return done(sb);
-}
-
-std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            const std::string& finish_reason, const LogprobsView& logprobs,
-                            const Usage& usage) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartObject();
-  header(w, meta, "text_completion");
-  w.Key("choices");
-  w.StartArray();
-  w.StartObject();
-  w.Key("index");
-  w.Uint(0);
-  key_str(w, "text", text);
-  completion_logprobs(w, logprobs);
-  finish_reason_field(w, finish_reason);
-  w.EndObject();
-  w.EndArray();
-  usage_object(w, usage);
-  w.EndObject();
-  return done(sb);
-}
-
-std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text,
-                                  const LogprobsView& logprobs, const std::string& finish_reason) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartObject();
-  header(w, meta, "text_completion");
-  w.Key("choices");
-  w.StartArray();
-  w.StartObject();
-  w.Key("index");
-  w.Uint(0);
-  key_str(w, "text", text);
-  completion_logprobs(w, logprobs);
-  finish_reason_field(w, finish_reason);
-  w.EndObject();
-  w.EndArray();
-  w.EndObject();
-  return done(sb);
-}
-
-std::string usage_chunk_json(const ResponseMeta& meta, const char* object, const Usage& usage) {
+// {"id", "object", "created", "model", "choices": [<choices>], "usage" (when given)}.
+template <typename Choices>
+std::string response(const ResponseMeta& meta, const char* object, const Usage* usage, Choices&& choices) {
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
   header(w, meta, object);
   w.Key("choices");
   w.StartArray();
+  choices(w);
   w.EndArray();
-  usage_object(w, usage);
+  if (usage != nullptr) usage_object(w, *usage);
   w.EndObject();
-  return done(sb);
+  return std::string(sb.GetString(), sb.GetSize());
 }
 
-std::string sanitize_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size() && !(len == 2 && c < 0xC2) && !(len == 4 && c > 0xF4);
-    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok && len == 3) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong / surrogate
-    }
-    if (ok && len == 4) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-    }
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++i;
-    }
-  }
-  return out;
+// A response with the one choice {"index": 0, <body>, "finish_reason"}.
+template <typename Body>
+std::string one_choice_response(const ResponseMeta& meta, const char* object, const std::string& finish_reason,
+                                const Usage* usage, Body&& body) {
+  return response(meta, object, usage, [&](Writer& w) {
+    w.StartObject();
+    w.Key("index");
+    w.Uint(0);
+    body(w);
+    finish_reason_field(w, finish_reason);
+    w.EndObject();
+  });
 }
+
+// The body of a legacy completions choice (whole response and stream chunk alike).
+void completion_choice(Writer& w, const std::string& text, const LogprobsView& logprobs) {
+  key_str(w, "text", text);
+  completion_logprobs(w, logprobs);
+}
+
+}  // namespace
+
+std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result,
+                                 const std::string& finish_reason, const LogprobsView& logprobs,
+                                 const Usage& usage) {
+  return one_choice_response(meta, "chat.completion", finish_reason, &usage, [&](Writer& w) {
+    w.Key("message");
+    w.StartObject();
+    key_str(w, "role", "assistant");
+    w.Key("content");
+    // OpenAI: content is null when the reply is only tool calls.
+    if (result.content.empty() && !result.tool_calls.empty()) {
+      w.Null();
+    } else {
+      str(w, result.content);
+    }
+    if (!result.reasoning_content.empty()) key_str(w, "reasoning_content", result.reasoning_content);
+    if (!result.tool_calls.empty()) tool_calls_array(w, result.tool_calls);
+    w.EndObject();
+    chat_logprobs(w, logprobs);
+  });
+}
+
+std::string chat_chunk_json(const ResponseMeta& meta, const ParseDelta& delta, bool with_role,
+                            const LogprobsView& logprobs, const std::string& finish_reason) {
+  return one_choice_response(meta, "chat.completion.chunk", finish_reason, nullptr, [&](Writer& w) {
+    w.Key("delta");
+    w.StartObject();
+    if (with_role) {
+      key_str(w, "role", "assistant");
+      if (delta.content.empty()) key_str(w, "content", "");
+    }
+    if (!delta.reasoning.empty()) key_str(w, "reasoning_content", delta.reasoning);
+    if (!delta.content.empty()) key_str(w, "content", delta.content);
+    if (!delta.tool_calls.empty()) tool_call_deltas(w, delta.tool_calls);
+    w.EndObject();
+    chat_logprobs(w, logprobs);
+  });
+}
+
+std::string completion_json(const ResponseMeta& meta, const std::string& text,
+                            const std::string& finish_reason, const LogprobsView& logprobs,
+                            const Usage& usage) {
+  return one_choice_response(meta, "text_completion", finish_reason, &usage,
+                             [&](Writer& w) { completion_choice(w, text, logprobs); });
+}
+
+std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text,
+                                  const LogprobsView& logprobs, const std::string& finish_reason) {
+  return one_choice_response(meta, "text_completion", finish_reason, nullptr,
+                             [&](Writer& w) { completion_choice(w, text, logprobs); });
+}
+
+std::string usage_chunk_json(const ResponseMeta& meta, const char* object, const Usage& usage) {
+  return response(meta, object, &usage, [](Writer&) {});
+}
+
+std::string sanitize_utf8(std::string_view s) { return utf8::sanitize(s, utf8::Replace::kEachByte); }
 
 }  // namespace ds::openai

@@ -49,7 +49,8 @@ std::string completion_chunk_json(const ResponseMeta& meta, const std::string& t
 // The final streaming chunk of stream_options.include_usage: no choices, just usage.
 std::string usage_chunk_json(const ResponseMeta& meta, const char* object, const Usage& usage);
 
-// `s` with invalid UTF-8 sequences replaced by U+FFFD (token pieces may split characters).
+// `s` with each byte outside a well-formed UTF-8 sequence replaced by U+FFFD (token pieces
+// may split characters).
 std::string sanitize_utf8(std::string_view s);
 
 }  // namespace ds::openai

@@ -175,6 +175,23 @@ DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferre
 
 }  // namespace
 
+DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const char* prompt_param,
+                                       std::vector<int32_t> prompt_ids, CommonParams& params,
+                                       std::optional<OutputParserOptions> parser, Channel channel,
+                                       std::chrono::steady_clock::time_point arrival) {
+  Submission s;
+  s.request.request_id = new_request_id(id_prefix);
+  s.request.prompt_ids = std::move(prompt_ids);
+  s.request.sampling = params.sampling;
+  s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), prompt_param);
+  s.config = {chat, params.stream, params.include_usage, params.sampling.logprobs,
+              {s.request.request_id, options_.served_model_name, now_unix()},
+              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
+  s.parser = std::move(parser);
+  s.stop = std::move(params.stop);
+  return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
+}
+
 DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel) {
   const auto arrival = std::chrono::steady_clock::now();
   rapidjson::Document doc = parse_body(request.body);
@@ -184,21 +201,12 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
   const PromptText prompt = render_chat(doc);
   std::vector<int32_t> ids = tokenizer_.encode(prompt);
 
-  Submission s;
-  s.request.request_id = new_request_id("chatcmpl-");
-  s.request.prompt_ids = std::move(ids);
-  s.request.sampling = params.sampling;
-  s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), "messages");
-  s.config = {true, params.stream, params.include_usage, params.sampling.logprobs,
-              {s.request.request_id, options_.served_model_name, now_unix()},
-              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
   OutputParserOptions parser;
   parser.thinking_open = prompt_opens_thinking(prompt.text);
   parser.tools_enabled = params.has_tools && params.tool_choice != ToolChoice::kNone;
   parser.tools = std::move(params.tools);
-  s.parser = std::move(parser);
-  s.stop = std::move(params.stop);
-  return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
+  return generate(true, "chatcmpl-", "messages", std::move(ids), params, std::move(parser), std::move(channel),
+                  arrival);
 }
 
 DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel) {
@@ -225,16 +233,7 @@ DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel ch
   }
   if (ids.empty()) throw ApiError(400, "The prompt is empty", "prompt");
 
-  Submission s;
-  s.request.request_id = new_request_id("cmpl-");
-  s.request.prompt_ids = std::move(ids);
-  s.request.sampling = params.sampling;
-  s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), "prompt");
-  s.config = {false, params.stream, params.include_usage, params.sampling.logprobs,
-              {s.request.request_id, options_.served_model_name, now_unix()},
-              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
-  s.stop = std::move(params.stop);
-  return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
+  return generate(false, "cmpl-", "prompt", std::move(ids), params, std::nullopt, std::move(channel), arrival);
 }
 
 }  // namespace ds::openai

@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/http/http_types.h"
@@ -24,6 +26,7 @@
 #include "coordinator/http/server_options.h"
 #include "coordinator/openai/request.h"
 #include "coordinator/openai/task_thread.h"
+#include "coordinator/output_parser/output_parser.h"
 #include "coordinator/serving/generation.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
@@ -60,6 +63,11 @@ class OpenAIService {
   uint32_t resolve_max_tokens(const CommonParams& params, size_t prompt_tokens, const char* prompt_param) const;
   std::string new_request_id(const char* prefix);
   int64_t now_unix() const;
+  // The common tail of both generation routes: builds the GenerationRequest (taking
+  // params.sampling and params.stop) and hands it to the engine with a Responder.
+  DisconnectHook generate(bool chat, const char* id_prefix, const char* prompt_param, std::vector<int32_t> prompt_ids,
+                          CommonParams& params, std::optional<OutputParserOptions> parser, Channel channel,
+                          std::chrono::steady_clock::time_point arrival);
 
   const ServerOptions& options_;
   Engine& engine_;

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "coordinator/output_parser/utf8.h"
+#include "common/utf8.h"
 
 namespace ds {
 
@@ -31,7 +31,7 @@ class TextChannel {
 
   bool touched_ = false;
   std::string held_;
-  Utf8Splitter utf8_;
+  utf8::Splitter utf8_;
 };
 
 }  // namespace ds

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace ds::tok {
 
@@ -21,7 +21,7 @@ struct Tables {
     for (unsigned b = 0; b < 256; ++b) {
       to_cp[b] = maps_to_itself(b) ? b : next++;
       from_cp[to_cp[b]] = static_cast<int16_t>(b);
-      append_utf8(utf8[b], to_cp[b]);
+      utf8::append(utf8[b], to_cp[b]);
     }
   }
 };
@@ -49,8 +49,8 @@ std::string map_bytes(std::string_view raw) {
 bool unmap_bytes(std::string_view mapped, std::string& raw) {
   const auto* p = reinterpret_cast<const uint8_t*>(mapped.data());
   for (size_t i = 0; i < mapped.size();) {
-    const Utf8Step s = utf8_step(p + i, mapped.size() - i);
-    if (s.kind != Utf8Step::VALID) return false;
+    const utf8::Step s = utf8::step(p + i, mapped.size() - i);
+    if (s.kind != utf8::Step::VALID) return false;
     const int b = codepoint_to_byte(s.cp);
     if (b < 0) return false;
     raw += static_cast<char>(b);

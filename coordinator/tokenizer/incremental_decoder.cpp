@@ -1,6 +1,6 @@
 #include "coordinator/tokenizer/incremental_decoder.h"
 
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace ds {
 
@@ -11,14 +11,14 @@ std::string IncrementalDecoder::feed(int32_t id) {
   const std::string_view piece = tokenizer_->token_piece(id, render_control_);  // may throw
   pending_.append(piece);
   std::string out;
-  const size_t used = tok::append_sanitized_utf8(pending_, out, false);
+  const size_t used = utf8::append_sanitized(pending_, out, false);
   pending_.erase(0, used);
   return out;
 }
 
 std::string IncrementalDecoder::flush() {
   std::string out;
-  tok::append_sanitized_utf8(pending_, out, true);
+  utf8::append_sanitized(pending_, out, true);
   pending_.clear();
   return out;
 }

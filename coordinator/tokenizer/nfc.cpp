@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "coordinator/tokenizer/nfc_tables.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace ds::tok {
 
@@ -110,8 +110,8 @@ bool already_nfc(std::string_view text) {
       ++i;
       continue;
     }
-    const Utf8Step st = utf8_step(p + i, text.size() - i);
-    if (st.kind == Utf8Step::VALID && maybe_changed(st.cp)) return false;
+    const utf8::Step st = utf8::step(p + i, text.size() - i);
+    if (st.kind == utf8::Step::VALID && maybe_changed(st.cp)) return false;
     i += st.len;
   }
   return true;
@@ -120,7 +120,7 @@ bool already_nfc(std::string_view text) {
 void flush_run(std::vector<Char>& run, std::string& out) {
   canonical_order(run);
   canonical_compose(run);
-  for (const Char& c : run) append_utf8(out, c.cp);
+  for (const Char& c : run) utf8::append(out, c.cp);
   run.clear();
 }
 
@@ -133,8 +133,8 @@ bool nfc_normalize(std::string_view text, std::string& out) {
   const auto* p = reinterpret_cast<const uint8_t*>(text.data());
   std::vector<Char> run;  // decomposed code points of the current valid UTF-8 run
   for (size_t i = 0; i < text.size();) {
-    const Utf8Step st = utf8_step(p + i, text.size() - i);
-    if (st.kind == Utf8Step::VALID) {
+    const utf8::Step st = utf8::step(p + i, text.size() - i);
+    if (st.kind == utf8::Step::VALID) {
       decompose(st.cp, run);
     } else {
       flush_run(run, out);

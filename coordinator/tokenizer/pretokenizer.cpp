@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace ds {
 
@@ -121,7 +121,7 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
     if (e <= b) {  // empty match (not produced by these patterns): step over one character
       if (b >= text.size()) break;
       const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-      pos = b + utf8_step(p + b, text.size() - b).len;
+      pos = b + utf8::step(p + b, text.size() - b).len;
       continue;
     }
     if (b > covered) out.push_back({covered, b});  // unmatched gap

@@ -10,7 +10,7 @@
 #include "coordinator/tokenizer/nfc.h"
 #include "coordinator/tokenizer/piece_cache.h"
 #include "coordinator/tokenizer/special_tokens.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace ds {
 
@@ -192,7 +192,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_contr
   for (int32_t id : ids) raw += impl_->piece(id, render_control);
   std::string out;
   out.reserve(raw.size());
-  tok::append_sanitized_utf8(raw, out, true);
+  utf8::append_sanitized(raw, out, true);
   return out;
 }
 

@@ -11,4 +11,17 @@ int device_count() {
   }
   return n;
 }
+
+bool device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const bool ok = cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) cudaGetLastError();
+  return ok;
+}
+
 }  // namespace ds::cuda

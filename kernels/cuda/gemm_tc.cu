@@ -214,14 +214,6 @@ void* stream_workspace(size_t bytes, cudaStream_t stream, cudaError_t* err) {
   return ws.ptr;
 }
 
-bool bf16_tensor_cores_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DS_CUDA_MATMUL");
-    return v != nullptr && std::strcmp(v, "bf16") == 0;
-  }();
-  return on;
-}
-
 bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens) {
   return w.type == GgmlType::Q8_0 && n_tokens >= kTcMinTokens && w.cols % kBK == 0 && w.cols <= (size_t{1} << 30) &&
          n_tokens <= (size_t{1} << 30);

@@ -18,9 +18,8 @@
 
 namespace ds::cuda::detail {
 
-// DS_CUDA_MATMUL=bf16 in the environment (read once) turns the tensor-core GEMM on for
-// ds::cuda::matmul; anything else (the default) keeps every path f32-exact. See matmul.h.
-bool bf16_tensor_cores_enabled();
+// MatmulPrecision::kBf16TensorCores (the caller's choice) turns the tensor-core GEMM on for
+// ds::cuda::matmul; the default kF32 keeps every path f32-exact. See matmul.h.
 
 bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens);
 cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,

@@ -19,8 +19,8 @@ grep -E "FAILED|Failure|\[ cuda|Expected|Which is|max|logit" "$O/test_model.log"
 ( time "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf ) > "$O/synth.log" 2>&1; echo "synth rc=$?"
 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prompt "$PROMPTS" --gen 128 --repeat 1 > "$O/bench.log" 2>&1
 echo "bench (default, f32 paths) rc=$?"
-DS_CUDA_MATMUL=bf16 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prompt "$PROMPTS" --gen 128 --repeat 1 > "$O/bench_bf16.log" 2>&1
-echo "bench (DS_CUDA_MATMUL=bf16) rc=$?"
+"$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --bf16-prefill --prompt "$PROMPTS" --gen 128 --repeat 1 > "$O/bench_bf16.log" 2>&1
+echo "bench (--bf16-prefill) rc=$?"
 echo "==== lab"; cat "$O/lab.log"
 echo "==== bench default"; tail -4 "$O/bench.log"
-echo "==== bench DS_CUDA_MATMUL=bf16"; tail -4 "$O/bench_bf16.log"
+echo "==== bench --bf16-prefill"; tail -4 "$O/bench_bf16.log"

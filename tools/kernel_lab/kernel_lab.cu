@@ -154,8 +154,6 @@ int main(int argc, char** argv) {
         const double ms = median_ms(tc ? std::max(3, reps / 2) : 3, [&](int) {
           if (tc) {
             LAB_CHECK(ds::cuda::detail::gemm_q8_tc(w.view(0), x, sh.cols, n, y, sh.rows, nullptr));
-          } else if (ds::cuda::detail::bf16_tensor_cores_enabled()) {
-            return;  // DS_CUDA_MATMUL=bf16 set: matmul would take the same TC path
           } else {
             LAB_CHECK(ds::cuda::matmul(w.view(0), x, sh.cols, n, y, sh.rows, nullptr));
           }

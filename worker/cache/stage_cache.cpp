@@ -64,10 +64,33 @@ void StageCache::check_step(const StepInput& in) const {
 
 void StageCache::check_self_managed_row(const SeqStep& s) const {
   const auto it = seqs_.find(s.seq_id);
-  const uint32_t have = it == seqs_.end() ? 0 : it->second.n_past;
-  if (s.start_pos != 0 && s.start_pos != have) {
-    throw ConfigError(who(s) + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds " +
-                      std::to_string(have) + " positions");
+  if (it != seqs_.end()) {
+    if (s.start_pos != 0 || s.rewind) check_continues(s, it->second);
+    return;
+  }
+  if (s.start_pos != 0 || s.rewind) {
+    throw ConfigError(who(s) + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds 0 positions");
+  }
+}
+
+// A running sequence continues where it stopped, or (rewind) at a position one of its GDN
+// captures holds exactly: anything else would compute from a wrong state.
+void StageCache::check_continues(const SeqStep& step, const Seq& s) const {
+  if (step.n_draft > StatePool::kMaxCaptures || step.n_draft >= step.n_tokens()) {
+    throw ConfigError(who(step) + ": " + std::to_string(step.n_draft) + " drafts in a row of " +
+                      std::to_string(step.n_tokens()) + " tokens");
+  }
+  if (!step.rewind) {
+    if (step.start_pos != s.n_past) {
+      throw ConfigError(who(step) + ": step starts at position " + std::to_string(step.start_pos) +
+                        " but the stage holds " + std::to_string(s.n_past) + " positions");
+    }
+    return;
+  }
+  if (step.start_pos < s.capture_first || step.start_pos >= s.capture_first + s.n_captures ||
+      step.start_pos >= s.n_past) {
+    throw ConfigError(who(step) + ": cannot rewind to position " + std::to_string(step.start_pos) +
+                      " (no captured state there)");
   }
 }
 
@@ -91,6 +114,7 @@ void StageCache::check_managed_row(const SeqStep& s, const SeqCache& c) const {
     // continue from there (anything else would silently compute from a wrong state).
     const int64_t want = c.load_snapshot ? snapshot_pos_[*c.load_snapshot] : 0;
     if (want < 0) throw ConfigError(who(s) + ": snapshot " + std::to_string(*c.load_snapshot) + " was never saved");
+    if (s.rewind) throw ConfigError(who(s) + ": a new sequence cannot rewind");
     if (s.start_pos != want) {
       throw ConfigError(who(s) + ": new sequence starts at position " + std::to_string(s.start_pos) + " but its " +
                         (c.load_snapshot ? "snapshot holds " : "zero state holds ") + std::to_string(want));
@@ -108,10 +132,7 @@ void StageCache::check_managed_row(const SeqStep& s, const SeqCache& c) const {
       throw ConfigError(who(s) + ": state slot " + std::to_string(c.state_slot) + " differs from its slot " +
                         std::to_string(it->second.slot));
     }
-    if (s.start_pos != it->second.n_past) {
-      throw ConfigError(who(s) + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds " +
-                        std::to_string(it->second.n_past) + " positions");
-    }
+    check_continues(s, it->second);
     table_blocks += it->second.table.size();
   }
   const size_t need = size_t{s.start_pos} + s.n_tokens();
@@ -127,8 +148,23 @@ std::vector<StageCache::Seq*> StageCache::begin_step(const StepInput& in) {
   std::vector<Seq*> out;
   for (size_t i = 0; i < in.seqs.size(); ++i) {
     out.push_back(geo_.managed() ? &place_managed(in.seqs[i], in.cache[i]) : &place_self_managed(in.seqs[i]));
+    apply_speculation(in.seqs[i], *out.back());
   }
   return out;
+}
+
+// Rewind first (it reads the previous step's captures), then note where this step's
+// captures will land (the model writes them while it computes the draft rows).
+void StageCache::apply_speculation(const SeqStep& step, Seq& s) {
+  if (step.rewind) {
+    states_.restore(step.start_pos - s.capture_first, s.slot);
+    s.n_past = step.start_pos;
+  }
+  s.n_captures = step.n_draft;
+  s.capture_first = step.start_pos + step.n_tokens() - step.n_draft;
+  if (step.n_draft > 0 && states_.capture_slots() <= s.slot) {
+    states_.reserve_captures(std::max<size_t>(states_.slots(), size_t{s.slot} + 1));
+  }
 }
 
 StageCache::Seq& StageCache::place_managed(const SeqStep& step, const SeqCache& c) {
@@ -155,7 +191,7 @@ StageCache::Seq& StageCache::place_self_managed(const SeqStep& step) {
   auto [it, inserted] = seqs_.try_emplace(step.seq_id);
   Seq& s = it->second;
   if (inserted) s.slot = take_slot();
-  if (inserted || step.start_pos == 0) {  // restart: zero state, forget cached rows
+  if (inserted || (step.start_pos == 0 && !step.rewind)) {  // restart: zero state, forget cached rows
     states_.reset(s.slot);
     s.n_past = 0;
   }
@@ -184,7 +220,7 @@ StageCache::Seq& StageCache::begin_mtp(uint64_t seq_id, uint32_t start_pos, size
     states_.reset(it->second.slot);
   }
   Seq& s = it->second;
-  if (start_pos != 0 && start_pos != s.mtp_n_past) {
+  if (start_pos > s.mtp_n_past) {
     throw ConfigError("MTP step for sequence " + std::to_string(seq_id) + " starts at " + std::to_string(start_pos) +
                       " but the MTP cache holds " + std::to_string(s.mtp_n_past));
   }

@@ -34,6 +34,9 @@ class StageCache {
     std::vector<int32_t> table;  // pool block of rows [j*block_size, (j+1)*block_size)
     uint32_t n_past = 0;         // positions computed by the main stack
     uint32_t mtp_n_past = 0;     // positions in the MTP block's cache
+    // Speculation: GDN captures of the last verify step; capture j holds capture_first + j positions.
+    uint32_t capture_first = 0;
+    uint32_t n_captures = 0;
   };
 
   StageCache(Backend& backend, const CacheGeometry& geometry, const CacheShapes& shapes);
@@ -62,6 +65,8 @@ class StageCache {
  private:
   void check_managed_row(const SeqStep& step, const SeqCache& c) const;
   void check_self_managed_row(const SeqStep& step) const;
+  void check_continues(const SeqStep& step, const Seq& s) const;  // start_pos vs n_past, rewind
+  void apply_speculation(const SeqStep& step, Seq& s);             // rewind, capture bookkeeping
   Seq& place_managed(const SeqStep& step, const SeqCache& c);
   Seq& place_self_managed(const SeqStep& step);
   void cover(Seq& s, size_t rows);  // self-managed: blocks up to `rows` positions

@@ -11,6 +11,7 @@ StatePool::StatePool(Backend& backend, size_t n_gdn_layers, size_t conv_floats, 
 StatePool::~StatePool() {
   be_.release(slots_.ptr);
   be_.release(snapshots_.ptr);
+  be_.release(captures_.ptr);
 }
 
 void StatePool::grow(Buffer& b, size_t n) {
@@ -43,6 +44,24 @@ void StatePool::save(uint32_t slot, uint32_t snapshot) {
 
 void StatePool::load(uint32_t snapshot, uint32_t slot) {
   if (record_ > 0) be_.copy(slots_.ptr + slot * record_, snapshots_.ptr + snapshot * record_, record_);
+}
+
+}  // namespace ds
+
+namespace ds {
+
+void StatePool::reserve_captures(size_t slots) { grow(captures_, slots * kMaxCaptures); }
+
+void StatePool::capture_conv(uint32_t slot, uint32_t j, size_t gdn_layer) {
+  if (record_ > 0) be_.copy(capture_layer(slot, j, gdn_layer), conv(slot, gdn_layer), conv_);
+}
+
+void StatePool::capture_ssm(uint32_t slot, uint32_t j, size_t gdn_layer) {
+  if (record_ > 0) be_.copy(capture_layer(slot, j, gdn_layer) + conv_, ssm(slot, gdn_layer), ssm_);
+}
+
+void StatePool::restore(uint32_t j, uint32_t slot) {
+  if (record_ > 0) be_.copy(slots_.ptr + slot * record_, captures_.ptr + (slot * kMaxCaptures + j) * record_, record_);
 }
 
 }  // namespace ds

@@ -26,7 +26,7 @@ class StatePool {
   size_t slots() const { return slots_.count; }
   size_t snapshots() const { return snapshots_.count; }
   size_t record_floats() const { return record_; }  // one slot, all GDN layers
-  size_t bytes() const { return (slots_.count + snapshots_.count) * record_ * sizeof(float); }
+  size_t bytes() const { return (slots_.count + snapshots_.count + captures_.count) * record_ * sizeof(float); }
 
   float* conv(uint32_t slot, size_t gdn_layer) { return slots_.ptr + slot * record_ + gdn_layer * per_layer(); }
   float* ssm(uint32_t slot, size_t gdn_layer) { return conv(slot, gdn_layer) + conv_; }
@@ -34,6 +34,23 @@ class StatePool {
   void reset(uint32_t slot);                    // zero state: a sequence starting at position 0
   void save(uint32_t slot, uint32_t snapshot);  // snapshot <- slot
   void load(uint32_t snapshot, uint32_t slot);  // slot <- snapshot
+
+  // Speculative decoding: per slot, kMaxCaptures records of per-position state written while
+  // the drafts of a verify step run (capture j = the state after verify row j), so the next
+  // step can roll the slot back to any accepted position without recomputing. Grown on first
+  // use only: servers that never speculate pay nothing.
+  static constexpr size_t kMaxCaptures = 4;
+  void reserve_captures(size_t slots);  // capture records for slots [0, slots)
+  size_t capture_slots() const { return captures_.count / kMaxCaptures; }
+  // One GDN layer's part of a capture record (same layout as a slot record).
+  float* capture_layer(uint32_t slot, uint32_t j, size_t gdn_layer) {
+    return captures_.ptr + (slot * kMaxCaptures + j) * record_ + gdn_layer * per_layer();
+  }
+  // Capture j's conv window / recurrent state of one layer <- the slot's (the model runs a
+  // layer's conv for all rows before its recurrence, so the two are captured separately).
+  void capture_conv(uint32_t slot, uint32_t j, size_t gdn_layer);
+  void capture_ssm(uint32_t slot, uint32_t j, size_t gdn_layer);
+  void restore(uint32_t j, uint32_t slot);                     // slot <- capture j (all layers)
 
  private:
   struct Buffer {
@@ -45,7 +62,7 @@ class StatePool {
 
   Backend& be_;
   size_t conv_, ssm_, record_;
-  Buffer slots_, snapshots_;
+  Buffer slots_, snapshots_, captures_;
 };
 
 }  // namespace ds

@@ -51,7 +51,7 @@ void WorkerDaemon::send_hello() {
   h->set_n_threads(static_cast<uint32_t>(options_.threads));
   h->set_hostname(options_.hostname);
   h->set_instance_id(instance_id_);
-  h->set_backend_available(options_.backend == "cpu");  // the CUDA backend is not built yet
+  h->set_backend_available(backend_available(options_.backend));
   send_to_coordinator(env);
 }
 
@@ -140,12 +140,14 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   notifier_.loading(assign.first_layer(), assign.last_layer());
   try {
     if (assign.rank() != options_.rank) throw std::runtime_error("Assign for rank " + std::to_string(assign.rank()));
-    if (options_.backend != "cpu") throw std::runtime_error("the CUDA backend is not built yet");
+    if (!backend_available(options_.backend)) {
+      throw std::runtime_error("the " + options_.backend + " backend is not available in this build or on this machine");
+    }
     StageShape shape;
     shape.rank = options_.rank;
     uint64_t weight_bytes = 0;
     const int threads = assign.n_threads() != 0 ? static_cast<int>(assign.n_threads()) : options_.threads;
-    std::unique_ptr<StageModel> model = loader_(assign, threads, &shape, &weight_bytes);
+    std::unique_ptr<StageModel> model = loader_(assign, options_, threads, &shape, &weight_bytes);
     if (assign.memory_budget_bytes() != 0 && weight_bytes > assign.memory_budget_bytes()) {
       throw std::runtime_error("slice needs " + std::to_string(weight_bytes) + " bytes of weights, budget is " +
                                std::to_string(assign.memory_budget_bytes()));

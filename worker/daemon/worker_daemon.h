@@ -21,12 +21,17 @@ namespace ds {
 
 // Loads the stage an Assign names. Fills `shape` (n_embd, n_vocab) and `weight_bytes`; throws
 // std::exception with the reason when it cannot.
-using StageLoader = std::function<std::unique_ptr<StageModel>(const ipc::v1::Assign& assign, int n_threads,
+using StageLoader = std::function<std::unique_ptr<StageModel>(const ipc::v1::Assign& assign,
+                                                              const WorkerOptions& options, int n_threads,
                                                               StageShape* shape, uint64_t* weight_bytes)>;
 
-// The production loader: mmaps the GGUF and loads the slice on the CPU backend.
-std::unique_ptr<StageModel> load_gguf_stage(const ipc::v1::Assign& assign, int n_threads, StageShape* shape,
-                                            uint64_t* weight_bytes);
+// The production loader: mmaps the GGUF and loads the slice on the worker's backend (CPU, or
+// CUDA when built with it), checking a CUDA slice against the GPU memory budget first.
+std::unique_ptr<StageModel> load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& options,
+                                            int n_threads, StageShape* shape, uint64_t* weight_bytes);
+
+// Whether this build and machine can run `backend` ("cpu" always; "cuda" with a GPU).
+bool backend_available(const std::string& backend);
 
 class WorkerDaemon {
  public:

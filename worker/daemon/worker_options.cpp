@@ -14,14 +14,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: deltaserve-worker --coordinator ENDPOINT --rank R [--backend cpu|cuda] [--device N]\n"
-    "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST]\n"
+    "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
     "  --device        GPU index for the cuda backend\n"
     "  --threads       compute threads (default 1)\n"
     "  --heartbeat-ms  heartbeat period (default 200)\n"
-    "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n";
+    "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n"
+    "  --gpu-memory-fraction  share of the GPU memory for weights + KV/state pools (default 0.9)\n";
 
 template <typename T>
 bool parse_number(const std::string& s, T* out) {
@@ -46,6 +47,9 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"threads", [o](const std::string& v) { return parse_number(v, &o->threads) && o->threads >= 1; }},
       {"heartbeat-ms", [o](const std::string& v) { return parse_number(v, &o->heartbeat_ms) && o->heartbeat_ms >= 10; }},
       {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
+      {"gpu-memory-fraction", [o](const std::string& v) {
+         return parse_number(v, &o->gpu_memory_fraction) && o->gpu_memory_fraction > 0 && o->gpu_memory_fraction <= 1;
+       }},
   };
 }
 

@@ -14,6 +14,7 @@ struct WorkerOptions {
   int threads = 1;                // compute threads (Assign.n_threads overrides when non-zero)
   int heartbeat_ms = 200;         // heartbeat period
   std::string hostname;           // advertised host for tcp data endpoints (default: gethostname)
+  double gpu_memory_fraction = 0.9;  // cuda: share of the GPU's memory weights + caches may use
 };
 
 // Parses argv. Returns false and fills `error` (usage included) on bad flags; `help` is set

@@ -62,7 +62,25 @@ struct SeqSpan {
   size_t offset;         // first row
   size_t n_tokens;
   uint32_t start_pos;
+  uint32_t n_draft = 0;  // trailing draft rows: GDN state captured after each verify row but the last
 };
+
+// Pieces a sequence's GDN rows run in: one piece up to and including the first verify row,
+// then one per further verify row, so the state after each can be captured (capture = the
+// capture index after the piece, -1 = none). Single-token pieces are what plain decoding
+// runs, so on CPU a verified token's state is bit-identical to decoding it alone.
+struct GdnPiece {
+  size_t offset, n_tokens;
+  int capture;
+};
+std::vector<GdnPiece> gdn_pieces(const SeqSpan& s) {
+  if (s.n_draft == 0) return {{s.offset, s.n_tokens, -1}};
+  std::vector<GdnPiece> out{{s.offset, s.n_tokens - s.n_draft, 0}};
+  for (size_t j = 1; j <= s.n_draft; ++j) {  // verify row j sits at n_tokens - 1 - n_draft + j
+    out.push_back({s.offset + s.n_tokens - 1 - s.n_draft + j, 1, j < s.n_draft ? static_cast<int>(j) : -1});
+  }
+  return out;
+}
 
 class Qwen35Stage final : public StageModel {
  public:
@@ -80,7 +98,7 @@ class Qwen35Stage final : public StageModel {
 
   void forward(const StepInput& in, StepOutput* out) override;
   void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden,
-                   std::vector<float>* logits) override;
+                   std::vector<float>* logits, std::vector<float>* out_hidden) override;
   void drop_sequence(uint64_t seq_id) override { cache_->drop(seq_id); }
   void drop_all() override { cache_->drop_all(); }
 
@@ -206,6 +224,7 @@ void Qwen35Stage::check_batch(const StepInput& in) const {
     for (uint32_t r : s.logit_rows) {
       if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
     }
+    if (s.n_draft > StatePool::kMaxCaptures || s.n_draft >= s.n_tokens()) throw ConfigError(who + ": too many drafts");
     if (opt_.max_context && size_t{s.start_pos} + s.n_tokens() > opt_.max_context) {
       throw ConfigError(who + ": exceeds the context limit of " + std::to_string(opt_.max_context));
     }
@@ -220,7 +239,7 @@ std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
   std::vector<SeqSpan> spans;
   size_t offset = 0;
   for (size_t i = 0; i < in.seqs.size(); ++i) {
-    spans.push_back({seqs[i], offset, in.seqs[i].n_tokens(), in.seqs[i].start_pos});
+    spans.push_back({seqs[i], offset, in.seqs[i].n_tokens(), in.seqs[i].start_pos, in.seqs[i].n_draft});
     offset += in.seqs[i].n_tokens();
   }
   set_positions(spans, offset);
@@ -262,18 +281,27 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
   be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
   be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  const size_t gl = cache_index_[local];
+  StatePool& st = cache_->states();
+  // Conv for all rows, then the recurrence: each captures its own state after every piece.
   for (const SeqSpan& s : spans) {
-    be_->causal_conv1d_silu(qkv + s.offset * C, C, s.n_tokens, C, lw.gdn.conv, Kc,
-                            cache_->states().conv(s.seq->slot, cache_index_[local]), conv + s.offset * C);
+    for (const GdnPiece& p : gdn_pieces(s)) {
+      be_->causal_conv1d_silu(qkv + p.offset * C, C, p.n_tokens, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl),
+                              conv + p.offset * C);
+      if (p.capture >= 0) st.capture_conv(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
+    }
   }
   for (size_t head = 0; head < 2 * nk; ++head) {  // L2-normalize every q and k head in place
     be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
   }
   for (const SeqSpan& s : spans) {
-    const float* q = conv + s.offset * C;
-    const GdnShape shape{s.n_tokens, nk, nv, dk, dv, C, C};
-    be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv,
-             cache_->states().ssm(s.seq->slot, cache_index_[local]), o + s.offset * nv * dv);
+    for (const GdnPiece& p : gdn_pieces(s)) {
+      const float* q = conv + p.offset * C;
+      const GdnShape shape{p.n_tokens, nk, nv, dk, dv, C, C};
+      be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + p.offset * nv, beta + p.offset * nv, st.ssm(s.seq->slot, gl),
+               o + p.offset * nv * dv);
+      if (p.capture >= 0) st.capture_ssm(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
+    }
   }
   be_->gated_rms_norm(o, z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
   float* mixed = ws_.get(Slot::kOut, T * D);
@@ -399,16 +427,22 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   for (size_t i = 0; i < spans.size(); ++i) {
     for (uint32_t r : in.seqs[i].logit_rows) rows.push_back(static_cast<uint32_t>(spans[i].offset) + r);
   }
+  if (in.all_final_hidden) {  // MTP catch-up needs h of every row; same norm as the head's
+    float* normed = ws_.get(Slot::kHeadNorm, T * D);
+    be_->rms_norm(x, D, output_norm_, cfg_.rms_eps, T, D, normed, D);
+    out->final_hidden.resize(T * D);
+    be_->download(out->final_hidden.data(), normed, T * D);
+  }
   if (rows.empty()) return;
   float* picked = ws_.get(Slot::kPicked, rows.size() * D);
   be_->gather_rows(x, rows.data(), rows.size(), D, picked);
-  lm_head(picked, rows.size(), output_norm_, output_, &out->logits, &out->final_hidden);
+  lm_head(picked, rows.size(), output_norm_, output_, &out->logits, in.all_final_hidden ? nullptr : &out->final_hidden);
 }
 
 // MTP rows: u = eh_proj([enorm(embed(token)) ; hnorm(hidden)]), one attention block with its
 // own KV cache, shared-head norm, LM head (spec §7.1).
 void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
-                              const float* hidden, std::vector<float>* logits) {
+                              const float* hidden, std::vector<float>* logits, std::vector<float>* out_hidden) {
   if (!has_mtp_) throw ConfigError("this stage has no MTP block (not the last stage, or the GGUF has none)");
   if (token_ids.empty()) throw ConfigError("MTP step without tokens");
   for (int32_t id : token_ids) {
@@ -429,7 +463,7 @@ void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::ve
   be_->matmul(mtp_.eh_proj, cat, 2 * D, T, x, D);
   run_layer(mtp_.block, 0, spans, T, true);
   seq.mtp_n_past = start_pos + static_cast<uint32_t>(T);
-  lm_head(x, T, mtp_.head_norm, mtp_.head, logits, nullptr);
+  lm_head(x, T, mtp_.head_norm, mtp_.head, logits, out_hidden);
 }
 
 }  // namespace

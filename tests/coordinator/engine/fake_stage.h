@@ -53,7 +53,8 @@ class FakeStage : public StageModel {
     }
     if (is_last()) out->hidden.clear();
   }
-  void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*) override {
+  void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*,
+                   std::vector<float>*) override {
     throw std::logic_error("fake stage has no MTP");
   }
   void drop_sequence(uint64_t id) override {

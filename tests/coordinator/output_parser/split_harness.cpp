@@ -5,27 +5,14 @@
 #include <memory>
 #include <random>
 
+#include "common/utf8.h"
+
 namespace ds::test {
 namespace {
 
-// Strict UTF-8 validity of one delta on its own (what a client decoding it would need).
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
 void collect(const ParseDelta& d, Outcome& out) {
-  EXPECT_TRUE(valid_utf8(d.reasoning)) << "reasoning delta splits a character";
-  EXPECT_TRUE(valid_utf8(d.content)) << "content delta splits a character";
+  EXPECT_TRUE(utf8::is_valid(d.reasoning)) << "reasoning delta splits a character";
+  EXPECT_TRUE(utf8::is_valid(d.content)) << "content delta splits a character";
   out.reasoning += d.reasoning;
   out.content += d.content;
   for (const ToolCallDelta& t : d.tool_calls) {

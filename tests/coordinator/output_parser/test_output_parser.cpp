@@ -6,13 +6,6 @@
 namespace ds::test {
 namespace {
 
-ParserSetup thinking() {
-  return ParserSetup{true, true, test_tools_json()};
-}
-ParserSetup plain() {
-  return ParserSetup{false, true, test_tools_json()};
-}
-
 TEST(OutputParserText, ReasoningOnly) {
   check_all_splits(thinking(), "The user asks about X.\nI should answer briefly.\n",
                    {"The user asks about X.\nI should answer briefly.", "", {}, {}, false});

@@ -3,10 +3,10 @@
 
 #include <regex>
 
+#include "common/utf8.h"
 #include "coordinator/output_parser/json_text.h"
 #include "coordinator/output_parser/output_parser.h"
 #include "coordinator/output_parser/param_value.h"
-#include "coordinator/output_parser/utf8.h"
 #include "split_harness.h"
 
 namespace ds::test {
@@ -81,11 +81,11 @@ TEST(OutputParserSchemas, BadToolsJsonMeansNoSchemas) {
 }
 
 TEST(OutputParserHelpers, Utf8CompletePrefix) {
-  EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
-  EXPECT_EQ(utf8_complete_prefix("a\xC3"), 1u);
-  EXPECT_EQ(utf8_complete_prefix("a\xC3\xA9"), 3u);
-  EXPECT_EQ(utf8_complete_prefix("a\xF0\x9F\x8E"), 1u);
-  EXPECT_EQ(utf8_complete_prefix("a\xF0\x9F\x8E\x89"), 5u);
+  EXPECT_EQ(utf8::complete_prefix("abc"), 3u);
+  EXPECT_EQ(utf8::complete_prefix("a\xC3"), 1u);
+  EXPECT_EQ(utf8::complete_prefix("a\xC3\xA9"), 3u);
+  EXPECT_EQ(utf8::complete_prefix("a\xF0\x9F\x8E"), 1u);
+  EXPECT_EQ(utf8::complete_prefix("a\xF0\x9F\x8E\x89"), 5u);
 }
 
 TEST(OutputParserHelpers, CompactJsonKeepsOrderAndNumbers) {

@@ -6,13 +6,6 @@
 namespace ds::test {
 namespace {
 
-ParserSetup thinking() {
-  return ParserSetup{true, true, test_tools_json()};
-}
-ParserSetup plain() {
-  return ParserSetup{false, true, test_tools_json()};
-}
-
 std::string xml_call(const std::string& name, const std::string& params) {
   return "<tool_call>\n<function=" + name + ">\n" + params + "</function>\n</tool_call>";
 }

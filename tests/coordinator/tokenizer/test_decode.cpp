@@ -5,21 +5,11 @@
 
 #include "coordinator/tokenizer/byte_level.h"
 #include "coordinator/tokenizer/incremental_decoder.h"
-#include "coordinator/tokenizer/utf8.h"
+#include "common/utf8.h"
 #include "tests/coordinator/tokenizer/tokenizer_fixture.h"
 
 namespace ds::test {
 namespace {
-
-bool is_valid_utf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  for (size_t i = 0; i < s.size();) {
-    const tok::Utf8Step st = tok::utf8_step(p + i, s.size() - i);
-    if (st.kind != tok::Utf8Step::VALID) return false;
-    i += st.len;
-  }
-  return true;
-}
 
 int32_t byte_token(const Tokenizer& tok, uint8_t b) {
   const auto id = tok.find_token(tok::map_bytes(std::string(1, static_cast<char>(b))));
@@ -57,7 +47,7 @@ TEST(TokenizerDecode, IncrementalNeverEmitsPartialUtf8) {
   size_t held_back = 0;  // tokens that completed no character
   for (int32_t id : ids) {
     const std::string chunk = dec.feed(id);
-    EXPECT_TRUE(is_valid_utf8(chunk)) << "token " << id;
+    EXPECT_TRUE(utf8::is_valid(chunk)) << "token " << id;
     EXPECT_LT(dec.pending_bytes(), 4u);
     held_back += chunk.empty();
     streamed += chunk;

@@ -1,19 +1,17 @@
 // Helpers of the GPU tests: a skip when no device is visible (CI builds these with nvcc but has
-// no GPU), RAII device arrays, seeded random data and error metrics.
+// no GPU), RAII device arrays, and (from kernel_test_util.h) seeded random data and error metrics.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <random>
 #include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_info.h"
+#include "tests/kernels/kernel_test_util.h"
 
 // Skips the current test (cleanly, with a reason) on machines without a CUDA device.
 #define DS_REQUIRE_GPU()                                                                      \
@@ -55,35 +53,9 @@ class DeviceArray {
   size_t n_;
 };
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : gen_(seed) {}
-  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen_); }
-  int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen_); }
-  std::vector<float> vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uniform(lo, hi);
-    return v;
-  }
-
- private:
-  std::mt19937_64 gen_;
-};
-
-// max_i |a_i - b_i| / max_i |b_i|: error relative to the scale of the reference tensor.
-inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0;
-  for (size_t i = 0; i < b.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return diff;
-}
+// Seeded random data and error metrics: the CPU kernel tests' helpers.
+using ::ds::cpu::test::max_abs_diff;
+using ::ds::cpu::test::rel_error;
+using ::ds::cpu::test::Rng;
 
 }  // namespace ds::cuda::test

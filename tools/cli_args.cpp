@@ -1,0 +1,44 @@
+#include "tools/cli_args.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace ds::cli {
+
+void Usage::fail(const std::string& error) const {
+  std::fprintf(stderr, "%s: %s\nusage: %s %s\n", tool, error.c_str(), tool, synopsis);
+  std::exit(2);
+}
+
+std::string ArgReader::value() {
+  if (i_ + 1 >= argc_) usage_.fail(flag() + " needs a value");
+  return argv_[++i_];
+}
+
+void ArgReader::unknown() const { usage_.fail("unknown argument '" + flag() + "'"); }
+
+uint64_t parse_uint(const Usage& usage, const std::string& flag, const std::string& v, uint64_t min,
+                    uint64_t max) {
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+  if (!digits || errno == ERANGE || n < min || n > max) {
+    const std::string range = max == std::numeric_limits<uint64_t>::max()
+                                  ? ">= " + std::to_string(min)
+                                  : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    usage.fail(flag + " needs an integer " + range + ", got '" + v + "'");
+  }
+  return n;
+}
+
+std::vector<std::string> split_commas(const std::string& v) {
+  std::vector<std::string> items;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) items.push_back(item);
+  return items;
+}
+
+}  // namespace ds::cli
