@@ -12,15 +12,15 @@ for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 echo "==== CUDA tests"
-for t in test_cuda_kernels test_cuda_matmul_gdn test_cuda_model; do
+for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_model}; do
   "$B/bin/$t" > "$O/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
 done
 
 echo "==== serve on CUDA workers vs the reference greedy tokens"
-serve_check() {  # $1 = workers, $2 = backend
-  "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend "$2" --workers "$1" --port 18080 \
-    --kv-blocks 2048 --max-seqs 8 > "$O/serve_$2_$1.log" 2>&1 &
+serve_check() {  # $1 = workers, $2 = backend, $3 = GPU of each worker
+  "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend "$2" --workers "$1" --devices "$3" \
+    --port 18080 --kv-blocks 2048 --max-seqs 8 > "$O/serve_$2_$1.log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$O/serve_$2_$1.log" && break; sleep 0.2; done
   python3 - "$2" "$1" <<'PY'
@@ -36,10 +36,10 @@ ref = post("/detokenize", {"tokens": want})
 ref = ref.get("prompt", ref.get("text", ""))
 print(f"backend={sys.argv[1]} workers={sys.argv[2]} greedy32 {'MATCH' if got == ref else 'DIFFER'}")
 PY
-  kill -TERM $pid; wait $pid; echo "serve exit $?"
+  kill -TERM $pid; wait $pid; echo "serve exit $? ($(grep -c 'ready in' "$O/serve_$2_$1.log") workers were ready)"
 }
-serve_check 1 cuda
-serve_check 2 cuda
+serve_check 1 cuda 0
+serve_check 2 cuda 0,0   # two worker processes sharing one GPU
 
 echo "==== 9B synthetic bench"
 "$B/bin/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1 || tail -3 "$O/synth.log"
