@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/gguf.h"
+#include "common/log.h"
 #include "common/model_config.h"
 #include "common/systemd_notify.h"
 #include "coordinator/app/serve_options.h"
@@ -50,6 +51,15 @@ ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_con
   return s;
 }
 
+// The log format is fixed once, from the options; workers this process starts get the same.
+void configure_logging(ds::ServeOptions& o) {
+  ds::log::Config lc;
+  ds::log::parse_format(o.log_format, &lc.format);  // validated by the parser
+  lc.proc = "coordinator";
+  ds::log::configure(lc);
+  o.engine.worker_extra_args.push_back("--log-format=" + o.log_format);
+}
+
 int serve(int argc, char** argv) {
   ds::ServeOptions o;
   std::string error;
@@ -58,6 +68,7 @@ int serve(int argc, char** argv) {
     (help ? std::cout : std::cerr) << error << "\n";
     return help ? 0 : 2;
   }
+  configure_logging(o);
   const ds::GgufFile gguf = ds::GgufFile::open(o.engine.model_path);
   const ds::ModelConfig cfg = ds::load_model_config(gguf);
   const ds::Tokenizer tokenizer(gguf);
@@ -65,7 +76,7 @@ int serve(int argc, char** argv) {
   o.engine.max_context = resolve_max_context(o, cfg);
   if (o.http.served_model_name.empty()) o.http.served_model_name = file_name(o.engine.model_path);
   o.http.model_file_name = file_name(o.engine.model_path);
-  std::cerr << "[deltaserve] " << ds::describe(o) << "\n";
+  ds::log::info("deltaserve", ds::describe(o));
 
   // One set of numbers for the scheduler and the workers' pools (sent in Assign).
   ds::BatchEngineOptions bo;
@@ -73,30 +84,32 @@ int serve(int argc, char** argv) {
   o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
   const double kv_mib = 2.0 * o.engine.cache.num_blocks * o.engine.cache.block_size * cfg.n_head_kv * cfg.head_dim *
                         sizeof(float) / (1024.0 * 1024.0);
-  std::cerr << "[deltaserve] worker memory: " << o.engine.cache.num_blocks << " KV blocks of "
-            << o.engine.cache.block_size << " tokens (" << kv_mib << " MiB K+V per full-attention layer), "
-            << o.engine.cache.max_seqs << " state slots, " << o.engine.cache.num_snapshots << " state snapshots"
-            << (o.engine.cache.num_snapshots ? "" : " (prefix cache off)") << "\n";
+  ds::log::info("deltaserve", ds::log::Msg() << "worker memory: " << o.engine.cache.num_blocks << " KV blocks of "
+                                             << o.engine.cache.block_size << " tokens (" << kv_mib
+                                             << " MiB K+V per full-attention layer), " << o.engine.cache.max_seqs
+                                             << " state slots, " << o.engine.cache.num_snapshots << " state snapshots"
+                                             << (o.engine.cache.num_snapshots ? "" : " (prefix cache off)"));
 
   ds::PipelineEngine pipeline(o.engine);
   pipeline.start();
   for (const ds::WorkerInfo& w : pipeline.workers()) {
-    std::cerr << "[deltaserve] rank " << w.rank << " layers [" << w.layers.first_layer << ", " << w.layers.last_layer
-              << ") pid " << w.pid << " " << w.state << "\n";
+    ds::log::info("deltaserve", ds::log::Msg() << "rank " << w.rank << " layers [" << w.layers.first_layer << ", "
+                                               << w.layers.last_layer << ") pid " << w.pid << " " << w.state);
   }
   ds::BatchEngine engine(pipeline, bo);
   engine.start();
   const int rc = ds::run_http_server(o.http, engine, tokenizer, chat_template, nullptr, [&](uint16_t port) {
-    std::cerr << "[deltaserve] listening on http://" << o.http.host << ":" << port << " (model "
-              << o.http.served_model_name << ")\n";
+    ds::log::info("deltaserve", "listening on http://" + o.http.host + ":" + std::to_string(port) + " (model " +
+                                    o.http.served_model_name + ")");
     // systemd (Type=notify): the coordinator is up once the workers are Ready and HTTP listens.
     ds::notify_ready("serving " + o.http.served_model_name + " on " + o.http.host + ":" + std::to_string(port) +
                      ", " + std::to_string(o.engine.n_workers) + " workers");
   });
   ds::notify_stopping();
-  std::cerr << "[deltaserve] shutting down\n";
+  ds::log::info("deltaserve", "shutting down");
   engine.stop();
   pipeline.shutdown();
+  ds::log::info("deltaserve", "stopped (exit code " + std::to_string(rc) + ")");
   return rc;
 }
 
@@ -110,7 +123,7 @@ int main(int argc, char** argv) {
   try {
     return serve(argc - 2, argv + 2);
   } catch (const std::exception& e) {
-    std::cerr << "[deltaserve] fatal: " << e.what() << "\n";
+    ds::log::error("deltaserve", std::string("fatal: ") + e.what());
     return 1;
   }
 }

@@ -37,6 +37,7 @@ constexpr const char* kUsage =
     "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
     "  --max-body BYTES       request body limit (default 33554432)\n"
     "  --io-threads N         HTTP I/O threads (default 2)\n"
+    "  --max-queue N          answer 429 while N requests wait in the engine (default 256, 0 = no limit)\n"
     "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9)\n"
     "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
     "  --log-format text|json\n"
@@ -112,6 +113,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"served-model-name", [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }},
       {"max-body", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); }},
       {"io-threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); }},
+      {"max-queue", [h](const std::string& v) { return parse_number(v, &h->max_queue); }},
       {"gpu-memory-fraction", [e](const std::string& v) {
          double f = 0;
          if (!parse_number(v, &f) || f <= 0 || f > 1) return false;

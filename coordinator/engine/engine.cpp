@@ -1,6 +1,7 @@
 // Pipeline engine (see engine.h): lifecycle, control traffic, liveness and recovery. The step
 // message layout lives in step_codec.cpp; process management in supervisor.cpp.
 #include "coordinator/engine/engine.h"
+#include "common/log.h"
 
 #include <chrono>
 #include <filesystem>
@@ -85,7 +86,7 @@ void PipelineEngine::Impl::load_model_layout() {
                                    : layout_from_counts(opt.layer_split, config.n_layer);
   if (layout.size() != opt.n_workers) throw ConfigError("layer split names " + std::to_string(layout.size()) +
                                                         " stages for " + std::to_string(opt.n_workers) + " workers");
-  std::cerr << "[engine] " << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout) << "\n";
+  ds::log::info("engine", ds::log::Msg() << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout));
 }
 
 void PipelineEngine::Impl::start_workers() {
@@ -152,27 +153,27 @@ void PipelineEngine::Impl::send_pending_assigns() {
 void PipelineEngine::Impl::on_hello(const ipc::Received& msg) {
   const v1::Hello& h = msg.env.hello();
   if (h.rank() >= opt.n_workers) {
-    std::cerr << "[engine] ignored Hello from rank " << h.rank() << " (only " << opt.n_workers << " stages)\n";
+    ds::log::warn("engine", ds::log::Msg() << "ignored Hello from rank " << h.rank() << " (only " << opt.n_workers << " stages)");
     return;
   }
   if (registry->at(h.rank()).instance_id == h.instance_id()) return;  // repeated Hello
   if (registry->at(h.rank()).instance_id != 0) on_lost(h.rank(), "restarted");
   registry->on_hello(h, msg.peer, now_ms());
-  std::cerr << "[engine] worker rank " << h.rank() << " pid " << h.pid() << " on " << h.hostname() << " said hello\n";
+  ds::log::info("engine", ds::log::Msg() << "worker rank " << h.rank() << " pid " << h.pid() << " on " << h.hostname() << " said hello");
   send_pending_assigns();
 }
 
 void PipelineEngine::Impl::on_ready(const v1::Ready& ready, uint64_t instance) {
   if (!registry->on_ready(ready, instance, now_ms())) return;
   if (!ready.ok()) {
-    std::cerr << "[engine] worker rank " << ready.rank() << " failed to load: " << ready.error() << "\n";
+    ds::log::error("engine", ds::log::Msg() << "worker rank " << ready.rank() << " failed to load: " << ready.error());
     if (starting) startup_error = "worker rank " + std::to_string(ready.rank()) + " failed to load: " + ready.error();
   }
 }
 
 void PipelineEngine::Impl::on_lost(uint32_t rank, const std::string& why) {
   if (registry->at(rank).instance_id == 0) return;
-  std::cerr << "[engine] worker rank " << rank << " lost (" << why << ")\n";
+  ds::log::warn("engine", ds::log::Msg() << "worker rank " << rank << " lost (" << why << ")");
   registry->mark_lost(rank);
   ++epoch;  // plans and chunks of the old epoch are discarded from now on
   needs_recovery = true;
@@ -198,7 +199,7 @@ void PipelineEngine::Impl::handle(const ipc::Received& msg) {
         pending_error = "rank " + std::to_string(env.step_error().rank()) + ": " + env.step_error().message();
       }
       return;
-    default: std::cerr << "[engine] ignored unexpected message " << ipc::body_name(env) << "\n";
+    default: ds::log::warn("engine", ds::log::Msg() << "ignored unexpected message " << ipc::body_name(env));
   }
 }
 
@@ -219,7 +220,7 @@ void PipelineEngine::Impl::pump_once(int timeout_ms) {
     const ipc::RecvStatus st = router->recv(&msg, wait, &why);
     if (st == ipc::RecvStatus::kTimeout) break;
     if (st == ipc::RecvStatus::kRejected) {
-      std::cerr << "[engine] dropped a frame: " << why << "\n";
+      ds::log::warn("engine", ds::log::Msg() << "dropped a frame: " << why);
       continue;
     }
     // Any message from a live instance proves it is alive.
@@ -341,7 +342,7 @@ void PipelineEngine::start() {
   m.router = std::make_unique<ipc::ZmqChannel>(m.ctx, ipc::SocketRole::kRouter, m.endpoint);
   m.registry = std::make_unique<WorkerRegistry>(m.opt.n_workers);
   m.assigned_instance.assign(m.opt.n_workers, 0);
-  std::cerr << "[engine] control endpoint " << m.endpoint << "\n";
+  ds::log::info("engine", ds::log::Msg() << "control endpoint " << m.endpoint);
   m.start_workers();
   m.starting = true;
   try {
@@ -374,7 +375,7 @@ void PipelineEngine::recover() {
   }
   m.sent_sampling.clear();
   m.needs_recovery = false;
-  std::cerr << "[engine] recovered, epoch " << m.epoch << "\n";
+  ds::log::info("engine", ds::log::Msg() << "recovered, epoch " << m.epoch);
 }
 
 void PipelineEngine::pump(int timeout_ms) {

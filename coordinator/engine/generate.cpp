@@ -1,5 +1,6 @@
 // Crash-surviving greedy generation (see generate.h).
 #include "coordinator/engine/generate.h"
+#include "common/log.h"
 
 #include <iostream>
 
@@ -41,7 +42,7 @@ std::vector<int32_t> generate_greedy(PipelineEngine& engine, const std::vector<i
       if (options.on_token) options.on_token(static_cast<uint32_t>(tokens.size() - prompt.size()));
     } catch (const WorkerLost& e) {
       if (++recoveries > options.max_recoveries) throw;
-      std::cerr << "[generate] " << e.what() << "; recovering and re-prefilling " << done_end << " tokens\n";
+      ds::log::warn("generate", ds::log::Msg() << e.what() << "; recovering and re-prefilling " << done_end << " tokens");
       engine.recover();
       done_end = 0;
       replay_idx = 0;

@@ -1,5 +1,6 @@
 // Local supervisor (see supervisor.h).
 #include "coordinator/engine/supervisor.h"
+#include "common/log.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -67,12 +68,12 @@ void LocalSupervisor::spawn(uint32_t rank) {
   Worker& w = workers_[rank];
   w.pid = pid;
   w.started = Clock::now();
-  std::cerr << "[supervisor] started worker rank " << rank << " pid " << pid << "\n";
+  ds::log::info("supervisor", ds::log::Msg() << "started worker rank " << rank << " pid " << pid);
 }
 
 void LocalSupervisor::on_exit(uint32_t rank, int status) {
   Worker& w = workers_[rank];
-  std::cerr << "[supervisor] worker rank " << rank << " pid " << w.pid << " exited (" << describe_status(status) << ")\n";
+  ds::log::warn("supervisor", ds::log::Msg() << "worker rank " << rank << " pid " << w.pid << " exited (" << describe_status(status) << ")");
   const auto now = Clock::now();
   w.backoff = (now - w.started > kHealthyUptime || w.backoff.count() == 0) ? kFirstBackoff
                                                                            : std::min(w.backoff * 2, kMaxBackoff);

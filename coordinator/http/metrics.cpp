@@ -130,6 +130,19 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
          static_cast<double>(health.prefix_cache_queried_tokens));
   header(out, "deltaserve:prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", "counter");
   sample(out, "deltaserve:prefix_cache_hit_tokens_total", "", static_cast<double>(health.prefix_cache_hit_tokens));
+  header(out, "deltaserve:kv_blocks_total", "KV cache blocks the workers hold.", "gauge");
+  sample(out, "deltaserve:kv_blocks_total", "", health.kv_blocks_total);
+  header(out, "deltaserve:kv_blocks_used", "KV cache blocks held by live sequences.", "gauge");
+  sample(out, "deltaserve:kv_blocks_used", "", health.kv_blocks_used);
+  header(out, "deltaserve:kv_cache_usage_perc", "Fraction of the KV cache blocks in use (0..1).", "gauge");
+  sample(out, "deltaserve:kv_cache_usage_perc", "",
+         health.kv_blocks_total ? static_cast<double>(health.kv_blocks_used) / health.kv_blocks_total : 0.0);
+  header(out, "deltaserve:gdn_slots_total", "GDN recurrent state slots.", "gauge");
+  sample(out, "deltaserve:gdn_slots_total", "", health.slots_total);
+  header(out, "deltaserve:gdn_slots_used", "GDN recurrent state slots held by live sequences.", "gauge");
+  sample(out, "deltaserve:gdn_slots_used", "", health.slots_used);
+  header(out, "deltaserve:num_preemptions_total", "Sequences preempted (to be recomputed) since start.", "counter");
+  sample(out, "deltaserve:num_preemptions_total", "", static_cast<double>(health.preemptions));
   header(out, "deltaserve:engine_ready", "1 when every worker is Ready.", "gauge");
   sample(out, "deltaserve:engine_ready", "", health.ready ? 1 : 0);
   return out;

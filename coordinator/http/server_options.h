@@ -23,6 +23,9 @@ struct ServerOptions {
   // On SIGTERM/SIGINT: how long in-flight requests may still run before they are cancelled.
   std::chrono::milliseconds shutdown_grace{30'000};
   unsigned io_threads = 2;
+  // Admission control: generation requests are answered 429 (Retry-After: 1) while this many
+  // requests already wait in the engine's queue. 0: no limit.
+  uint32_t max_queue = 256;
   // The model id clients send and see in /v1/models; the GGUF file name is accepted too.
   std::string served_model_name = "deltaserve";
   std::string model_file_name;

@@ -1,7 +1,6 @@
 #include "coordinator/openai/openai_server.h"
 
-#include <cstdio>
-
+#include "common/log.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/openai/service.h"
 
@@ -15,12 +14,11 @@ int run_http_server(const ServerOptions& options, Engine& engine, const Tokenize
   openai::OpenAIService service(options, engine, tokenizer, chat_template, m);
   HttpServer server(options, service.handler(), &m);
   server.run_until_signal([&] {
-    std::fprintf(stderr, "deltaserve: serving '%s' on http://%s:%u%s\n", options.served_model_name.c_str(),
-                 options.host.c_str(), static_cast<unsigned>(server.port()),
-                 options.api_key.empty() ? "" : " (API key required)");
+    log::info("http", log::Msg() << "serving '" << options.served_model_name << "' on http://" << options.host << ":"
+                                 << server.port() << (options.api_key.empty() ? "" : " (API key required)"));
     if (on_listening) on_listening(server.port());
   });
-  std::fprintf(stderr, "deltaserve: HTTP server stopped\n");
+  log::info("http", "HTTP server stopped");
   return 0;
 }
 

@@ -42,6 +42,7 @@ class Responder : public GenerationSink {
   void on_started(uint32_t prompt_tokens) override;
   void on_token(const GeneratedToken& token) override;
   void on_finished(FinishReason reason, const std::string& error) override;
+  void on_cached(uint32_t cached_tokens) override;
 
   // The client disconnected: build nothing more.
   void abandon();
@@ -68,6 +69,7 @@ class Responder : public GenerationSink {
   bool stream_started_ = false;
   bool role_sent_ = false;
   uint32_t completion_tokens_ = 0;
+  uint32_t cached_tokens_ = 0;
   std::vector<GeneratedToken> logprobs_;  // stream: not yet sent; otherwise: all
   size_t text_sent_ = 0;                  // completions: bytes of text emitted (text_offset)
   std::chrono::steady_clock::time_point last_token_;

@@ -44,6 +44,11 @@ void usage_object(Writer& w, const Usage& u) {
   w.Uint(u.completion_tokens);
   w.Key("total_tokens");
   w.Uint(u.prompt_tokens + u.completion_tokens);
+  w.Key("prompt_tokens_details");
+  w.StartObject();
+  w.Key("cached_tokens");
+  w.Uint(u.cached_tokens);
+  w.EndObject();
   w.EndObject();
 }
 

@@ -21,6 +21,7 @@ struct ResponseMeta {
 struct Usage {
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
+  uint32_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
 };
 
 // Logprobs of consecutive generated tokens; token text comes from the tokenizer.

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/log.h"
 #include "coordinator/chat_template/chat_input.h"
 #include "coordinator/http/api_error.h"
 #include "coordinator/openai/json_fields.h"
@@ -30,6 +31,19 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 // The generation prompt opened a reasoning block: the model's first tokens are reasoning.
 bool prompt_opens_thinking(const std::string& prompt) {
   return ends_with(prompt, "<think>\n") || ends_with(prompt, "<think>");
+}
+
+// Admission control: the engine's queue is full. Checked before any parsing, rendering or
+// tokenizing, so an overloaded server sheds load cheaply.
+bool queue_full(const Engine& engine, const ServerOptions& options) {
+  return options.max_queue > 0 && engine.health().queue_depth >= options.max_queue;
+}
+
+HttpResponse queue_full_response() {
+  HttpResponse r = error_response(ApiError(429, "The server is overloaded: too many requests are waiting; retry later",
+                                           {}, "rate_limit_exceeded", "rate_limit_error"));
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 }  // namespace
@@ -143,6 +157,33 @@ int64_t OpenAIService::now_unix() const {
 
 namespace {
 
+// Forwards to the responder and logs the request's end (status, tokens, duration) with its id.
+class LoggedSink : public GenerationSink {
+ public:
+  LoggedSink(std::shared_ptr<GenerationSink> inner, std::string id, size_t prompt_tokens)
+      : inner_(std::move(inner)), id_(std::move(id)), prompt_tokens_(prompt_tokens) {}
+  void on_started(uint32_t prompt_tokens) override { inner_->on_started(prompt_tokens); }
+  void on_token(const GeneratedToken& token) override {
+    ++tokens_;
+    inner_->on_token(token);
+  }
+  void on_cached(uint32_t cached_tokens) override { inner_->on_cached(cached_tokens); }
+  void on_finished(FinishReason reason, const std::string& error) override {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
+    ds::log::info("http", ds::log::Msg() << "request finished: " << finish_reason_name(reason) << ", " << prompt_tokens_
+                                 << " prompt + " << tokens_ << " completion tokens in " << ms.count() << " ms"
+                                 << (error.empty() ? "" : " (" + error + ")"), id_);
+    inner_->on_finished(reason, error);
+  }
+
+ private:
+  std::shared_ptr<GenerationSink> inner_;
+  std::string id_;
+  size_t prompt_tokens_;
+  std::atomic<uint64_t> tokens_{0};
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 struct Submission {
   GenerationRequest request;
   ResponderConfig config;
@@ -161,7 +202,8 @@ DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferre
   auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output),
                                                std::move(channel), &metrics, std::move(stop_engine));
   try {
-    engine.submit(std::move(s.request), responder);
+    const size_t prompt_tokens = s.request.prompt_ids.size();
+    engine.submit(std::move(s.request), std::make_shared<LoggedSink>(responder, id, prompt_tokens));
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, e.what());
   } catch (const std::exception& e) {
@@ -194,6 +236,10 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
 
 DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel) {
   const auto arrival = std::chrono::steady_clock::now();
+  if (queue_full(engine_, options_)) {
+    channel->respond(queue_full_response());
+    return {};
+  }
   rapidjson::Document doc = parse_body(request.body);
   merge_extra_body(doc);
   ChatParams params = parse_chat_params(doc);
@@ -211,6 +257,10 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
 
 DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel) {
   const auto arrival = std::chrono::steady_clock::now();
+  if (queue_full(engine_, options_)) {
+    channel->respond(queue_full_response());
+    return {};
+  }
   rapidjson::Document doc = parse_body(request.body);
   merge_extra_body(doc);
   CompletionParams params = parse_completion_params(doc);

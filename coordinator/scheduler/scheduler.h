@@ -47,6 +47,7 @@ struct SchedulerStats {
   uint32_t waiting = 0;
   uint32_t running = 0;
   uint32_t free_blocks = 0;
+  uint32_t free_slots = 0;
   uint32_t snapshots = 0;
   uint64_t preemptions = 0;
   uint64_t prefix_queried_tokens = 0;  // prompt tokens looked up on admission

@@ -152,6 +152,7 @@ SchedulerStats Scheduler::stats() const {
   st.waiting = static_cast<uint32_t>(waiting_.size());
   st.running = static_cast<uint32_t>(running_.size());
   st.free_blocks = blocks_.num_free();
+  st.free_slots = slots_.num_free();
   st.snapshots = snapshots_.size();
   st.block_evictions = blocks_.num_evictions();
   st.snapshot_evictions = snapshots_.num_evictions();

@@ -88,7 +88,10 @@ void BatchEngine::cancel(const std::string& request_id) {
 
 EngineHealth BatchEngine::health() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return health_;
+  EngineHealth h = health_;
+  // Submissions not yet taken by the loop wait too (admission control counts them).
+  h.queue_depth += static_cast<uint32_t>(inbox_.size());
+  return h;
 }
 
 void BatchEngine::update_health() {
@@ -105,6 +108,11 @@ void BatchEngine::update_health() {
   h.max_context = opt_.scheduler.max_context;
   h.prefix_cache_queried_tokens = s.prefix_queried_tokens;
   h.prefix_cache_hit_tokens = s.prefix_hit_tokens;
+  h.kv_blocks_total = opt_.scheduler.num_blocks;
+  h.kv_blocks_used = opt_.scheduler.num_blocks - std::min(s.free_blocks, opt_.scheduler.num_blocks);
+  h.slots_total = opt_.scheduler.max_seqs;
+  h.slots_used = opt_.scheduler.max_seqs - std::min(s.free_slots, opt_.scheduler.max_seqs);
+  h.preemptions = s.preemptions;
   std::lock_guard<std::mutex> lock(mu_);
   health_ = h;
 }
@@ -150,6 +158,8 @@ void BatchEngine::take_inbox() {
   for (const std::string& id : cancels) {
     if (scheduler_.abort(id)) finish(id, FinishReason::kCancelled, "");
   }
+  // The queue moved from the inbox into the scheduler: keep health() (admission control) exact.
+  if (!inbox.empty() || !cancels.empty()) update_health();
 }
 
 void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& plan) {
@@ -183,7 +193,11 @@ void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& pl
     for (size_t k = 0; k < n_top; ++k) g.top_logprobs.push_back({row.top_ids[k], row.top_logprobs[k]});
     a->second.sink->on_token(g);
   }
-  for (const FinishEvent& f : result.finished) finish(f.request_id, f.reason, "");
+  for (const FinishEvent& f : result.finished) {
+    auto a = active_.find(f.request_id);
+    if (a != active_.end()) a->second.sink->on_cached(f.cached_tokens);
+    finish(f.request_id, f.reason, "");
+  }
 }
 
 // Released sequences (finished, aborted, preempted) may already be gone from active_, so the

@@ -55,6 +55,9 @@ class GenerationSink {
   virtual void on_token(const GeneratedToken& token) = 0;
   // Last call for the request. `error` is set for kError.
   virtual void on_finished(FinishReason reason, const std::string& error) = 0;
+  // Prompt tokens reused from the prefix cache (not recomputed); called at most once, before
+  // on_finished, by engines that have a prefix cache.
+  virtual void on_cached(uint32_t cached_tokens) { (void)cached_tokens; }
 };
 
 struct EngineHealth {
@@ -67,6 +70,11 @@ struct EngineHealth {
   uint32_t max_context = 0;        // tokens per sequence
   uint64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up in the prefix cache
   uint64_t prefix_cache_hit_tokens = 0;      // of those, reused (not recomputed)
+  uint32_t kv_blocks_total = 0;    // KV blocks the workers hold
+  uint32_t kv_blocks_used = 0;     // held by live sequences (cached-but-idle blocks count as free)
+  uint32_t slots_total = 0;        // GDN state slots
+  uint32_t slots_used = 0;
+  uint64_t preemptions = 0;        // sequences preempted (recomputed later) since start
 };
 
 class Engine {

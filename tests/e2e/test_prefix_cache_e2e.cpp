@@ -55,6 +55,13 @@ double counter(int port, const std::string& name) {
   return 0;
 }
 
+// usage.prompt_tokens_details.cached_tokens of a reply (-1 when absent).
+int64_t cached_tokens(const HttpReply& r) {
+  rapidjson::Document d = parse(r.body);
+  if (!d.IsObject() || !d.HasMember("usage") || !d["usage"].HasMember("prompt_tokens_details")) return -1;
+  return d["usage"]["prompt_tokens_details"]["cached_tokens"].GetInt64();
+}
+
 double hit_tokens(int port) {
   return counter(port, "deltaserve:prefix_cache_hit_tokens_total");
 }
@@ -81,10 +88,25 @@ TEST_F(PrefixCacheE2E, ResentLongPromptHitsAndMatches) {
   const ReferencePrompt ref = load_reference_prompt("rand_1500");
   const std::string body = R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 24, "temperature": 0})";
   const double before = hit_tokens(cached_->port());
-  const std::string first = first_choice(http_request(cached_->port(), "POST", "/v1/completions", body));
+  const HttpReply first_reply = http_request(cached_->port(), "POST", "/v1/completions", body);
+  const std::string first = first_choice(first_reply);
   const double after_first = hit_tokens(cached_->port());
-  const std::string second = first_choice(http_request(cached_->port(), "POST", "/v1/completions", body));
+  const HttpReply second_reply = http_request(cached_->port(), "POST", "/v1/completions", body);
+  const std::string second = first_choice(second_reply);
   const double after_second = hit_tokens(cached_->port());
+  EXPECT_EQ(cached_tokens(first_reply), 0);
+  EXPECT_EQ(cached_tokens(second_reply), 1488) << "usage.prompt_tokens_details.cached_tokens";
+  // The streaming usage chunk reports it too.
+  const std::string stream_body = R"({"prompt": )" + ids_json(ref.ids) +
+                                  R"(, "max_tokens": 4, "temperature": 0, "stream": true,
+                                      "stream_options": {"include_usage": true}})";
+  const HttpReply streamed = http_request(cached_->port(), "POST", "/v1/completions", stream_body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const std::vector<std::string> events = sse_events(streamed.body);
+  ASSERT_GE(events.size(), 2u);
+  rapidjson::Document usage = parse(events[events.size() - 2]);
+  ASSERT_TRUE(usage.IsObject() && usage.HasMember("usage")) << events[events.size() - 2];
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"].GetInt(), 1488);
   const std::string uncached = first_choice(http_request(plain_->port(), "POST", "/v1/completions", body));
 
   EXPECT_EQ(after_first, before) << "nothing of this prompt was cached yet";

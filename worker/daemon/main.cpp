@@ -3,6 +3,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "common/log.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace {
@@ -18,13 +19,18 @@ int main(int argc, char** argv) {
     (help ? std::cout : std::cerr) << error << "\n";
     return help ? 0 : 2;
   }
+  ds::log::Config log_config;
+  ds::log::parse_format(options.log_format, &log_config.format);  // validated by the parser
+  log_config.proc = "worker";
+  log_config.rank = static_cast<int>(options.rank);
+  ds::log::configure(log_config);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   try {
     ds::WorkerDaemon daemon(options, ds::load_gguf_stage);
     return daemon.run(g_stop);
   } catch (const std::exception& e) {
-    std::cerr << "[worker " << options.rank << "] fatal: " << e.what() << "\n";
+    ds::log::error("worker", ds::log::Msg() << "fatal: " << e.what());
     return 1;
   }
 }

@@ -1,5 +1,6 @@
 // Worker event loop (see worker_daemon.h).
 #include "worker/daemon/worker_daemon.h"
+#include "common/log.h"
 
 #include <unistd.h>
 
@@ -35,7 +36,7 @@ WorkerDaemon::~WorkerDaemon() {
 void WorkerDaemon::send_to_coordinator(const v1::Envelope& env, const std::vector<uint8_t>& bulk) {
   v1::Envelope copy = env;
   copy.set_sender_instance(instance_id_);
-  if (!control_->send(copy, bulk)) std::cerr << "[worker " << options_.rank << "] coordinator queue full, message dropped\n";
+  if (!control_->send(copy, bulk)) ds::log::warn("worker", ds::log::Msg() << "coordinator queue full, message dropped");
 }
 
 void WorkerDaemon::send_hello() {
@@ -56,7 +57,7 @@ void WorkerDaemon::send_hello() {
 }
 
 int WorkerDaemon::run(const std::atomic<bool>& stop) {
-  std::cerr << "[worker " << options_.rank << "] starting: " << describe(options_) << "\n";
+  ds::log::info("worker", ds::log::Msg() << "starting: " << describe(options_));
   notifier_.waiting_for_coordinator(options_.coordinator);
   int64_t next_hello = 0;
   while (!stop && !shutdown_) {
@@ -71,7 +72,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     if (ready < 0) continue;
     drain(*channels[static_cast<size_t>(ready)], ready == 1);
   }
-  std::cerr << "[worker " << options_.rank << "] exiting\n";
+  ds::log::info("worker", ds::log::Msg() << "exiting");
   notifier_.stopping();
   return 0;
 }
@@ -86,7 +87,7 @@ bool WorkerDaemon::drain(ipc::ZmqChannel& channel, bool is_data) {
     if (st == ipc::RecvStatus::kTimeout) return any;
     any = true;
     if (st == ipc::RecvStatus::kRejected) {
-      std::cerr << "[worker " << options_.rank << "] dropped a frame: " << why << "\n";
+      ds::log::warn("worker", ds::log::Msg() << "dropped a frame: " << why);
       continue;
     }
     if (is_data) {
@@ -105,18 +106,18 @@ void WorkerDaemon::on_control(const ipc::Received& msg) {
     case v1::Envelope::kAssign: handle_assign(env.assign()); break;
     case v1::Envelope::kDropSequences: handle_drop(env.drop_sequences()); break;
     case v1::Envelope::kShutdown:
-      std::cerr << "[worker " << options_.rank << "] shutdown: " << env.shutdown().reason() << "\n";
+      ds::log::info("worker", ds::log::Msg() << "shutdown: " << env.shutdown().reason());
       shutdown_ = true;
       break;
     case v1::Envelope::kStepPlan: handle_step(env.step_plan(), msg.bulk, {}); break;
     default:
-      std::cerr << "[worker " << options_.rank << "] ignored unexpected control message " << ipc::body_name(env) << "\n";
+      ds::log::warn("worker", ds::log::Msg() << "ignored unexpected control message " << ipc::body_name(env));
   }
 }
 
 void WorkerDaemon::on_data(const ipc::Received& msg) {
   if (msg.env.body_case() != v1::Envelope::kStageForward) {
-    std::cerr << "[worker " << options_.rank << "] ignored unexpected data message " << ipc::body_name(msg.env) << "\n";
+    ds::log::warn("worker", ds::log::Msg() << "ignored unexpected data message " << ipc::body_name(msg.env));
     return;
   }
   const v1::StageForward& fwd = msg.env.stage_forward();
@@ -129,7 +130,7 @@ void WorkerDaemon::on_data(const ipc::Received& msg) {
 
 void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   if (assign_) {
-    std::cerr << "[worker " << options_.rank << "] ignored a second Assign\n";
+    ds::log::warn("worker", ds::log::Msg() << "ignored a second Assign");
     return;
   }
   v1::Envelope reply;
@@ -167,8 +168,8 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   ready->set_load_ms(static_cast<uint32_t>(ms.count()));
   assign_ = assign;  // also after a failure: the coordinator decides what happens next
   epoch_ = assign.epoch();
-  std::cerr << "[worker " << options_.rank << "] layers [" << assign.first_layer() << ", " << assign.last_layer()
-            << ") " << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in " << ms.count() << " ms\n";
+  ds::log::info("worker", ds::log::Msg() << "layers [" << assign.first_layer() << ", " << assign.last_layer()
+            << ") " << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in " << ms.count() << " ms");
   send_to_coordinator(reply);
   if (ready->ok()) {
     notifier_.ready(assign.first_layer(), assign.last_layer(), ms.count());
@@ -190,7 +191,7 @@ void WorkerDaemon::handle_drop(const v1::DropSequences& drop) {
 }
 
 void WorkerDaemon::report_step_error(const v1::StepPlan& plan, const std::string& why) {
-  std::cerr << "[worker " << options_.rank << "] plan " << plan.plan_id() << " failed: " << why << "\n";
+  ds::log::error("worker", ds::log::Msg() << "plan " << plan.plan_id() << " failed: " << why);
   v1::Envelope env;
   v1::StepError* err = env.mutable_step_error();
   err->set_plan_id(plan.plan_id());
@@ -205,7 +206,7 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, const std::vector<uint8
   if (!runner_) return report_step_error(plan, "worker has no loaded stage");
   if (plan.epoch() < epoch_) {
     // Left over from before a recovery: its sequences were dropped and will be re-prefilled.
-    std::cerr << "[worker " << options_.rank << "] discarded stale plan " << plan.plan_id() << "\n";
+    ds::log::warn("worker", ds::log::Msg() << "discarded stale plan " << plan.plan_id());
     return;
   }
   stats_.busy_since_ms = steady_now_ms();

@@ -15,6 +15,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: deltaserve-worker --coordinator ENDPOINT --rank R [--backend cpu|cuda] [--device N]\n"
     "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
+    "                         [--log-format text|json]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
@@ -22,7 +23,8 @@ constexpr const char* kUsage =
     "  --threads       compute threads (default 1)\n"
     "  --heartbeat-ms  heartbeat period (default 200)\n"
     "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n"
-    "  --gpu-memory-fraction  share of the GPU memory for weights + KV/state pools (default 0.9)\n";
+    "  --gpu-memory-fraction  share of the GPU memory for weights + KV/state pools (default 0.9)\n"
+    "  --log-format    text (default) or json: one JSON object per stderr line\n";
 
 template <typename T>
 bool parse_number(const std::string& s, T* out) {
@@ -47,6 +49,7 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"threads", [o](const std::string& v) { return parse_number(v, &o->threads) && o->threads >= 1; }},
       {"heartbeat-ms", [o](const std::string& v) { return parse_number(v, &o->heartbeat_ms) && o->heartbeat_ms >= 10; }},
       {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
+      {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
       {"gpu-memory-fraction", [o](const std::string& v) {
          return parse_number(v, &o->gpu_memory_fraction) && o->gpu_memory_fraction > 0 && o->gpu_memory_fraction <= 1;
        }},
@@ -92,7 +95,7 @@ bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string
 std::string describe(const WorkerOptions& o) {
   std::ostringstream s;
   s << "rank=" << o.rank << " coordinator=" << o.coordinator << " backend=" << o.backend << " device=" << o.device
-    << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname;
+    << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " log_format=" << o.log_format;
   return s.str();
 }
 

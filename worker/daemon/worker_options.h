@@ -15,6 +15,7 @@ struct WorkerOptions {
   int heartbeat_ms = 200;         // heartbeat period
   std::string hostname;           // advertised host for tcp data endpoints (default: gethostname)
   double gpu_memory_fraction = 0.9;  // cuda: share of the GPU's memory weights + caches may use
+  std::string log_format = "text";   // text | json (see common/log.h)
 };
 
 // Parses argv. Returns false and fills `error` (usage included) on bad flags; `help` is set

@@ -1,5 +1,6 @@
 // The non-generation routes, routing errors, API-key auth and /metrics.
 #include "tests/coordinator/openai/service_fixture.h"
+#include "coordinator/openai/response_json.h"
 
 namespace ds::test {
 namespace {
@@ -140,6 +141,79 @@ TEST_F(ServiceTest, MetricsCountRequestsAndTokens) {
        }) {
     EXPECT_NE(m.find(line + "\n"), std::string::npos) << "missing: " << line << "\n" << m;
   }
+}
+
+}  // namespace
+}  // namespace ds::test
+
+namespace ds::test {
+namespace {
+
+// Admission control: a full engine queue is answered 429 + Retry-After before the body is
+// even parsed (so nothing is tokenized or submitted).
+TEST_F(ServiceTest, FullQueueIs429WithRetryAfter) {
+  options_.max_queue = 3;
+  EngineHealth h{true, 1, 1, 0, 3, 2, 4096};
+  engine_.set_health(h);
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    for (const std::string& body : {std::string(R"({"prompt": "hello", "max_tokens": 4})"), std::string("not json")}) {
+      auto r = post(path, body);
+      ASSERT_EQ(r->status(), 429) << path << " " << r->body();
+      EXPECT_EQ(r->header("Retry-After"), "1");
+      auto d = json(r->body());
+      EXPECT_EQ(str(d["error"]["type"]), "rate_limit_error");
+      EXPECT_EQ(str(d["error"]["code"]), "rate_limit_exceeded");
+    }
+  }
+  EXPECT_TRUE(engine_.submitted().empty());
+  EXPECT_EQ(metrics_.status_count(429), 4u);
+
+  // One slot below the limit: admitted again.
+  h.queue_depth = 2;
+  engine_.set_health(h);
+  script("Hello there");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "hello", "max_tokens": 4})")->status(), 200);
+  // 0 turns admission control off.
+  options_.max_queue = 0;
+  h.queue_depth = 100000;
+  engine_.set_health(h);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "hello", "max_tokens": 4})")->status(), 200);
+  EXPECT_EQ(engine_.submitted().size(), 2u);
+}
+
+TEST_F(ServiceTest, MetricsExportCacheAndSlotGauges) {
+  EngineHealth h{true, 2, 2, 0, 1, 3, 4096};
+  h.kv_blocks_total = 512;
+  h.kv_blocks_used = 40;
+  h.slots_total = 8;
+  h.slots_used = 3;
+  h.preemptions = 5;
+  h.prefix_cache_queried_tokens = 1000;
+  h.prefix_cache_hit_tokens = 640;
+  engine_.set_health(h);
+  const std::string m = call("GET", "/metrics")->body();
+  for (const char* line :
+       {"deltaserve:num_requests_waiting 1", "deltaserve:num_requests_running 3", "deltaserve:kv_blocks_total 512",
+        "deltaserve:kv_blocks_used 40", "deltaserve:kv_cache_usage_perc 0.078125", "deltaserve:gdn_slots_total 8",
+        "deltaserve:gdn_slots_used 3", "deltaserve:num_preemptions_total 5",
+        "deltaserve:prefix_cache_queried_tokens_total 1000", "deltaserve:prefix_cache_hit_tokens_total 640",
+        "# TYPE deltaserve:num_preemptions_total counter", "# TYPE deltaserve:kv_blocks_used gauge"}) {
+    EXPECT_NE(m.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << m;
+  }
+}
+
+TEST(ResponseJson, UsageReportsCachedTokens) {
+  const openai::ResponseMeta meta{"cmpl-1", "tiny", 1};
+  const std::string body = openai::completion_json(meta, "hi", "stop", {}, openai::Usage{10, 2, 8});
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  ASSERT_FALSE(d.HasParseError()) << body;
+  EXPECT_EQ(d["usage"]["prompt_tokens"].GetUint(), 10u);
+  EXPECT_EQ(d["usage"]["total_tokens"].GetUint(), 12u);
+  EXPECT_EQ(d["usage"]["prompt_tokens_details"]["cached_tokens"].GetUint(), 8u);
+  const std::string chunk = openai::usage_chunk_json(meta, "text_completion", openai::Usage{10, 2, 0});
+  d.Parse(chunk.c_str());
+  EXPECT_EQ(d["usage"]["prompt_tokens_details"]["cached_tokens"].GetUint(), 0u);
 }
 
 }  // namespace
