@@ -8,6 +8,12 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <cstdlib>
+#include <vector>
+#include <set>
+#include <fstream>
+
+extern char** environ;
 
 namespace ds {
 namespace {
@@ -23,8 +29,11 @@ constexpr const char* kUsage =
     "  --threads       compute threads (default 1)\n"
     "  --heartbeat-ms  heartbeat period (default 200)\n"
     "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n"
+    "  --config        a file of `name = value` lines (also DELTASERVE_WORKER_CONFIG)\n"
     "  --gpu-memory-fraction  share of the GPU memory for weights + KV/state pools (default 0.9)\n"
-    "  --log-format    text (default) or json: one JSON object per stderr line\n";
+    "  --log-format    text (default) or json: one JSON object per stderr line\n"
+    "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"
+    "precedence: flag > environment > config file > default.\n";
 
 template <typename T>
 bool parse_number(const std::string& s, T* out) {
@@ -56,12 +65,69 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
   };
 }
 
+
+std::string trim(const std::string& v) {
+  const size_t b = v.find_first_not_of(" \t\r");
+  return b == std::string::npos ? "" : v.substr(b, v.find_last_not_of(" \t\r") - b + 1);
+}
+
+bool apply(const std::map<std::string, Setter>& setters, const std::string& name, const std::string& value,
+           const std::string& where, std::string* error) {
+  const auto it = setters.find(name);
+  if (it == setters.end() || !it->second(value)) {
+    *error = where + ": bad option or value: " + name + " '" + value + "'\n" + kUsage;
+    return false;
+  }
+  return true;
+}
+
+// --config FILE: `name = value` lines, `#` comments (lowest precedence after defaults).
+bool read_config(const std::string& path, const std::map<std::string, Setter>& setters, std::set<std::string>* seen,
+                 std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = "cannot read config file '" + path + "'";
+    return false;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    const std::string name = trim(line.substr(0, eq));
+    if (!apply(setters, name, eq == std::string::npos ? "" : trim(line.substr(eq + 1)), path + ":" + std::to_string(n), error)) {
+      return false;
+    }
+    seen->insert(name);
+  }
+  return true;
+}
+
+// DELTASERVE_WORKER_<NAME> variables (e.g. DELTASERVE_WORKER_RANK=1): the worker's own prefix,
+// so the coordinator's DELTASERVE_* settings, which spawned workers inherit, never leak in.
+bool read_environment(const std::map<std::string, Setter>& setters, std::set<std::string>* seen, std::string* error) {
+  const std::string prefix = "DELTASERVE_WORKER_";
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind(prefix, 0) != 0 || eq == std::string::npos) continue;
+    std::string name = kv.substr(prefix.size(), eq - prefix.size());
+    for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name == "config") continue;
+    if (!apply(setters, name, kv.substr(eq + 1), "environment " + kv.substr(0, eq), error)) return false;
+    seen->insert(name);
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string* error, bool* help) {
   const std::map<std::string, Setter> setters = worker_setters(out);
   *help = false;
-  bool have_rank = false;
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config;
+  if (const char* c = std::getenv("DELTASERVE_WORKER_CONFIG")) config = c;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -77,15 +143,26 @@ bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string
     } else if (i + 1 < argc) {
       value = argv[++i];
     }
-    const auto it = arg.rfind("--", 0) == 0 ? setters.find(arg.substr(2)) : setters.end();
-    if (it == setters.end() || !it->second(value)) {
-      *error = "bad flag or value: " + arg + " '" + value + "'\n" + kUsage;
+    if (arg.rfind("--", 0) != 0) {
+      *error = "unexpected argument '" + arg + "'\n" + kUsage;
       return false;
     }
-    have_rank |= arg == "--rank";
+    if (arg == "--config") {
+      config = value;
+    } else {
+      flags.emplace_back(arg.substr(2), value);
+    }
   }
-  if (out->coordinator.empty() || !have_rank) {
-    *error = std::string("--coordinator and --rank are required\n") + kUsage;
+  // Precedence: defaults < config file < environment < flags.
+  std::set<std::string> seen;
+  if (!config.empty() && !read_config(config, setters, &seen, error)) return false;
+  if (!read_environment(setters, &seen, error)) return false;
+  for (const auto& [name, value] : flags) {
+    if (!apply(setters, name, value, "--" + name, error)) return false;
+    seen.insert(name);
+  }
+  if (out->coordinator.empty() || !seen.count("rank")) {
+    *error = std::string("--coordinator and --rank are required (flag, DELTASERVE_WORKER_* or --config)\n") + kUsage;
     return false;
   }
   if (out->hostname.empty()) out->hostname = local_hostname();
