@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/option_file.h"
+
 extern char** environ;
 
 namespace ds {
@@ -144,35 +146,12 @@ bool apply(const std::map<std::string, Setter>& table, const std::string& name, 
   return true;
 }
 
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
 bool read_config(const std::string& path, const std::map<std::string, Setter>& table, std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = "cannot read config file '" + path + "'";
-    return false;
-  }
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    const size_t eq = line.find('=');
-    const std::string name = trim(line.substr(0, eq));
-    const std::string value = eq == std::string::npos ? "" : trim(line.substr(eq + 1));
-    if (!apply(table, name, value, path + ":" + std::to_string(n), error)) return false;
-  }
-  return true;
-}
-
-// DELTASERVE_MAX_BATCH_TOKENS -> max-batch-tokens
-std::string option_of_variable(const std::string& var) {
-  std::string name = var.substr(std::string("DELTASERVE_").size());
-  for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return name;
+  return read_option_file(
+      path, [&](const std::string& name, const std::string& value, const std::string& where) {
+        return apply(table, name, value, where, error);
+      },
+      error);
 }
 
 struct Flag {
@@ -254,7 +233,7 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
   if (!config.empty() && !read_config(config, table, error)) return false;
   for (const auto& [var, value] : env) {
     if (var == "DELTASERVE_CONFIG" || var.rfind("DELTASERVE_", 0) != 0) continue;
-    const std::string name = option_of_variable(var);
+    const std::string name = option_name_of_variable(var, "DELTASERVE_");
     if (table.count(name) && !apply(table, name, value, "environment " + var, error)) return false;
   }
   for (const Flag& f : flags) {

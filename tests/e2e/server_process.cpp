@@ -161,6 +161,14 @@ HttpReply http_request(int port, const std::string& method, const std::string& p
   return reply;
 }
 
+std::string ids_json(const std::vector<int32_t>& ids) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < ids.size(); ++i) s << (i ? "," : "") << ids[i];
+  s << "]";
+  return s.str();
+}
+
 std::vector<std::string> sse_events(const std::string& body) {
   std::vector<std::string> events;
   size_t pos = 0;

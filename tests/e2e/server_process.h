@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct HttpReply {
 HttpReply http_request(int port, const std::string& method, const std::string& path, const std::string& body,
                        const std::vector<std::string>& extra_headers = {},
                        const std::function<void(const std::string& so_far)>& on_body_bytes = {});
+
+// "[1,2,3]" for a JSON request body.
+std::string ids_json(const std::vector<int32_t>& ids);
 
 // The `data:` payloads of an SSE body, in order.
 std::vector<std::string> sse_events(const std::string& body);

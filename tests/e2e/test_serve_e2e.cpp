@@ -16,14 +16,6 @@
 namespace ds::test {
 namespace {
 
-std::string ids_json(const std::vector<int32_t>& ids) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < ids.size(); ++i) s << (i ? "," : "") << ids[i];
-  s << "]";
-  return s.str();
-}
-
 rapidjson::Document parse(const std::string& body) {
   rapidjson::Document d;
   d.Parse(body.c_str());

@@ -5,13 +5,14 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <functional>
 #include <map>
-#include <sstream>
-#include <cstdlib>
-#include <vector>
 #include <set>
-#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/option_file.h"
 
 extern char** environ;
 
@@ -66,11 +67,6 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
 }
 
 
-std::string trim(const std::string& v) {
-  const size_t b = v.find_first_not_of(" \t\r");
-  return b == std::string::npos ? "" : v.substr(b, v.find_last_not_of(" \t\r") - b + 1);
-}
-
 bool apply(const std::map<std::string, Setter>& setters, const std::string& name, const std::string& value,
            const std::string& where, std::string* error) {
   const auto it = setters.find(name);
@@ -84,23 +80,12 @@ bool apply(const std::map<std::string, Setter>& setters, const std::string& name
 // --config FILE: `name = value` lines, `#` comments (lowest precedence after defaults).
 bool read_config(const std::string& path, const std::map<std::string, Setter>& setters, std::set<std::string>* seen,
                  std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = "cannot read config file '" + path + "'";
-    return false;
-  }
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    const size_t eq = line.find('=');
-    const std::string name = trim(line.substr(0, eq));
-    if (!apply(setters, name, eq == std::string::npos ? "" : trim(line.substr(eq + 1)), path + ":" + std::to_string(n), error)) {
-      return false;
-    }
-    seen->insert(name);
-  }
-  return true;
+  return read_option_file(
+      path, [&](const std::string& name, const std::string& value, const std::string& where) {
+        seen->insert(name);
+        return apply(setters, name, value, where, error);
+      },
+      error);
 }
 
 // DELTASERVE_WORKER_<NAME> variables (e.g. DELTASERVE_WORKER_RANK=1): the worker's own prefix,
@@ -111,8 +96,7 @@ bool read_environment(const std::map<std::string, Setter>& setters, std::set<std
     const std::string kv = *e;
     const size_t eq = kv.find('=');
     if (kv.rfind(prefix, 0) != 0 || eq == std::string::npos) continue;
-    std::string name = kv.substr(prefix.size(), eq - prefix.size());
-    for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string name = option_name_of_variable(kv.substr(0, eq), prefix);
     if (name == "config") continue;
     if (!apply(setters, name, kv.substr(eq + 1), "environment " + kv.substr(0, eq), error)) return false;
     seen->insert(name);
