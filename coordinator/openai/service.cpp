@@ -1,6 +1,7 @@
 #include "coordinator/openai/service.h"
 
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "common/log.h"
@@ -44,6 +45,19 @@ HttpResponse queue_full_response() {
                                            {}, "rate_limit_exceeded", "rate_limit_error"));
   r.headers.emplace_back("Retry-After", "1");
   return r;
+}
+
+// The common start of both generation routes: shed load first (429), then parse the body
+// and fold `extra_body` into it. Returns nothing when the request was already answered.
+std::optional<rapidjson::Document> admit(const Engine& engine, const ServerOptions& options, const HttpRequest& request,
+                                         ResponseChannel& channel) {
+  if (queue_full(engine, options)) {
+    channel.respond(queue_full_response());
+    return std::nullopt;
+  }
+  std::optional<rapidjson::Document> doc(parse_body(request.body));
+  merge_extra_body(*doc);
+  return doc;
 }
 
 }  // namespace
@@ -236,12 +250,9 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
 
 DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel) {
   const auto arrival = std::chrono::steady_clock::now();
-  if (queue_full(engine_, options_)) {
-    channel->respond(queue_full_response());
-    return {};
-  }
-  rapidjson::Document doc = parse_body(request.body);
-  merge_extra_body(doc);
+  std::optional<rapidjson::Document> admitted = admit(engine_, options_, request, *channel);
+  if (!admitted) return {};
+  rapidjson::Document& doc = *admitted;
   ChatParams params = parse_chat_params(doc);
   check_model(params.model);
   const PromptText prompt = render_chat(doc);
@@ -257,12 +268,9 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
 
 DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel) {
   const auto arrival = std::chrono::steady_clock::now();
-  if (queue_full(engine_, options_)) {
-    channel->respond(queue_full_response());
-    return {};
-  }
-  rapidjson::Document doc = parse_body(request.body);
-  merge_extra_body(doc);
+  std::optional<rapidjson::Document> admitted = admit(engine_, options_, request, *channel);
+  if (!admitted) return {};
+  rapidjson::Document& doc = *admitted;
   CompletionParams params = parse_completion_params(doc);
   check_model(params.model);
 
