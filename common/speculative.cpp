@@ -14,16 +14,28 @@ std::vector<double> rule_distribution(const float* logits, size_t n_vocab, const
     p[static_cast<size_t>(argmax_token(logits, n_vocab))] = 1.0;
     return p;
   }
-  // Same candidate order, weights and top_p cut as sample_token (sampling.cpp).
+  // Same candidate order (logit descending, lower id first on ties), weights and top_p cut as
+  // sample_token (sampling.cpp). This runs on the host for every verify row and every draft
+  // of every sampled sequence, so sort only what a cut needs: the top_k first candidates,
+  // nothing when neither top_k nor top_p cuts (the order then only changes the rounding of
+  // the normalization).
   std::vector<int32_t> cand(n_vocab);
   std::iota(cand.begin(), cand.end(), 0);
-  std::stable_sort(cand.begin(), cand.end(), [logits](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (rule.top_k > 0 && rule.top_k < n_vocab) cand.resize(rule.top_k);
+  const auto before = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const bool top_p_cuts = rule.top_p > 0.0f && rule.top_p < 1.0f;
+  if (rule.top_k > 0 && rule.top_k < n_vocab) {
+    std::partial_sort(cand.begin(), cand.begin() + rule.top_k, cand.end(), before);
+    cand.resize(rule.top_k);
+  } else if (top_p_cuts) {
+    std::sort(cand.begin(), cand.end(), before);
+  } else {
+    std::swap(cand[0], cand[static_cast<size_t>(argmax_token(logits, n_vocab))]);  // cand[0]: the max logit
+  }
   const double max_logit = logits[cand[0]];
   const double inv_t = 1.0 / static_cast<double>(rule.temperature);
   double total = 0.0;
   for (int32_t id : cand) total += std::exp((static_cast<double>(logits[id]) - max_logit) * inv_t);
-  const double target = rule.top_p > 0.0f && rule.top_p < 1.0f ? static_cast<double>(rule.top_p) * total : total;
+  const double target = top_p_cuts ? static_cast<double>(rule.top_p) * total : total;
   double mass = 0.0;
   for (int32_t id : cand) {
     const double w = std::exp((static_cast<double>(logits[id]) - max_logit) * inv_t);

@@ -25,6 +25,10 @@ system_lib() {
   case "$1" in
     linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libutil.so*|libresolv.so*) return 0 ;;
     libcuda.so*|libnvidia-*|libnvcuvid.so*) return 0 ;;
+    # The CUDA toolkit's own libraries (cuBLASLt for the prefill GEMM): ~0.5 GB, far over what a
+    # carried tree may hold, and the GPU machine's CUDA install has them (/usr/local/cuda/lib64;
+    # the run script below puts that on the search path).
+    libcublas.so*|libcublasLt.so*|libcudart.so*) return 0 ;;
     libstdc++.so*|libgcc_s.so*) [ "${BUNDLE_LIBSTDCXX:-0}" = 1 ] && return 1 || return 0 ;;
   esac
   return 1
@@ -51,7 +55,7 @@ cat > "$out/run" <<'RUN'
 here=$(cd "$(dirname "$0")" && pwd)
 name=$1
 shift
-LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/$name" "$@"
+LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64" exec "$here/bin/$name" "$@"
 RUN
 chmod +x "$out/run"
 echo "bundled $(find "$out/bin" -type f | wc -l) binaries and $(find "$out/lib" -type f | wc -l) libraries into $out ($(du -sh "$out" | cut -f1))"

@@ -1,14 +1,26 @@
-// deltaserve-bench: prefill and decode speed of one in-process stage holding the whole model.
+// deltaserve-bench: prefill and decode speed of one in-process stage holding the whole model,
+// or of N worker processes over the real pipeline (--workers N; ZeroMQ, no HTTP).
 //
-//   deltaserve-bench --model F.gguf [--backend cpu|cuda] [--device N] [--prompt 512,2048,8192]
-//                    [--gen 128] [--chunk N] [--repeat 3] [--threads T] [--no-warmup]
+//   deltaserve-bench -m|--model F.gguf [--backend cpu|cuda] [--device N] [-p|--prompt 512,2048,8192]
+//                    [-n|--gen 128] [-b|--batch N] [-r|--repeat 3] [-t|--threads T] [--workers N]
+//                    [--devices a,b,...] [--prefill-precision bf16|f32] [-o|--output table|json]
+//                    [--no-warmup] [--spec-k K]
+//   deltaserve-bench --http URL [deltaserve-bench-http flags]   (a running server; see bench_http.h)
 //
-// Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or --chunk N
-// tokens per step), timed from submission to logits on the host; decode: --gen greedy steps of
-// one token right after the prompt (so "tg128 at context n"; --gen 0 skips it). Every forward
-// ends by downloading logits, which waits for the device stream, so host wall time is device
-// time plus the host's share. A short warm-up run goes first (module load, first allocations).
-// Each figure is the best of --repeat runs (METHOD.md: report best-of with the spread).
+// Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
+// per step, llama-bench's ubatch; --chunk is the old name), timed from submission to logits on
+// the host; decode: --gen greedy steps of one token right after the prompt (so "tg128 at
+// context n"; --gen 0 skips it). Every forward ends by downloading logits, which waits for the
+// device stream, so host wall time is device time plus the host's share. A short warm-up run
+// goes first (module load, first allocations).
+// Each table figure is the best of --repeat runs (METHOD.md: report best-of with the spread);
+// -o json prints llama-bench-style rows instead, with mean and stddev (tools/bench_report.h).
+// --spec-k K (in-process only): after each prompt, one line with the cost of MTP speculation's
+// pieces at that context relative to a decode step (verify 1+K, MTP rows; tools/bench_spec.h).
+// With --workers the workers get --threads and --prefill-precision each and, on cuda, rank r
+// uses GPU r, or the r-th entry of --devices (0,0: two worker processes sharing GPU 0, as with
+// `deltaserve serve --devices`); --device applies to the in-process stage only. CPU workers
+// ignore --devices (it is still checked: one entry per worker) and always compute in f32.
 //
 // Roofline context: weight bytes streamed per decode token (every main-stack weight, the LM
 // head, one embedding row) plus f32 GDN state read+write and f32 KV read at that context, and
@@ -26,6 +38,11 @@
 
 #include "common/gguf.h"
 #include "common/model_config.h"
+#include "coordinator/engine/engine.h"
+#include "tools/bench_http.h"
+#include "tools/bench_report.h"
+#include "tools/bench_runner.h"
+#include "tools/bench_spec.h"
 #include "tools/cli_args.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
@@ -44,46 +61,96 @@ struct Options {
   int repeat = 3;
   int threads = 2;
   std::string backend = "cpu";
-  bool bf16_prefill = false;  // --bf16-prefill: tensor-core prefill products (cuda, opt-in)
+  bool bf16_prefill = true;  // cuda prefill products on bf16 tensor cores; --f32-prefill: f32 SIMT
+  bool mma_gemm = false;      // --prefill-gemm mma: our mma.sync kernel instead of cuBLASLt
+  bool bf16_weights = false;  // --bf16-weights: persistent bf16 weight copies (no per-call dequant)
   int device = 0;
+  std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
+  uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  bool json = false;           // -o json: one JSON object per result row instead of the table
+  uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
 };
 
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
-                            "--model F.gguf [--backend cpu|cuda] [--device N] [--bf16-prefill] [--prompt 512,2048] [--gen 128] "
-                            "[--chunk N] [--repeat 3] [--threads T] [--no-warmup]"};
+                            "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
+                            "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
+
+// -o table | json; anything else is a usage error.
+bool parse_output_format(const std::string& v) {
+  if (v != "table" && v != "json") kUsage.fail("--output must be table or json, got '" + v + "'");
+  return v == "json";
+}
+
+// --prefill-precision bf16 | f32: true for bf16 (tensor cores), like --bf16-prefill / --f32-prefill.
+bool parse_prefill_precision(const std::string& v) {
+  if (v != "bf16" && v != "f32") kUsage.fail("--prefill-precision must be bf16 or f32, got '" + v + "'");
+  return v == "bf16";
+}
+
+// --devices only places worker processes, one entry each (the in-process stage takes --device).
+void check_devices(const Options& o) {
+  if (o.devices.empty()) return;
+  if (o.workers == 0) kUsage.fail("--devices places worker processes: give --workers N (in-process: --device N)");
+  if (o.devices.size() != o.workers) {
+    kUsage.fail("--devices must name one GPU per worker: " + std::to_string(o.devices.size()) + " for --workers " +
+                std::to_string(o.workers));
+  }
+}
 
 Options parse(int argc, char** argv) {
   Options o;
   ds::cli::ArgReader args(kUsage, argc, argv);
   for (std::string a; args.next(a);) {
-    if (a == "--model") {
+    if (a == "--model" || a == "-m") {
       o.model = args.value();
-    } else if (a == "--prompt") {
+    } else if (a == "--prompt" || a == "-p") {
       o.prompts = ds::cli::parse_list<size_t>(kUsage, a, args.value(), 1);
-    } else if (a == "--gen") {
+    } else if (a == "--gen" || a == "-n") {
       o.gen = parse_number<size_t>(kUsage, a, args.value(), 0);
-    } else if (a == "--chunk") {
+    } else if (a == "--batch" || a == "-b" || a == "--chunk") {
       o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
-    } else if (a == "--repeat") {
+    } else if (a == "--repeat" || a == "-r") {
       o.repeat = parse_number<int>(kUsage, a, args.value(), 1);
-    } else if (a == "--threads") {
+    } else if (a == "--threads" || a == "-t") {
       o.threads = parse_number<int>(kUsage, a, args.value(), 1);
     } else if (a == "--backend") {
       o.backend = args.value();
     } else if (a == "--device") {
       o.device = parse_number<int>(kUsage, a, args.value(), 0);
+    } else if (a == "--workers") {
+      o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 64);
+    } else if (a == "--devices") {
+      o.devices = ds::cli::parse_list<int>(kUsage, a, args.value(), 0, 255);  // GPU indexes, 0,0 = shared
+    } else if (a == "--prefill-precision") {
+      o.bf16_prefill = parse_prefill_precision(args.value());
+    } else if (a == "--output" || a == "-o") {
+      o.json = parse_output_format(args.value());
+    } else if (a == "--spec-k") {
+      o.spec_k = parse_number<uint32_t>(kUsage, a, args.value(), 1, 4);
     } else if (a == "--no-warmup") {
       o.warmup = false;
-    } else if (a == "--bf16-prefill") {
+    } else if (a == "--bf16-prefill") {  // the default now; kept so older scripts still run
       o.bf16_prefill = true;
+    } else if (a == "--f32-prefill") {
+      o.bf16_prefill = false;
+    } else if (a == "--prefill-gemm") {
+      const std::string v = args.value();
+      if (v != "cublaslt" && v != "mma") kUsage.fail("--prefill-gemm must be cublaslt or mma, got '" + v + "'");
+      o.mma_gemm = v == "mma";
+    } else if (a == "--bf16-weights") {
+      o.bf16_weights = true;
     } else {
       args.unknown();
     }
   }
   if (o.model.empty()) kUsage.fail("--model is required");
+  if (o.spec_k > 0 && o.workers > 0) kUsage.fail("--spec-k times the in-process stage; drop --workers");
+  check_devices(o);
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
 #ifndef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
@@ -144,43 +211,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Prefills `ids` as sequence `seq`, returning the seconds taken.
-double prefill(ds::StageModel& m, uint64_t seq, const std::vector<int32_t>& ids, size_t chunk) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (chunk == 0) chunk = ids.size();
-  for (size_t b = 0; b < ids.size(); b += chunk) {
-    const size_t e = std::min(ids.size(), b + chunk);
-    ds::StepInput in;
-    ds::SeqStep s{seq, static_cast<uint32_t>(b), std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e)), {}};
-    if (e == ids.size()) s.logit_rows.push_back(static_cast<uint32_t>(e - b - 1));
-    in.seqs.push_back(std::move(s));
-    ds::StepOutput out;
-    m.forward(in, &out);
-  }
-  return seconds_since(t0);
+#ifdef DELTASERVE_HAVE_CUDA
+ds::CudaBackendOptions cuda_options(const Options& o) {
+  ds::CudaBackendOptions c;
+  c.bf16_prefill = o.bf16_prefill;
+  c.prefill_gemm = o.mma_gemm ? ds::CudaBackendOptions::PrefillGemm::kMmaSync
+                              : ds::CudaBackendOptions::PrefillGemm::kCublasLt;
+  c.bf16_weight_copy = o.bf16_weights;
+  return c;
 }
-
-// `n` greedy steps after `start` positions; the argmax over the downloaded logits is part of
-// the per-token cost, as it is for a real batch-1 sampler.
-double decode(ds::StageModel& m, uint64_t seq, uint32_t start, size_t n, size_t vocab) {
-  int32_t tok = 1;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < n; ++i) {
-    ds::StepInput in;
-    in.seqs.push_back({seq, static_cast<uint32_t>(start + i), {tok}, {0}});
-    ds::StepOutput out;
-    m.forward(in, &out);
-    tok = static_cast<int32_t>(std::max_element(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(vocab)) - out.logits.begin());
-  }
-  return seconds_since(t0);
-}
+#endif
 
 std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> gguf, const ds::ModelConfig& cfg,
                                            const Options& o) {
   ds::StageOptions so;
   so.n_threads = o.threads;
 #ifdef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, o.bf16_prefill));
+  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o)));
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
 }
@@ -198,11 +245,25 @@ double device_used_gib(const Options& o) {
   return -1;
 }
 
+// "device 0" in-process; "devices 0,0" for the workers (cuda: worker r on GPU r unless --devices).
+std::string placement(const Options& o) {
+  if (o.workers == 0) return "device " + std::to_string(o.device);
+  if (o.backend != "cuda") return "cpu workers";
+  std::string list;
+  for (uint32_t r = 0; r < o.workers; ++r) {
+    list += (r ? "," : "") + std::to_string(o.devices.empty() ? static_cast<int>(r) : o.devices[r]);
+  }
+  return "devices " + list;
+}
+
 void print_header(const Options& o, const ds::ModelConfig& cfg, const ModelCost& m, double load_s) {
   std::printf("model %s: %u layers (%u attention), hidden %u, vocab %u, %s embeddings\n", o.model.c_str(), cfg.n_layer,
               cfg.n_attention_layers(), cfg.n_embd, cfg.n_vocab, cfg.tied_embeddings ? "tied" : "untied");
-  std::printf("backend %s (device %d, threads %d), load %.1f s, best of %d%s\n", o.backend.c_str(), o.device, o.threads,
-              load_s, o.repeat, o.warmup ? ", after a warm-up run" : "");
+  const char* prefill = o.backend != "cuda" ? "f32" : o.bf16_prefill ? "bf16" : "f32";  // cpu: always f32
+  std::printf("backend %s (%s, threads %d, %s, prefill %s), load %.1f s, best of %d%s\n", o.backend.c_str(),
+              placement(o).c_str(), o.threads,
+              o.workers ? (std::to_string(o.workers) + " worker processes").c_str() : "in-process", prefill, load_s,
+              o.repeat, o.warmup ? ", after a warm-up run" : "");
   std::printf("per decode token: %.3f GB weights + %.3f GB GDN state r/w + %.1f KB KV per context position (f32)\n",
               m.decode_weight_bytes * 1e-9, 2 * m.state_bytes * 1e-9, m.kv_bytes_per_pos * 1e-3);
   std::printf("per prefill token: %.2f GFLOP in matrices (+ causal attention, counted per prompt)\n",
@@ -212,43 +273,129 @@ void print_header(const Options& o, const ds::ModelConfig& cfg, const ModelCost&
   std::fflush(stdout);
 }
 
+// The in-process stage (`model` receives it and must outlive the runner) or the pipeline.
+std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::shared_ptr<const ds::GgufFile> gguf,
+                                                    const ds::ModelConfig& cfg,
+                                                    std::unique_ptr<ds::StageModel>& model) {
+  if (o.workers == 0) {
+    model = load_model(std::move(gguf), cfg, o);
+    return ds::bench::make_stage_runner(*model, cfg.n_vocab);
+  }
+  ds::EngineOptions eo;
+  eo.model_path = o.model;
+  eo.n_workers = o.workers;
+  eo.backend = o.backend;
+  eo.threads_per_worker = o.threads;
+  eo.devices = o.devices;  // used on cuda only (the engine gives cpu workers no --device)
+  eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
+  return ds::bench::make_pipeline_runner(eo);
+}
+
+struct PromptResult {
+  ds::bench::ReportRow pp;
+  ds::bench::ReportRow tg;
+  double mem_gib = -1;  // device memory in use with the sequence cached (in-process cuda only)
+};
+
+// --repeat runs of prefill + decode for one prompt, each on a fresh sequence.
+PromptResult measure_prompt(ds::bench::BenchRunner& runner, const Options& o, const std::vector<int32_t>& ids,
+                            uint64_t& seq) {
+  PromptResult r;
+  r.pp.test = "pp";
+  r.pp.n_prompt = ids.size();
+  r.tg.test = "tg";
+  r.tg.n_gen = o.gen;
+  r.tg.n_depth = ids.size();
+  for (int k = 0; k < o.repeat; ++k) {
+    const ds::bench::RunStats p = runner.prefill(seq, ids, o.chunk);
+    r.pp.seconds.push_back(p.seconds);
+    r.pp.tokens = p.tokens;
+    r.pp.steps = p.steps;
+    if (o.gen > 0) {
+      const ds::bench::RunStats d = runner.decode(seq, static_cast<uint32_t>(ids.size()), o.gen);
+      r.tg.seconds.push_back(d.seconds);
+      r.tg.tokens = d.tokens;
+      r.tg.steps = d.steps;
+    }
+    if (o.workers == 0) r.mem_gib = std::max(r.mem_gib, device_used_gib(o));  // the sequence is still cached here
+    runner.drop(seq++);
+  }
+  return r;
+}
+
+void print_table_row(const PromptResult& r, const ModelCost& cost, const ds::ModelConfig& cfg, const Options& o) {
+  const size_t n = r.pp.n_prompt;
+  const double best_p = *std::min_element(r.pp.seconds.begin(), r.pp.seconds.end());
+  const double best_d = r.tg.seconds.empty() ? 0 : *std::min_element(r.tg.seconds.begin(), r.tg.seconds.end());
+  const double tflops = prefill_flops(cost, cfg, n) / best_p * 1e-12;
+  const double gb_tok = decode_bytes(cost, n + o.gen / 2) * 1e-9;  // mean context of the decode run
+  const double tg = best_d > 0 ? static_cast<double>(o.gen) / best_d : 0;
+  char mem_s[32] = "-";
+  if (r.mem_gib >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", r.mem_gib);
+  std::printf("%-7zu %-10.4f %-11.1f %-10.2f %-9.1f %-10.3f %-8.0f %-9.3f %-8s\n", n, best_p,
+              static_cast<double>(n) / best_p, tflops, tg, tg > 0 ? 1e3 / tg : 0, gb_tok * tg, gb_tok, mem_s);
+}
+
+void print_json_rows(PromptResult r, const ModelCost& cost, const ds::ModelConfig& cfg, const Options& o) {
+  const size_t n = r.pp.n_prompt;
+  const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers, o.threads};
+  r.pp.flop_per_run = prefill_flops(cost, cfg, n);
+  r.tg.gb_per_token = decode_bytes(cost, n + o.gen / 2) * 1e-9;
+  std::printf("%s\n", ds::bench::json_row(ctx, r.pp).c_str());
+  if (o.gen > 0) std::printf("%s\n", ds::bench::json_row(ctx, r.tg).c_str());
+}
+
+// --http URL ...: the serving benchmark of deltaserve-bench-http (same code), with the flag
+// turned into its --url.
+bool wants_http(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--http") return true;
+  }
+  return false;
+}
+
+int run_http(int argc, char** argv) {
+  std::vector<char*> args;
+  static char url_flag[] = "--url";
+  for (int i = 0; i < argc; ++i) args.push_back(std::string(argv[i]) == "--http" ? url_flag : argv[i]);
+  return ds::bench_http::run(static_cast<int>(args.size()), args.data());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (wants_http(argc, argv)) return run_http(argc, argv);
   const Options o = parse(argc, argv);
   try {
     auto gguf = std::make_shared<const ds::GgufFile>(ds::GgufFile::open(o.model));
     const ds::ModelConfig cfg = ds::load_model_config(*gguf);
     const auto t_load = std::chrono::steady_clock::now();
-    auto model = load_model(gguf, cfg, o);
-    const double load_s = seconds_since(t_load);  // weights to the device (from the page cache or disk)
+    std::unique_ptr<ds::StageModel> model;  // in-process only; outlives the runner
+    auto runner = make_runner(o, gguf, cfg, model);
+    const double load_s = seconds_since(t_load);  // weights to the device(s) (from the page cache or disk)
     const ModelCost cost = model_cost(*gguf, cfg);
     std::mt19937 rng(42);
     if (o.warmup) {  // first kernels, first workspace allocations: outside the figures
-      std::vector<int32_t> ids(32, 1);
-      prefill(*model, 0, ids, 0);
-      decode(*model, 0, 32, 2, cfg.n_vocab);
-      model->drop_sequence(0);
+      runner->prefill(0, std::vector<int32_t>(32, 1), 0);
+      runner->decode(0, 32, 2);
+      runner->drop(0);
     }
-    print_header(o, cfg, cost, load_s);
+    if (!o.json) print_header(o, cfg, cost, load_s);
     uint64_t seq = 1;
     for (size_t n : o.prompts) {
       std::vector<int32_t> ids(n);
       for (auto& id : ids) id = static_cast<int32_t>(rng() % cfg.n_vocab);
-      double best_p = 1e30, best_d = 1e30, mem = -1;
-      for (int r = 0; r < o.repeat; ++r) {
-        best_p = std::min(best_p, prefill(*model, seq, ids, o.chunk));
-        if (o.gen > 0) best_d = std::min(best_d, decode(*model, seq, static_cast<uint32_t>(n), o.gen, cfg.n_vocab));
-        mem = std::max(mem, device_used_gib(o));  // the sequence's KV and state are still held here
-        model->drop_sequence(seq++);
+      const PromptResult r = measure_prompt(*runner, o, ids, seq);
+      if (o.json) {
+        print_json_rows(r, cost, cfg, o);
+      } else {
+        print_table_row(r, cost, cfg, o);
       }
-      const double tflops = prefill_flops(cost, cfg, n) / best_p * 1e-12;
-      const double gb_tok = decode_bytes(cost, n + o.gen / 2) * 1e-9;  // mean context of the decode run
-      const double tg = o.gen > 0 ? static_cast<double>(o.gen) / best_d : 0;
-      char mem_s[32] = "-";
-      if (mem >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", mem);
-      std::printf("%-7zu %-10.4f %-11.1f %-10.2f %-9.1f %-10.3f %-8.0f %-9.3f %-8s\n", n, best_p,
-                  static_cast<double>(n) / best_p, tflops, tg, tg > 0 ? 1e3 / tg : 0, gb_tok * tg, gb_tok, mem_s);
+      if (o.spec_k > 0) {
+        const auto spec = ds::bench::measure_spec_costs(*model, cfg, ids, o.spec_k, std::max(8, 4 * o.repeat), seq++);
+        ds::bench::print_spec_costs(spec, o.spec_k, ids.size(), o.json);
+        model->drop_sequence(seq - 1);
+      }
       std::fflush(stdout);  // keep finished rows if a later, longer prompt runs out of time
     }
   } catch (const std::exception& e) {

@@ -2,9 +2,12 @@
 // benchmarks and loading tests without downloading checkpoints.
 //
 //   deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] [--vocab N]
-//                    [--no-mtp] [--layers N] [--threads T]
+//                    [--no-mtp] [--layers N] [--threads T] [--tokenizer-from G.gguf]
 //
-// The file streams to disk (bounded memory), is the same for the same arguments whatever the
+// The tokenizer is copied from G.gguf (every tokenizer.* key, the token table padded with
+// "[PAD<id>]" UNUSED tokens to the shape's vocabulary), or without the flag a built-in
+// minimal byte-level one (tools/synth/tokenizer_keys.h): the file always loads as a whole
+// model in deltaserve and llama.cpp. The file streams to disk (bounded memory), is the same for the same arguments whatever the
 // thread count, and loads with load_model_config. Sizes: 9b ~9.5 GB, 27b ~29 GB.
 #include <cstdio>
 #include <exception>
@@ -24,13 +27,14 @@ struct Options {
   uint32_t layers = 0;  // 0: the shape's
   bool no_mtp = false;
   int threads = 0;      // 0: all hardware threads
+  std::string tokenizer_from;  // empty: the built-in minimal tokenizer
 };
 
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-synth",
                             "--shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] [--vocab N] [--no-mtp] "
-                            "[--layers N] [--threads T]"};
+                            "[--layers N] [--threads T] [--tokenizer-from G.gguf]"};
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -43,6 +47,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--layers") o.layers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1024);
     else if (a == "--threads") o.threads = parse_number<int>(kUsage, a, args.value(), 1, 1024);
     else if (a == "--no-mtp") o.no_mtp = true;
+    else if (a == "--tokenizer-from") o.tokenizer_from = args.value();
     else args.unknown();
   }
   if (o.shape.empty()) kUsage.fail("--shape is required");
@@ -59,7 +64,7 @@ int main(int argc, char** argv) {
     if (o.vocab) shape.n_vocab = o.vocab;
     if (o.layers) shape.n_layer = o.layers;
     if (o.no_mtp) shape.n_nextn = 0;
-    const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads);
+    const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads, o.tokenizer_from);
     std::printf("%s: qwen35 %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n",
                 o.out.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,
                 static_cast<double>(s.n_params) * 1e-9, static_cast<double>(s.file_bytes) * 1e-9, s.seconds);

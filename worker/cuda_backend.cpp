@@ -18,11 +18,13 @@
 #include "common/gguf.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv1d.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gdn.h"
+#include "kernels/cuda/gdn_chunked.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
@@ -61,7 +63,12 @@ class ControlBuffer {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cuda::MatmulPrecision precision) : device_(device), precision_(precision) {
+  CudaBackend(int device, const CudaBackendOptions& options)
+      : device_(device),
+        precision_(options.bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32),
+        tc_kernel_(options.prefill_gemm == CudaBackendOptions::PrefillGemm::kCublasLt ? cuda::TcGemmKernel::kCublasLt
+                                                                                       : cuda::TcGemmKernel::kMmaSync),
+        bf16_weight_copy_(options.bf16_weight_copy) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -69,6 +76,10 @@ class CudaBackend final : public Backend {
     }
     DS_CUDA_CHECK(cudaSetDevice(device_));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The GEMM library's handle and workspace now, not inside the first prefill step.
+    if (precision_ == cuda::MatmulPrecision::kBf16TensorCores && tc_kernel_ == cuda::TcGemmKernel::kCublasLt) {
+      DS_CUDA_CHECK(cuda::prepare_tc_gemm(stream_));
+    }
   }
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -156,9 +167,13 @@ class CudaBackend final : public Backend {
   // Several backends (pipeline stages, devices) may share a host thread: make ours current.
   void on_device() const { DS_CUDA_CHECK(cudaSetDevice(device_)); }
   const void* device_copy(const void* host, size_t bytes);
+  const void* bf16_weights(const WeightView& w);
 
   int device_;
-  cuda::MatmulPrecision precision_;  // how prefill products may run (tensor cores are opt-in)
+  cuda::MatmulPrecision precision_;  // how prefill products run (bf16 tensor cores unless f32 asked for)
+  cuda::TcGemmKernel tc_kernel_;     // which GEMM runs the bf16 products
+  bool bf16_weight_copy_;            // keep persistent bf16 copies of the prefill weights
+  std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
   cudaStream_t stream_ = nullptr;
   std::unordered_set<float*> allocations_;
   std::unordered_map<const void*, void*> uploads_;        // mapped weight bytes -> device copy
@@ -176,6 +191,7 @@ CudaBackend::~CudaBackend() {
   for (float* p : allocations_) cudaFree(p);
   for (auto& [host, dev] : uploads_) cudaFree(dev);
   for (auto& [host, dev] : small_tensors_) cudaFree(dev);
+  for (auto& [q8, dev] : bf16_weights_) cudaFree(dev);
   cudaStreamDestroy(stream_);
 }
 
@@ -247,11 +263,34 @@ void CudaBackend::embed_rows(const WeightView& table, const int32_t* host_ids, s
 
 void CudaBackend::matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) {
   on_device();
-  const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, precision_, stream_);
+  cuda::TcGemmOptions tc{tc_kernel_, nullptr};
+  if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && w.type == GgmlType::Q8_0 &&
+      w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
+    tc.bf16_weights = bf16_weights(w);
+  }
+  const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, precision_, tc, stream_);
   if (e == cudaErrorNotSupported) {  // same error as the CPU backend
     throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(w.type));
   }
   DS_CUDA_CHECK(e);
+}
+
+// The persistent bf16 copy of a Q8_0 matrix, made on its first prefill product. When it does not
+// fit, nullptr is remembered and the matrix keeps the per-call dequantization (a warning once).
+const void* CudaBackend::bf16_weights(const WeightView& w) {
+  auto it = bf16_weights_.find(w.data);
+  if (it != bf16_weights_.end()) return it->second;
+  void* dev = nullptr;
+  if (cudaMalloc(&dev, w.rows * w.cols * 2) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky allocation error
+    std::fprintf(stderr, "cuda backend: no room for a bf16 copy of a %zux%zu matrix; dequantizing per call\n",
+                 w.rows, w.cols);
+    bf16_weights_.emplace(w.data, nullptr);
+    return nullptr;
+  }
+  bf16_weights_.emplace(w.data, dev);
+  DS_CUDA_CHECK(cuda::dequantize_q8_to_bf16(w, dev, stream_));
+  return dev;
 }
 
 void CudaBackend::rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim,
@@ -263,12 +302,17 @@ void CudaBackend::rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads
   DS_CUDA_CHECK(cuda::rope_neox(x, n_tokens, ts, n_heads, hs, head_dim, n_rot, pos, sections, theta, stream_));
 }
 
-// Multi-token steps use the prefill form (state resident in shared memory), single tokens the
-// global-state recurrence — the same split as the CPU backend's chunked/recurrent choice.
+// Prefill pieces of kGdnChunkedMinTokens or more take the chunked (UT/WY) form, parallel over
+// chunks; shorter multi-token pieces (MTP verification) the register-state recurrence, single
+// tokens the decode form. All f32; the forms agree to f32 rounding (tests/kernels/cuda).
+constexpr size_t kGdnChunkedMinTokens = 32;
+
 void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, float* out) {
   on_device();
-  if (s.n_tokens >= 2) {
+  if (s.n_tokens >= kGdnChunkedMinTokens && cuda::gdn_chunked_applies(s)) {
+    DS_CUDA_CHECK(cuda::gdn_chunked(s, q, k, v, g, beta, state, out, stream_));
+  } else if (s.n_tokens >= 2) {
     DS_CUDA_CHECK(cuda::gdn_prefill(s, q, k, v, g, beta, state, out, stream_));
   } else {
     DS_CUDA_CHECK(cuda::gdn_recurrent(s, q, k, v, g, beta, state, out, stream_));
@@ -289,6 +333,18 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
   KvPages dev = kv;
   dev.block_table =
       static_cast<const int32_t*>(block_table_.put(kv.block_table, n_blocks * sizeof(int32_t), stream_));
+  // Prefill chunks take the tiled (flash-style) kernels: K/V rows read once per 64 queries, on
+  // bf16 tensor cores in the bf16 prefill mode, in f32 otherwise.
+  if (s.n_q_tokens >= cuda::kAttentionPrefillMinTokens) {
+    if (precision_ == cuda::MatmulPrecision::kBf16TensorCores && cuda::attention_prefill_tc_applies(s, q, dev, out)) {
+      DS_CUDA_CHECK(cuda::attention_prefill_tc(s, q, dev, scale, out, stream_));
+      return;
+    }
+    if (cuda::attention_prefill_applies(s, q, dev, out)) {
+      DS_CUDA_CHECK(cuda::attention_prefill(s, q, dev, scale, out, stream_));
+      return;
+    }
+  }
   DS_CUDA_CHECK(cuda::attention_causal(s, q, dev, scale, out, stream_));
 }
 
@@ -300,9 +356,8 @@ void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool bf16_prefill) {
-  return std::make_unique<CudaBackend>(
-      device, bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32);
+std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options) {
+  return std::make_unique<CudaBackend>(device, options);
 }
 
 }  // namespace ds

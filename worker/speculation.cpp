@@ -20,11 +20,14 @@ SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
     return out;
   }
   const std::vector<int32_t> drafts(in.tokens.end() - in.n_draft, in.tokens.end());
-  if (in.rule.temperature > 0.0f && st.draft_dist.size() != in.n_draft) {
+  // The coordinator may verify only a prefix of the drafts (its token budget): each draft's
+  // distribution is still the one it was drawn from.
+  if (in.rule.temperature > 0.0f && st.draft_dist.size() < in.n_draft) {
     throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) + " verifies drafts this stage did not make");
   }
-  const SpecVerdict v =
-      accept_drafts(in.target_logits, V_, in.rule, drafts, st.draft_dist, in.u_accept, in.u_final);
+  std::vector<std::vector<double>> q;
+  if (in.rule.temperature > 0.0f) q.assign(st.draft_dist.begin(), st.draft_dist.begin() + in.n_draft);
+  const SpecVerdict v = accept_drafts(in.target_logits, V_, in.rule, drafts, q, in.u_accept, in.u_final);
   out.accepted = v.accepted;
   out.token = v.token;
   catch_up_and_draft(in, T - in.n_draft + v.accepted, v.token, &out);

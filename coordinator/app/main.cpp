@@ -48,7 +48,25 @@ ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_con
   s.num_blocks = o.kv_blocks ? o.kv_blocks : blocks_per_seq * o.max_seqs;
   s.eos_token_ids = tok.eog_ids();
   s.num_snapshots = o.prefix_cache_snapshots.value_or(2 * o.max_seqs);  // 0: prefix cache off
+  s.spec_k = o.spec_k;
   return s;
+}
+
+// The scheduler plans with the pools every worker holds (the minimum they reported at Ready).
+void plan_with_worker_capacity(const ds::CacheGeometry& workers, ds::SchedulerConfig* s) {
+  if (workers.max_seqs < s->max_seqs) {
+    ds::log::warn("deltaserve", ds::log::Msg() << "the workers' memory budgets hold " << workers.max_seqs << " of the "
+                                               << s->max_seqs << " sequences --max-seqs asks for (each with one "
+                                               << s->max_context << "-token context)");
+  }
+  s->num_blocks = workers.num_blocks;
+  s->max_seqs = workers.max_seqs;
+  s->num_snapshots = workers.num_snapshots;
+  ds::log::info("deltaserve", ds::log::Msg() << "KV capacity: " << s->num_blocks << " blocks of " << s->block_size
+                                             << " tokens (" << uint64_t{s->num_blocks} * s->block_size
+                                             << " tokens in total), " << s->max_seqs << " state slots, "
+                                             << s->num_snapshots << " state snapshots"
+                                             << (s->num_snapshots ? "" : " (prefix cache off)"));
 }
 
 // The log format is fixed once, from the options; workers this process starts get the same.
@@ -78,20 +96,22 @@ int serve(int argc, char** argv) {
   o.http.model_file_name = file_name(o.engine.model_path);
   ds::log::info("deltaserve", ds::describe(o));
 
-  // One set of numbers for the scheduler and the workers' pools (sent in Assign).
+  // The scheduler's numbers are upper bounds for the workers' pools (sent in Assign): each
+  // worker allocates what fits its memory budget and reports it at Ready; the scheduler then
+  // plans with the minimum over the workers. An explicit --kv-blocks must fit every worker.
   ds::BatchEngineOptions bo;
   bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
   o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
-  const double kv_mib = 2.0 * o.engine.cache.num_blocks * o.engine.cache.block_size * cfg.n_head_kv * cfg.head_dim *
-                        sizeof(float) / (1024.0 * 1024.0);
-  ds::log::info("deltaserve", ds::log::Msg() << "worker memory: " << o.engine.cache.num_blocks << " KV blocks of "
-                                             << o.engine.cache.block_size << " tokens (" << kv_mib
-                                             << " MiB K+V per full-attention layer), " << o.engine.cache.max_seqs
-                                             << " state slots, " << o.engine.cache.num_snapshots << " state snapshots"
-                                             << (o.engine.cache.num_snapshots ? "" : " (prefix cache off)"));
+  o.engine.cache_sizing = ds::CacheSizing::kFitBudget;
+  o.engine.require_num_blocks = o.kv_blocks != 0;
+  ds::log::info("deltaserve", ds::log::Msg() << "worker memory: up to " << o.engine.cache.num_blocks << " KV blocks of "
+                                             << o.engine.cache.block_size << " tokens, " << o.engine.cache.max_seqs
+                                             << " state slots, " << o.engine.cache.num_snapshots
+                                             << " state snapshots, as far as each worker's memory budget allows");
 
   ds::PipelineEngine pipeline(o.engine);
   pipeline.start();
+  plan_with_worker_capacity(pipeline.cache_geometry(), &bo.scheduler);
   for (const ds::WorkerInfo& w : pipeline.workers()) {
     ds::log::info("deltaserve", ds::log::Msg() << "rank " << w.rank << " layers [" << w.layers.first_layer << ", "
                                                << w.layers.last_layer << ") pid " << w.pid << " " << w.state);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/byte_size.h"
 #include "common/option_file.h"
 
 extern char** environ;
@@ -34,6 +35,7 @@ constexpr const char* kUsage =
     "  --block-size N         KV cache block size in tokens (default 16)\n"
     "  --kv-blocks N          KV blocks (default: max-seqs full contexts)\n"
     "  --prefix-cache-snapshots N  GDN state snapshots for the prefix cache (default 2 x max-seqs, 0 = off)\n"
+    "  --spec-k K             MTP speculative decoding: drafts verified per step, 0..4 (default 0 = off)\n"
     "  --host H / --port P    HTTP address (default 127.0.0.1:8000)\n"
     "  --api-key KEY          require `Authorization: Bearer KEY` (all routes but /health)\n"
     "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
@@ -41,7 +43,15 @@ constexpr const char* kUsage =
     "  --io-threads N         HTTP I/O threads (default 2)\n"
     "  --max-queue N          answer 429 while N requests wait in the engine (default 256, 0 = no limit)\n"
     "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9)\n"
+    "  --memory-budget SIZE   each worker's KV/state pools at most SIZE, e.g. 8G (default: cpu\n"
+    "                         min(4G, RAM/4); cuda: what the GPU share leaves after the weights)\n"
     "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
+    "  --hidden-transport auto|inline  hidden states between same-host workers: shared-memory ring\n"
+    "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
+    "  --micro-batches N      cut each batched step into up to N micro-batches in flight across the\n"
+    "                         stages (default 1 = off; for stages on different GPUs)\n"
+    "  --prefill-precision bf16|f32  cuda workers' prefill products + attention: bf16 tensor cores\n"
+    "                         (the workers' default) or f32 SIMT; cpu workers always compute f32\n"
     "  --log-format text|json\n"
     "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
 
@@ -109,6 +119,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
          o->prefix_cache_snapshots = n;
          return true;
        }},
+      {"spec-k", [o](const std::string& v) { return parse_number(v, &o->spec_k) && o->spec_k <= 4; }},
       {"host", [h](const std::string& v) { h->host = v; return !v.empty(); }},
       {"port", [h](const std::string& v) { return parse_number(v, &h->port); }},
       {"api-key", [h](const std::string& v) { h->api_key = v; return true; }},
@@ -121,6 +132,18 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
          if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
          e->worker_extra_args.insert(e->worker_extra_args.end(), {"--gpu-memory-fraction", v});
          return true;
+       }},
+      {"memory-budget", [e](const std::string& v) {  // validated here, applied by each worker
+         uint64_t bytes = 0;
+         if (!parse_byte_size(v, &bytes) || bytes == 0) return false;
+         e->worker_extra_args.insert(e->worker_extra_args.end(), {"--memory-budget", v});
+         return true;
+       }},
+      {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
+      {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
+      {"prefill-precision", [o](const std::string& v) {  // passed to the workers by parse_serve_options
+         o->prefill_precision = v;
+         return v == "bf16" || v == "f32";
        }},
       {"startup-timeout", [e](const std::string& v) {
          uint32_t s = 0;
@@ -239,6 +262,12 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
   for (const Flag& f : flags) {
     if (!apply(table, f.name, f.value, "--" + f.name, error)) return false;
   }
+  // Appended once the layers are merged (one flag, the winning value); as a flag it also beats
+  // DELTASERVE_WORKER_PREFILL_PRECISION in the environment the workers inherit.
+  if (out->prefill_precision) {
+    out->engine.worker_extra_args.insert(out->engine.worker_extra_args.end(),
+                                         {"--prefill-precision", *out->prefill_precision});
+  }
   return check_consistency(*out, error);
 }
 
@@ -248,11 +277,13 @@ std::string describe(const ServeOptions& o) {
   s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
     << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
+    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
     << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))
     << " prefix_cache_snapshots="
     << (o.prefix_cache_snapshots ? std::to_string(*o.prefix_cache_snapshots) : std::string("auto"))
+    << " spec_k=" << o.spec_k << " prefill_precision=" << o.prefill_precision.value_or("(worker default)")
     << " http=" << o.http.host
     << ":" << o.http.port << " api_key=" << (o.http.api_key.empty() ? "(none)" : "***")
     << " served_model_name=" << o.http.served_model_name << " max_body=" << o.http.max_body_bytes

@@ -24,6 +24,14 @@ struct ServeOptions {
   // GDN state snapshot buffers per worker for the hybrid prefix cache; 0 turns the cache off.
   // Unset: 2 per sequence slot (one prompt snapshot + one decode snapshot each).
   std::optional<uint32_t> prefix_cache_snapshots;
+  // MTP speculative decoding: drafts per step, 0..4 (0 = off). Default off: the speed-up is
+  // not measured yet on a GPU (tools/bench --spec-k), and CPU timings say nothing about it.
+  uint32_t spec_k = 0;
+  // cuda workers' prefill: "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT); cpu workers
+  // accept both and always compute in f32. Unset: not passed, so a worker keeps its own default
+  // (bf16, or DELTASERVE_WORKER_PREFILL_PRECISION). Set: the workers this process starts get
+  // --prefill-precision (external workers must be given it themselves).
+  std::optional<std::string> prefill_precision;
   std::string log_format = "text";   // text | json
 };
 

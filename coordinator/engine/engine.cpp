@@ -3,18 +3,24 @@
 #include "coordinator/engine/engine.h"
 #include "common/log.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <optional>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "common/gguf.h"
 #include "common/ipc/channel.h"
 #include "common/ipc/endpoints.h"
+#include "common/ipc/shm_ring.h"
 #include "common/model_config.h"
+#include "coordinator/engine/capacity.h"
 #include "coordinator/engine/layout.h"
+#include "coordinator/engine/micro_batch.h"
 #include "coordinator/engine/registry.h"
 #include "coordinator/engine/step_codec.h"
 #include "coordinator/engine/supervisor.h"
@@ -54,6 +60,8 @@ struct PipelineEngine::Impl {
   uint64_t pending_plan = 0;
   std::optional<ipc::Received> pending_result;
   std::string pending_error;
+  // The pipelined steps in flight (run_pipelined): plan id -> its result once it arrived.
+  std::map<uint64_t, std::optional<ipc::Received>> pipelined;
   // The DropSequences in flight, if any.
   uint64_t pending_drop = 0;
   std::vector<bool> drop_acked;
@@ -62,9 +70,14 @@ struct PipelineEngine::Impl {
 
   void load_model_layout();
   void start_workers();
+  void remove_shm_rings() const;
   void handle(const ipc::Received& msg);
   void on_hello(const ipc::Received& msg);
   void on_ready(const v1::Ready& ready, uint64_t instance);
+  v1::Ready checked_ready(const v1::Ready& ready) const;
+  bool sizes_from_budgets() const { return opt.cache_sizing == CacheSizing::kFitBudget && opt.cache.managed(); }
+  uint32_t min_blocks() const;
+  void adopt_worker_capacity();
   void on_lost(uint32_t rank, const std::string& why);
   void send_pending_assigns();
   v1::Assign make_assign(uint32_t rank) const;
@@ -75,6 +88,9 @@ struct PipelineEngine::Impl {
   void wait_all_ready(int64_t deadline_ms);
   bool drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms);
   StepOutcome run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released);
+  std::vector<StepOutcome> run_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t window,
+                                         const std::function<void(size_t)>& on_step_done,
+                                         const std::vector<uint64_t>& released_first = {});
 };
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -99,11 +115,20 @@ void PipelineEngine::Impl::start_workers() {
       const int device = rank < opt.devices.size() ? opt.devices[rank] : static_cast<int>(rank);
       a.insert(a.end(), {"--device", std::to_string(device)});
     }
+    if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
     return a;
   };
   supervisor = std::make_unique<LocalSupervisor>(binary, opt.n_workers, args);
   supervisor->start_all();
+}
+
+// Workers unlink their hidden-state rings on a clean exit; this clears what a killed one left.
+void PipelineEngine::Impl::remove_shm_rings() const {
+  if (endpoint.rfind("ipc://", 0) != 0) return;
+  for (uint32_t r = 1; r < opt.n_workers; ++r) {
+    ipc::unlink_shm_ring(ipc::shm_ring_name(ipc::data_endpoints(endpoint, r, {}).connect));
+  }
 }
 
 // ---- control traffic ----------------------------------------------------------------------
@@ -133,6 +158,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_num_blocks(opt.cache.num_blocks);
   a.set_max_seqs(opt.cache.max_seqs);
   a.set_num_snapshots(opt.cache.num_snapshots);
+  a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET : v1::CACHE_SIZING_EXACT);
   return a;
 }
 
@@ -163,7 +189,47 @@ void PipelineEngine::Impl::on_hello(const ipc::Received& msg) {
   send_pending_assigns();
 }
 
-void PipelineEngine::Impl::on_ready(const v1::Ready& ready, uint64_t instance) {
+// KV blocks of one max_context sequence: the least a worker sizing from its budget accepts.
+uint32_t PipelineEngine::Impl::min_blocks() const {
+  const uint64_t context = opt.max_context != 0 ? opt.max_context : config.context_length;
+  const uint32_t bs = opt.cache.block_size != 0 ? opt.cache.block_size : 1;
+  return static_cast<uint32_t>(std::min<uint64_t>((context + bs - 1) / bs, UINT32_MAX));
+}
+
+// A successful Ready whose pool capacity is not what its Assign allows (zero blocks, more than
+// asked, a restart that did not get the negotiated sizes) counts as a failed load.
+v1::Ready PipelineEngine::Impl::checked_ready(const v1::Ready& ready) const {
+  if (!ready.ok() || !opt.cache.managed()) return ready;
+  try {
+    ready_capacity(ready, opt.cache, !sizes_from_budgets(), min_blocks());
+    return ready;
+  } catch (const std::exception& e) {
+    v1::Ready failed = ready;
+    failed.set_ok(false);
+    failed.set_error(std::string("bad pool capacity: ") + e.what());
+    return failed;
+  }
+}
+
+// kFitBudget, once every worker is Ready: plan with what all of them hold, and size any later
+// (restarted) worker exactly like that.
+void PipelineEngine::Impl::adopt_worker_capacity() {
+  std::vector<WorkerCapacity> caps;
+  for (uint32_t r = 0; r < opt.n_workers; ++r) {
+    WorkerCapacity w = ready_capacity(registry->at(r).ready, opt.cache, false, min_blocks());
+    ds::log::info("engine", ds::log::Msg() << "worker rank " << r << " holds " << w.pools.num_blocks << " KV blocks, "
+                                           << w.pools.max_seqs << " state slots, " << w.pools.num_snapshots
+                                           << " snapshots (" << format_bytes(w.bytes) << " of a "
+                                           << format_bytes(w.budget_bytes) << " budget)");
+    caps.push_back(w);
+  }
+  if (opt.require_num_blocks) require_kv_blocks(caps, opt.cache.num_blocks);
+  opt.cache = common_capacity(caps);
+  opt.cache_sizing = CacheSizing::kExact;
+}
+
+void PipelineEngine::Impl::on_ready(const v1::Ready& raw, uint64_t instance) {
+  const v1::Ready ready = checked_ready(raw);
   if (!registry->on_ready(ready, instance, now_ms())) return;
   if (!ready.ok()) {
     ds::log::error("engine", ds::log::Msg() << "worker rank " << ready.rank() << " failed to load: " << ready.error());
@@ -191,11 +257,14 @@ void PipelineEngine::Impl::handle(const ipc::Received& msg) {
       if (d.request_id() == pending_drop && d.rank() < drop_acked.size()) drop_acked[d.rank()] = true;
       return;
     }
-    case v1::Envelope::kStepResult:
-      if (env.step_result().plan_id() == pending_plan) pending_result = msg;
+    case v1::Envelope::kStepResult: {
+      const uint64_t id = env.step_result().plan_id();
+      if (id == pending_plan) pending_result = msg;
+      if (const auto it = pipelined.find(id); it != pipelined.end()) it->second = msg;
       return;
+    }
     case v1::Envelope::kStepError:
-      if (env.step_error().plan_id() == pending_plan) {
+      if (env.step_error().plan_id() == pending_plan || pipelined.count(env.step_error().plan_id())) {
         pending_error = "rank " + std::to_string(env.step_error().rank()) + ": " + env.step_error().message();
       }
       return;
@@ -328,6 +397,58 @@ StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs, 
   return out;
 }
 
+// Sends the plans in order, keeping up to `window` in flight, and collects the results in the
+// same order (each stage handles its messages first come, first served, so results arrive in
+// plan order and every stage computes exactly what the sequential path computes).
+std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
+                                                             uint32_t window,
+                                                             const std::function<void(size_t)>& on_step_done,
+                                                             const std::vector<uint64_t>& released_first) {
+  if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
+  std::vector<v1::StepPlan> plans;
+  for (const std::vector<SeqRequest>& seqs : steps) {
+    static const std::vector<uint64_t> kNone;
+    const std::vector<uint64_t>& released = plans.empty() ? released_first : kNone;  // releases go first
+    plans.push_back(encode_plan(seqs, released, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pending_error.clear();
+  pipelined.clear();
+  auto fail = [this, &plans](auto error) {
+    pipelined.clear();
+    for (const v1::StepPlan& p : plans) {
+      for (const uint64_t id : p.seq_ids()) sent_sampling.erase(id);
+    }
+    throw error;
+  };
+  std::vector<StepOutcome> out;
+  size_t sent = 0;
+  while (out.size() < plans.size()) {
+    for (; sent < plans.size() && sent - out.size() < std::max<uint32_t>(window, 1); ++sent) {
+      pipelined[plans[sent].plan_id()];
+      v1::Envelope env;
+      *env.mutable_step_plan() = plans[sent];
+      send_to(0, env);
+    }
+    const v1::StepPlan& plan = plans[out.size()];
+    const auto it = pipelined.find(plan.plan_id());
+    const bool done = wait_until([&] { return it->second || !pending_error.empty() || needs_recovery; }, opt.step_timeout_ms);
+    if (needs_recovery) fail(WorkerLost("a worker was lost during pipelined plan " + std::to_string(plan.plan_id())));
+    if (!pending_error.empty()) fail(StepFailed(pending_error));
+    if (!done) {
+      ++epoch;
+      needs_recovery = true;
+      fail(WorkerLost("no result for pipelined plan " + std::to_string(plan.plan_id()) + " in time"));
+    }
+    out.push_back(decode_result(plan, it->second->env.step_result(), it->second->bulk));
+    out.back().wall_us = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+    pipelined.erase(it);
+    if (on_step_done) on_step_done(out.size() - 1);
+  }
+  return out;
+}
+
 // ---- public API ---------------------------------------------------------------------------
 
 PipelineEngine::PipelineEngine(EngineOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -347,6 +468,7 @@ void PipelineEngine::start() {
   m.starting = true;
   try {
     m.wait_all_ready(now_ms() + m.opt.startup_timeout_ms);
+    if (m.sizes_from_budgets()) m.adopt_worker_capacity();
   } catch (...) {
     m.starting = false;
     throw;
@@ -356,7 +478,20 @@ void PipelineEngine::start() {
 }
 
 StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
+  if (impl_->opt.micro_batches > 1 && seqs.size() > 1) {
+    const std::vector<std::vector<SeqRequest>> parts = split_micro_batches(seqs, impl_->opt.micro_batches);
+    return merge_micro_batches(impl_->run_pipelined(parts, static_cast<uint32_t>(parts.size()), {}, released));
+  }
   return impl_->run_step(seqs, released);
+}
+
+std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
+                                                        uint32_t max_in_flight,
+                                                        const std::function<void(size_t)>& on_step_done) {
+  // Default: enough plans to keep every stage busy, within the 4 slots of the workers' default
+  // hidden-state rings (more in flight would make a stage wait for a slot).
+  const uint32_t window = max_in_flight != 0 ? max_in_flight : std::min<uint32_t>(impl_->opt.n_workers + 1, 4);
+  return impl_->run_pipelined(steps, window, on_step_done);
 }
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
@@ -396,6 +531,7 @@ void PipelineEngine::shutdown() {
   m.router->socket().set(zmq::sockopt::linger, 500);
   if (m.supervisor) m.supervisor->stop_all(std::chrono::milliseconds(3000));
   m.router.reset();
+  m.remove_shm_rings();
   if (m.opt.control_endpoint.empty()) ipc::remove_ipc_endpoint_dir(m.endpoint);
 }
 
@@ -418,6 +554,12 @@ std::vector<WorkerInfo> PipelineEngine::workers() const {
     w.pid = m.supervisor ? static_cast<uint32_t>(m.supervisor->pid(r)) : e.pid;
     w.restarts = m.supervisor ? m.supervisor->restarts(r) : 0;
     w.weight_bytes = e.ready.weight_bytes();
+    w.pools.block_size = e.ready.kv_block_size();
+    w.pools.num_blocks = e.ready.kv_blocks();
+    w.pools.max_seqs = e.ready.state_slots();
+    w.pools.num_snapshots = e.ready.state_snapshots();
+    w.pool_bytes = e.ready.cache_bytes();
+    w.pool_budget_bytes = e.ready.cache_budget_bytes();
     out.push_back(w);
   }
   return out;

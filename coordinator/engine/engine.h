@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +16,14 @@
 #include "worker/stage_model.h"  // StageRange, CacheGeometry, SeqCache
 
 namespace ds {
+
+// How the workers size their pools from EngineOptions::cache (Assign.cache_sizing).
+enum class CacheSizing {
+  kExact,      // every worker allocates exactly `cache`, or fails to load
+  kFitBudget,  // `cache` holds upper bounds: each worker allocates what fits its memory budget
+               // and reports it at Ready; start() adopts the minimum over the workers
+               // (cache_geometry()), and workers restarted later get exactly that
+};
 
 // Every switch of the engine, filled once by the process's option parser.
 struct EngineOptions {
@@ -28,6 +37,15 @@ struct EngineOptions {
   std::string control_endpoint;         // empty: a private ipc:// directory
   std::string worker_binary;            // empty: deltaserve-worker next to this executable
   std::vector<std::string> worker_extra_args;
+  // Hidden states between local workers: "auto" (a shared-memory ring between stages on one
+  // host, inline across hosts) or "inline" (always in the ZeroMQ message); passed to the
+  // workers this engine starts as --hidden-transport.
+  std::string hidden_transport = "auto";
+  // step() cuts a batch of several sequences into up to this many micro-batches in flight at
+  // once, so every stage has work (micro_batch.h). 1 = off. Worth it when the stages run on
+  // different GPUs; on one shared GPU each micro-batch re-reads the weights, so keep it off.
+  // Above 4 (the workers' ring slots) a stage may wait for a free slot.
+  uint32_t micro_batches = 1;
   int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
   int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
   int step_timeout_ms = 600000;         // no result for this long = the step is lost
@@ -37,6 +55,8 @@ struct EngineOptions {
   // scheduler, the workers place sequences themselves (steps carry no SeqRequest::cache).
   // Otherwise every step must place every sequence, with exactly these pool sizes.
   CacheGeometry cache;
+  CacheSizing cache_sizing = CacheSizing::kExact;
+  bool require_num_blocks = false;      // kFitBudget: start() fails unless every worker holds all cache.num_blocks
 };
 
 // One sequence's part of a step. A new sequence starts at position 0 with its prompt (chunk)
@@ -51,6 +71,14 @@ struct SeqRequest {
   SamplingRule sampling;            // sent to the workers only when new or changed
   bool return_full_logits = false;
   std::optional<SeqCache> cache;      // where the scheduler placed it (set iff EngineOptions::cache is managed)
+  // Speculative decoding (see StepPlan in step.proto): the last n_draft tokens are drafts (the
+  // logit rows must then be the last n_draft + 1), `rewind` rolls back to start_pos, spec_k new
+  // drafts are wanted; spec_random_u = n_draft acceptance + spec_k draft numbers (rows with logits).
+  uint32_t n_draft = 0;
+  bool rewind = false;
+  uint32_t spec_k = 0;
+  std::vector<double> spec_random_u = {};
+  bool speculates() const { return n_draft > 0 || spec_k > 0; }
 };
 
 struct RowResult {
@@ -64,15 +92,26 @@ struct RowResult {
   std::vector<float> logits;          // full row, only with return_full_logits
 };
 
+// A speculating sequence's verdict: `accepted` drafts of its row were kept (its RowResults
+// 0..accepted hold the emitted tokens) and `drafts` are proposed for its next step.
+struct SpecResult {
+  uint64_t seq_id = 0;
+  uint32_t accepted = 0;
+  std::vector<int32_t> drafts;
+};
+
 struct StageTime {
   uint32_t rank = 0;
   uint64_t compute_us = 0;
+  bool input_from_shm = false;  // its input came through a shared-memory ring (same-host stages)
 };
 
 struct StepOutcome {
   std::vector<RowResult> rows;        // in request order (sequence, then its logit rows)
+  std::vector<SpecResult> spec = {};  // speculating sequences with logits, in request order
   std::vector<StageTime> timings;     // per stage
   uint64_t wall_us = 0;               // send to result, as seen by the coordinator
+  uint32_t n_plans = 1;               // plans the step went out as (> 1: micro-batches, EngineOptions::micro_batches)
 };
 
 struct WorkerInfo {
@@ -82,6 +121,9 @@ struct WorkerInfo {
   uint32_t pid = 0;
   uint32_t restarts = 0;              // supervisor restarts (local workers)
   uint64_t weight_bytes = 0;
+  CacheGeometry pools;                // the pools it reported at Ready (zeros: none / self-managed)
+  uint64_t pool_bytes = 0;            // ... their bytes
+  uint64_t pool_budget_bytes = 0;     // ... and the memory budget they were sized against
 };
 
 // A stage died, restarted or stopped answering: sequence state on the workers is lost. Call
@@ -110,6 +152,15 @@ class PipelineEngine {
   // Runs one step through the pipeline. `released`: sequences the workers forget before the
   // step (their placement ended; see StepPlan.released_seq_ids). Throws WorkerLost or StepFailed.
   StepOutcome step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
+  // Runs several steps back to back without waiting for each result, so stage k computes step
+  // i+1 while stage k+1 computes step i (pipelined prefill: the chunks of a long prompt). Every
+  // stage runs the steps in order, so the outcomes equal step() called for each in turn, bit
+  // for bit. At most `max_in_flight` plans are in flight (0 = min(stages + 1, 4)). `on_step_done(i)`
+  // runs when step i's result is in (later steps may still be in flight). Throws WorkerLost
+  // or StepFailed like step(); after either, the sequences of all these steps are in an
+  // unknown state (drop or re-prefill them).
+  std::vector<StepOutcome> step_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t max_in_flight = 0,
+                                          const std::function<void(size_t)>& on_step_done = {});
   // Frees the sequences' state on every worker.
   void drop_sequences(const std::vector<uint64_t>& seq_ids);
   // After WorkerLost: waits until every stage is Ready again and drops all sequence state on
@@ -121,6 +172,8 @@ class PipelineEngine {
   void shutdown();
 
   bool needs_recovery() const;
+  // The pools every worker holds: EngineOptions::cache, or after start() with kFitBudget the
+  // minimum the workers reported.
   const CacheGeometry& cache_geometry() const;
   const std::vector<StageRange>& layout() const;
   std::vector<WorkerInfo> workers() const;

@@ -1,7 +1,10 @@
 // Step message codec (see step_codec.h).
 #include "coordinator/engine/step_codec.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 
 namespace ds {
 namespace v1 = ipc::v1;
@@ -10,6 +13,25 @@ namespace {
 bool same_sampling(const SentSampling& a, const SeqRequest& s) {
   return a.params.temperature == s.sampling.temperature && a.params.top_k == s.sampling.top_k &&
          a.params.top_p == s.sampling.top_p && a.full_logits == s.return_full_logits;
+}
+
+// A verify row asks logits for exactly its last n_draft + 1 rows; random numbers are given for
+// every draft to accept and every draft to propose.
+void check_speculation(const SeqRequest& s) {
+  const std::string who = "sequence " + std::to_string(s.seq_id);
+  if (s.n_draft >= s.tokens.size()) throw StepFailed(who + ": " + std::to_string(s.n_draft) + " drafts in a row of " +
+                                                      std::to_string(s.tokens.size()) + " tokens");
+  if (s.n_draft > 0 && s.logit_rows.size() != s.n_draft + 1) {
+    throw StepFailed(who + ": a row with drafts needs logits for each verify row");
+  }
+  for (size_t j = 0; s.n_draft > 0 && j < s.logit_rows.size(); ++j) {
+    if (s.logit_rows[j] != s.tokens.size() - 1 - s.n_draft + j) throw StepFailed(who + ": verify rows out of order");
+  }
+  const size_t want = s.speculates() && !s.logit_rows.empty() ? s.n_draft + s.spec_k : 0;
+  if (s.spec_random_u.size() != want) {
+    throw StepFailed(who + ": " + std::to_string(s.spec_random_u.size()) + " speculative random numbers, expected " +
+                     std::to_string(want));
+  }
 }
 
 void check_request(const SeqRequest& s, bool managed) {
@@ -25,6 +47,7 @@ void check_request(const SeqRequest& s, bool managed) {
   for (uint32_t r : s.logit_rows) {
     if (r >= s.tokens.size()) throw StepFailed("sequence " + std::to_string(s.seq_id) + ": logit row out of range");
   }
+  check_speculation(s);
 }
 
 // The placement columns of one row (see StepPlan in step.proto).
@@ -35,6 +58,42 @@ void encode_placement(const SeqCache& c, v1::StepPlan* plan) {
   plan->add_save_snapshots(c.save_snapshot ? static_cast<int32_t>(*c.save_snapshot) : -1);
   plan->add_n_block_ids(static_cast<uint32_t>(c.block_ids.size()));
   plan->mutable_block_ids()->Add(c.block_ids.begin(), c.block_ids.end());
+}
+
+void encode_speculation(const SeqRequest& s, v1::StepPlan* plan) {
+  plan->add_n_drafts(s.n_draft);
+  plan->add_rewinds(s.rewind);
+  plan->add_spec_k(s.spec_k);
+  plan->add_n_spec_random_u(static_cast<uint32_t>(s.spec_random_u.size()));
+  plan->mutable_spec_random_u()->Add(s.spec_random_u.begin(), s.spec_random_u.end());
+}
+
+// The speculative columns of a result: one entry per speculating plan row with logits.
+void decode_speculation(const v1::StepPlan& plan, const v1::StepResult& result, StepOutcome* out) {
+  const int n = result.spec_seq_ids_size();
+  if (result.spec_accepted_size() != n || result.spec_n_drafts_size() != n) {
+    throw StepFailed("step result of plan " + std::to_string(plan.plan_id()) + " has inconsistent speculative columns");
+  }
+  std::unordered_map<uint64_t, uint32_t> drafts_of;  // plan rows with logits: drafts verified
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    if (plan.n_logit_rows(i) > 0) drafts_of[plan.seq_ids(i)] = plan.n_drafts_size() ? plan.n_drafts(i) : 0;
+  }
+  int next = 0;
+  for (int i = 0; i < n; ++i) {
+    SpecResult r;
+    r.seq_id = result.spec_seq_ids(i);
+    r.accepted = result.spec_accepted(i);
+    const auto it = drafts_of.find(r.seq_id);
+    if (it == drafts_of.end() || r.accepted > it->second) {
+      throw StepFailed("step result: speculative verdict for sequence " + std::to_string(r.seq_id) + " does not fit the plan");
+    }
+    const int k = static_cast<int>(result.spec_n_drafts(i));
+    if (next + k > result.spec_drafts_size()) throw StepFailed("step result: spec_drafts too short");
+    r.drafts.assign(result.spec_drafts().begin() + next, result.spec_drafts().begin() + next + k);
+    next += k;
+    out->spec.push_back(std::move(r));
+  }
+  if (next != result.spec_drafts_size()) throw StepFailed("step result: spec_drafts too long");
 }
 
 }  // namespace
@@ -48,8 +107,10 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
   plan.set_managed_memory(managed);
   plan.mutable_released_seq_ids()->Add(released.begin(), released.end());
   for (uint64_t id : released) sent->erase(id);  // the last stage forgets them too
+  const bool speculative = std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
+    if (speculative) encode_speculation(s, &plan);
     if (s.cache) encode_placement(*s.cache, &plan);
     plan.add_seq_ids(s.seq_id);
     plan.add_start_positions(s.start_pos);
@@ -105,7 +166,8 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     dst.resize(n_vocab);
     std::memcpy(dst.data(), bulk.data() + f * n_vocab * sizeof(float), n_vocab * sizeof(float));
   }
-  for (const v1::StageTiming& t : result.timings()) out.timings.push_back(StageTime{t.rank(), t.compute_us()});
+  decode_speculation(plan, result, &out);
+  for (const v1::StageTiming& t : result.timings()) out.timings.push_back(StageTime{t.rank(), t.compute_us(), t.input_from_shm()});
   return out;
 }
 

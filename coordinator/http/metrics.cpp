@@ -143,6 +143,15 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
   sample(out, "deltaserve:gdn_slots_used", "", health.slots_used);
   header(out, "deltaserve:num_preemptions_total", "Sequences preempted (to be recomputed) since start.", "counter");
   sample(out, "deltaserve:num_preemptions_total", "", static_cast<double>(health.preemptions));
+  header(out, "deltaserve:spec_drafted_tokens_total", "MTP draft tokens sent for verification.", "counter");
+  sample(out, "deltaserve:spec_drafted_tokens_total", "", static_cast<double>(health.spec.drafted));
+  header(out, "deltaserve:spec_accepted_tokens_total", "MTP draft tokens accepted by the target.", "counter");
+  sample(out, "deltaserve:spec_accepted_tokens_total", "", static_cast<double>(health.spec.accepted));
+  header(out, "deltaserve:spec_verify_steps_total", "Sequence steps that verified drafts.", "counter");
+  sample(out, "deltaserve:spec_verify_steps_total", "", static_cast<double>(health.spec.steps));
+  header(out, "deltaserve:spec_mean_accepted_length",
+         "Tokens emitted per verify step since start (accepted drafts + 1; 0 before the first).", "gauge");
+  sample(out, "deltaserve:spec_mean_accepted_length", "", health.spec.mean_accepted_length());
   header(out, "deltaserve:engine_ready", "1 when every worker is Ready.", "gauge");
   sample(out, "deltaserve:engine_ready", "", health.ready ? 1 : 0);
   return out;

@@ -40,6 +40,11 @@ void Responder::on_cached(uint32_t cached_tokens) {
   cached_tokens_ = cached_tokens;
 }
 
+void Responder::on_speculation(const SpecCounts& counts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  speculative_ = counts;
+}
+
 void Responder::on_token(const GeneratedToken& token) {
   std::lock_guard<std::mutex> lock(mu_);
   if (done_) return;
@@ -143,7 +148,7 @@ void Responder::complete(FinishReason reason, const std::string& error) {
   done_ = true;
   const ParseDelta tail = output_.finish();
   const std::string finish = finish_reason_for(reason);
-  const Usage usage{config_.prompt_tokens, completion_tokens_, cached_tokens_};
+  const Usage usage{config_.prompt_tokens, completion_tokens_, cached_tokens_, speculative_};
   if (metrics_ != nullptr) {
     metrics_->record_finished(finish);
     metrics_->observe_e2e_latency(seconds_between(config_.arrival, std::chrono::steady_clock::now()));

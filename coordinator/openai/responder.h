@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@ class Responder : public GenerationSink {
   void on_token(const GeneratedToken& token) override;
   void on_finished(FinishReason reason, const std::string& error) override;
   void on_cached(uint32_t cached_tokens) override;
+  void on_speculation(const SpecCounts& counts) override;
 
   // The client disconnected: build nothing more.
   void abandon();
@@ -70,6 +72,7 @@ class Responder : public GenerationSink {
   bool role_sent_ = false;
   uint32_t completion_tokens_ = 0;
   uint32_t cached_tokens_ = 0;
+  std::optional<SpecCounts> speculative_;  // set by engines that speculate
   std::vector<GeneratedToken> logprobs_;  // stream: not yet sent; otherwise: all
   size_t text_sent_ = 0;                  // completions: bytes of text emitted (text_offset)
   std::chrono::steady_clock::time_point last_token_;

@@ -49,6 +49,17 @@ void usage_object(Writer& w, const Usage& u) {
   w.Key("cached_tokens");
   w.Uint(u.cached_tokens);
   w.EndObject();
+  if (u.speculative) {
+    w.Key("speculative");
+    w.StartObject();
+    w.Key("drafted_tokens");
+    w.Uint64(u.speculative->drafted);
+    w.Key("accepted_tokens");
+    w.Uint64(u.speculative->accepted);
+    w.Key("mean_accepted_length");
+    w.Double(u.speculative->mean_accepted_length());
+    w.EndObject();
+  }
   w.EndObject();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct Usage {
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
   uint32_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
+  // Extension (engines with speculative decoding on): "speculative": {"drafted_tokens",
+  // "accepted_tokens", "mean_accepted_length"}.
+  std::optional<SpecCounts> speculative = std::nullopt;
 };
 
 // Logprobs of consecutive generated tokens; token text comes from the tokenizer.

@@ -182,6 +182,7 @@ class LoggedSink : public GenerationSink {
     inner_->on_token(token);
   }
   void on_cached(uint32_t cached_tokens) override { inner_->on_cached(cached_tokens); }
+  void on_speculation(const SpecCounts& counts) override { inner_->on_speculation(counts); }
   void on_finished(FinishReason reason, const std::string& error) override {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
     ds::log::info("http", ds::log::Msg() << "request finished: " << finish_reason_name(reason) << ", " << prompt_tokens_

@@ -43,10 +43,12 @@ bool Scheduler::schedule_running_seq(Sequence& s, StepPlan& plan, uint32_t& budg
   uint32_t start = s.num_computed;
   uint32_t end = chunk_end(s, start, budget);
   for (;;) {
-    uint32_t fit = std::min(end, capacity_end(s.blocks.size(), blocks_.num_free()));
+    const uint32_t capacity = capacity_end(s.blocks.size(), blocks_.num_free());
+    uint32_t fit = std::min(end, capacity);
     if (fit > start) {
-      grow_blocks(s, fit);
-      emit_row(s, fit, plan, budget);
+      const RowSpec spec = plan_speculation(s, fit, budget, capacity);
+      grow_blocks(s, fit + spec.lookahead);
+      emit_row(s, fit, spec, plan, budget);
       return true;
     }
     Sequence* victim = youngest_unscheduled();
@@ -80,7 +82,8 @@ bool Scheduler::try_admit(Sequence& s, StepPlan& plan, uint32_t& budget) {
   uint32_t reserve = running_.empty() ? 0 : config_.watermark_blocks;
   uint32_t free = blocks_.num_free();
   if (free < revived + reserve) return false;
-  uint32_t fit = std::min(end, capacity_end(hit.blocks.size(), free - revived - reserve));
+  const uint32_t capacity = capacity_end(hit.blocks.size(), free - revived - reserve);
+  uint32_t fit = std::min(end, capacity);
   if (fit <= start) return false;
 
   waiting_.pop_front();
@@ -96,8 +99,9 @@ bool Scheduler::try_admit(Sequence& s, StepPlan& plan, uint32_t& budget) {
   }
   s.slot = slots_.acquire();
   running_.push_back(&s);
-  grow_blocks(s, fit);
-  emit_row(s, fit, plan, budget);
+  const RowSpec spec = plan_speculation(s, fit, budget, capacity);
+  grow_blocks(s, fit + spec.lookahead);
+  emit_row(s, fit, spec, plan, budget);
   return true;
 }
 
@@ -118,6 +122,28 @@ uint32_t Scheduler::capacity_end(size_t held_blocks, uint32_t free_blocks) const
   return static_cast<uint32_t>((held_blocks + free_blocks) * config_.block_size);
 }
 
+// Speculation of a row [num_computed, end). A row that ends the sequence (it has logits) verifies
+// the pending drafts and asks for spec_k new ones; its blocks must then also cover the MTP draft
+// rows, up to end + n_draft + spec_k - 1 when every draft is accepted. Drafts and lookahead
+// shrink to the budget (each draft is a row), the context and the blocks to be had, down to a
+// plain row. A chunk without logits only marks the sequence as speculating (MTP catch-up).
+Scheduler::RowSpec Scheduler::plan_speculation(const Sequence& s, uint32_t end, uint32_t budget,
+                                               uint32_t capacity) const {
+  RowSpec r;
+  if (config_.spec_k == 0) return r;
+  if (end < s.num_tokens()) {
+    r.spec_k = config_.spec_k;
+    return r;
+  }
+  const uint32_t room = std::min(config_.max_context, capacity) - end;  // end <= both
+  const uint32_t row = end - s.num_computed;
+  const auto pending = s.num_computed + 1 == end ? static_cast<uint32_t>(s.drafts.size()) : 0u;
+  r.n_draft = std::min({pending, budget - std::min(budget, row), room, config_.spec_k});
+  r.spec_k = std::min(config_.spec_k, room - r.n_draft);
+  r.lookahead = r.n_draft + r.spec_k;
+  return r;
+}
+
 void Scheduler::grow_blocks(Sequence& s, uint32_t end) {
   while (s.blocks.size() * config_.block_size < end) {
     auto b = blocks_.allocate();
@@ -126,7 +152,7 @@ void Scheduler::grow_blocks(Sequence& s, uint32_t end) {
   }
 }
 
-void Scheduler::emit_row(Sequence& s, uint32_t end, StepPlan& plan, uint32_t& budget) {
+void Scheduler::emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPlan& plan, uint32_t& budget) {
   uint32_t start = s.num_computed;
   ScheduledSeq row;
   row.request_id = s.request_id;
@@ -137,11 +163,17 @@ void Scheduler::emit_row(Sequence& s, uint32_t end, StepPlan& plan, uint32_t& bu
   row.start_pos = start;
   row.token_ids.assign(s.tokens.begin() + start, s.tokens.begin() + end);
   row.needs_logits = end == s.num_tokens();
-  row.save_snapshot = plan_snapshot(s, start, end);
+  row.token_ids.insert(row.token_ids.end(), s.drafts.begin(), s.drafts.begin() + spec.n_draft);
+  row.n_draft = spec.n_draft;
+  row.spec_k = spec.spec_k;
+  row.rewind = std::exchange(s.rewind, false);
+  // The state after a row with drafts may hold rejected positions: no snapshot of it.
+  if (spec.n_draft == 0) row.save_snapshot = plan_snapshot(s, start, end);
+  s.verifying = spec.n_draft;
   s.blocks_sent = static_cast<uint32_t>(s.blocks.size());
   s.sent_to_workers = true;
   s.num_computed = end;
-  budget -= end - start;
+  budget -= end - start + spec.n_draft;
   scheduled_.insert(s.uid);
   building_.rows.emplace_back(s.request_id, s.uid);
   plan.seqs.push_back(std::move(row));
@@ -195,6 +227,10 @@ void Scheduler::preempt(Sequence& s, std::vector<ReleasedSeq>& released) {
   s.sent_to_workers = false;
   s.load_snapshot.reset();
   s.snapshot_target = 0;
+  // The re-prefill's last row samples afresh; its drafts come after it.
+  s.drafts.clear();
+  s.verifying = 0;
+  s.rewind = false;
   ++s.num_preemptions;
   ++counters_.preemptions;
   waiting_.push_front(&s);

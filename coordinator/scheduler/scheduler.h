@@ -30,6 +30,10 @@
 
 namespace ds {
 
+// Most drafts one step may verify: the workers keep that many GDN states per sequence for
+// rollback (StatePool::kMaxCaptures).
+constexpr uint32_t kMaxSpecK = 4;
+
 struct SchedulerConfig {
   uint32_t block_size = 16;          // tokens per KV block
   uint32_t num_blocks = 0;           // KV blocks the workers hold (reported at warmup)
@@ -39,6 +43,9 @@ struct SchedulerConfig {
   uint32_t watermark_blocks = 0;     // kept free when admitting next to running sequences
   uint32_t num_snapshots = 0;        // GDN snapshot buffers; 0 disables the prefix cache
   bool snapshot_decode = true;       // also snapshot generated text at block ends
+  // MTP speculative decoding: drafts proposed per step (0 = off, at most 4, the workers'
+  // rollback depth). A sequence's blocks then cover spec_k positions past its row (draft rows).
+  uint32_t spec_k = 0;
   uint64_t hash_seed = 0x6473636865647531ULL;  // pass a random one in production
   std::vector<int32_t> eos_token_ids;
 };
@@ -54,6 +61,7 @@ struct SchedulerStats {
   uint64_t prefix_hit_tokens = 0;      // of those, reused
   uint64_t block_evictions = 0;
   uint64_t snapshot_evictions = 0;
+  SpecCounts spec = {};                // speculative decoding since start
 };
 
 class Scheduler {
@@ -93,8 +101,14 @@ class Scheduler {
   bool try_admit(Sequence& s, StepPlan& plan, uint32_t& budget);
   uint32_t chunk_end(const Sequence& s, uint32_t start, uint32_t budget) const;
   uint32_t capacity_end(size_t held_blocks, uint32_t free_blocks) const;
+  struct RowSpec {
+    uint32_t n_draft = 0;
+    uint32_t spec_k = 0;
+    uint32_t lookahead = 0;  // positions past the row's end its blocks must cover
+  };
+  RowSpec plan_speculation(const Sequence& s, uint32_t end, uint32_t budget, uint32_t capacity) const;
   void grow_blocks(Sequence& s, uint32_t end);
-  void emit_row(Sequence& s, uint32_t end, StepPlan& plan, uint32_t& budget);
+  void emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPlan& plan, uint32_t& budget);
   std::optional<uint32_t> plan_snapshot(Sequence& s, uint32_t start, uint32_t end);
   void set_snapshot_target(Sequence& s, uint32_t start);
   Sequence* youngest_unscheduled();
@@ -103,6 +117,8 @@ class Scheduler {
 
   // scheduler_update.cpp: results and bookkeeping
   void publish_computed(Sequence& s, uint32_t end);
+  bool apply_row_output(Sequence& s, const SampledStep& output, size_t row, UpdateResult& result);
+  bool append_token(Sequence& s, int32_t token, UpdateResult& result);
   std::optional<FinishReason> finish_reason(const Sequence& s) const;
   void finish(Sequence& s, FinishReason reason, UpdateResult& result);
   void free_resources(Sequence& s, std::vector<ReleasedSeq>& released);

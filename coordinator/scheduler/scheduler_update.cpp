@@ -1,6 +1,7 @@
 // Bookkeeping half of the scheduler: requests in, step results in, resources out.
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "coordinator/scheduler/scheduler.h"
 
@@ -15,6 +16,10 @@ void check_config(const SchedulerConfig& c) {
   if (c.block_size == 0 || c.num_blocks == 0 || c.max_batch_tokens == 0 || c.max_seqs == 0 ||
       c.max_context == 0) {
     throw std::invalid_argument("scheduler config: sizes must be positive");
+  }
+  if (c.spec_k > kMaxSpecK) {
+    throw std::invalid_argument("scheduler config: spec_k " + std::to_string(c.spec_k) + " above " +
+                                std::to_string(kMaxSpecK) + " (the workers' rollback depth)");
   }
 }
 
@@ -41,8 +46,10 @@ void Scheduler::add_request(const GenerationRequest& request) {
                                 std::to_string(config_.max_context));
   }
   if (request.sampling.max_tokens == 0) throw std::invalid_argument("max_tokens must be > 0");
-  // A sequence that cannot fit in all of memory alone would be preempted forever.
-  uint64_t longest = std::min<uint64_t>(prompt + request.sampling.max_tokens, config_.max_context);
+  // A sequence that cannot fit in all of memory alone would be preempted forever. With
+  // speculation its blocks run up to 2 spec_k positions ahead (drafts + MTP draft rows).
+  uint64_t longest =
+      std::min<uint64_t>(prompt + request.sampling.max_tokens + 2ULL * config_.spec_k, config_.max_context);
   if (blocks_for(longest, config_.block_size) > config_.num_blocks) {
     throw std::invalid_argument("request needs more KV blocks than the workers hold");
   }
@@ -64,6 +71,10 @@ UpdateResult Scheduler::update_from_output(const SampledStep& output) {
     throw std::invalid_argument("step output has " + std::to_string(output.sampled.size()) +
                                 " rows, plan had " + std::to_string(in_flight_->rows.size()));
   }
+  if ((!output.accepted.empty() && output.accepted.size() != output.sampled.size()) ||
+      (!output.drafts.empty() && output.drafts.size() != output.sampled.size())) {
+    throw std::invalid_argument("step output: speculative columns differ in length from the rows");
+  }
   InFlight step = std::move(*in_flight_);
   in_flight_.reset();
   for (uint32_t id : step.pending_snapshots) snapshots_.commit(id);
@@ -74,11 +85,49 @@ UpdateResult Scheduler::update_from_output(const SampledStep& output) {
     Sequence& s = *it->second;
     publish_computed(s, s.num_computed);
     if (s.remaining() != 0) continue;  // a prefill chunk that needs no logits
-    s.tokens.push_back(output.sampled[i]);
-    result.tokens.push_back(TokenEvent{s.request_id, output.sampled[i], s.generated() == 1});
-    if (auto reason = finish_reason(s)) finish(s, *reason, result);
+    apply_row_output(s, output, i, result);
   }
   return result;
+}
+
+// The tokens a row with logits emitted: its accepted drafts (computed by this step, so
+// num_computed follows them), then the sampled token. Stops at the first token that ends the
+// sequence. False when the sequence finished (it is destroyed).
+bool Scheduler::apply_row_output(Sequence& s, const SampledStep& output, size_t row, UpdateResult& result) {
+  const uint32_t accepted = output.accepted.empty() ? 0 : output.accepted[row];
+  if (accepted > s.verifying) {
+    throw std::invalid_argument("step output accepts " + std::to_string(accepted) + " drafts of " +
+                                std::to_string(s.verifying) + " for " + s.request_id);
+  }
+  const uint32_t verified = std::exchange(s.verifying, 0);
+  if (verified > 0) {
+    for (SpecCounts* c : {&s.spec, &counters_.spec}) {
+      c->drafted += verified;
+      c->accepted += accepted;
+      ++c->steps;
+    }
+  }
+  std::vector<int32_t> drafts = std::move(s.drafts);
+  s.drafts.clear();
+  for (uint32_t j = 0; j < accepted; ++j) {
+    ++s.num_computed;
+    if (!append_token(s, drafts[j], result)) return false;
+  }
+  s.rewind = accepted < verified;  // the workers hold rejected positions past num_computed
+  if (!append_token(s, output.sampled[row], result)) return false;
+  if (!output.drafts.empty()) s.drafts = output.drafts[row];
+  return true;
+}
+
+// Appends one generated token; false when it ended the sequence (finished and destroyed).
+bool Scheduler::append_token(Sequence& s, int32_t token, UpdateResult& result) {
+  s.tokens.push_back(token);
+  result.tokens.push_back(TokenEvent{s.request_id, token, s.generated() == 1});
+  auto reason = finish_reason(s);
+  if (!reason) return true;
+  publish_computed(s, s.num_computed);
+  finish(s, *reason, result);
+  return false;
 }
 
 bool Scheduler::abort(const std::string& request_id) {
@@ -125,7 +174,7 @@ std::optional<FinishReason> Scheduler::finish_reason(const Sequence& s) const {
 
 void Scheduler::finish(Sequence& s, FinishReason reason, UpdateResult& result) {
   result.finished.push_back(
-      FinishEvent{s.request_id, reason, s.prompt_len, s.generated(), s.cached_tokens});
+      FinishEvent{s.request_id, reason, s.prompt_len, s.generated(), s.cached_tokens, s.spec});
   free_resources(s, pending_releases_);
   remove_running(s);
   seqs_.erase(s.request_id);  // destroys s
@@ -178,7 +227,7 @@ std::string Scheduler::check_sequences() const {
     if (!s->slot || slot_seen[*s->slot] || !slots_.in_use(*s->slot)) return "bad slot";
     slot_seen[*s->slot] = true;
     if (s->blocks.size() * config_.block_size < s->num_computed) return "too few blocks";
-    if (s->blocks.size() > blocks_for(s->num_tokens(), config_.block_size)) {
+    if (s->blocks.size() > blocks_for(s->num_tokens() + 2ULL * config_.spec_k, config_.block_size)) {
       return "over-allocated blocks for " + s->request_id;
     }
     for (uint32_t b : s->blocks) ++refs[b];

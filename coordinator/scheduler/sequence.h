@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/scheduler/step_plan.h"
 #include "coordinator/serving/generation.h"
 
 namespace ds {
@@ -30,6 +31,13 @@ struct Sequence {
   std::optional<uint64_t> decode_snapshot_key; // latest snapshot taken while generating
   uint32_t cached_tokens = 0;
   uint32_t num_preemptions = 0;
+  // Speculative decoding: drafts proposed by the last step (they follow tokens.back()), how
+  // many of them the row in flight verifies, and whether the workers computed past
+  // num_computed (rejected drafts) so the next row must roll back.
+  std::vector<int32_t> drafts;
+  uint32_t verifying = 0;
+  bool rewind = false;
+  SpecCounts spec;
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
   uint32_t generated() const { return num_tokens() - prompt_len; }

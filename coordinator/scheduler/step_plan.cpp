@@ -13,7 +13,8 @@ std::vector<uint32_t> StepPlan::logits_rows() const {
   uint32_t row = 0;
   for (const ScheduledSeq& s : seqs) {
     row += static_cast<uint32_t>(s.token_ids.size());
-    if (s.needs_logits) rows.push_back(row - 1);
+    if (!s.needs_logits) continue;
+    for (uint32_t j = 0; j <= s.n_draft; ++j) rows.push_back(row - 1 - s.n_draft + j);
   }
   return rows;
 }

@@ -29,9 +29,16 @@ struct ScheduledSeq {
   // After this step the slot holds the state at start_pos + token_ids.size(): keep a copy.
   std::optional<uint32_t> save_snapshot;
   uint32_t start_pos = 0;         // position of token_ids[0]
-  std::vector<int32_t> token_ids; // tokens to compute (prefill chunk, or one decode token)
+  std::vector<int32_t> token_ids; // tokens to compute (prefill chunk, or one decode token + drafts)
   std::vector<uint32_t> block_ids;  // is_new: whole block table; else blocks appended since
   bool needs_logits = false;      // sample after the last row of this sequence
+  // Speculative decoding (SchedulerConfig::spec_k > 0): the last n_draft token_ids are drafts,
+  // each verify row (the last n_draft + 1) needs logits; `rewind`: the previous step computed
+  // past start_pos, roll back there; spec_k: drafts to propose after the row (on rows without
+  // logits it only marks the sequence as speculating: the MTP block catches up on the chunk).
+  uint32_t n_draft = 0;
+  bool rewind = false;
+  uint32_t spec_k = 0;
 };
 
 struct ReleasedSeq {
@@ -46,7 +53,8 @@ struct StepPlan {
 
   bool empty() const { return seqs.empty(); }  // nothing to run (still send `released`)
   uint32_t num_tokens() const;
-  // Flat batch row index of every row that needs logits, in plan order.
+  // Flat batch row index of every row that needs logits, in plan order (every verify row of
+  // a row with drafts).
   std::vector<uint32_t> logits_rows() const;
 };
 
@@ -54,7 +62,11 @@ struct StepPlan {
 // without needs_logits are ignored.
 struct SampledStep {
   uint64_t step_id = 0;
-  std::vector<int32_t> sampled;
+  std::vector<int32_t> sampled;  // the token emitted after the accepted drafts on verify rows
+  // Speculative decoding, parallel to `sampled` or empty: drafts of the row accepted (a prefix
+  // of its n_draft) and the drafts proposed for the sequence's next step.
+  std::vector<uint32_t> accepted = {};
+  std::vector<std::vector<int32_t>> drafts = {};
 };
 
 struct TokenEvent {
@@ -69,6 +81,7 @@ struct FinishEvent {
   uint32_t prompt_tokens = 0;
   uint32_t generated_tokens = 0;
   uint32_t cached_tokens = 0;  // prompt tokens reused from the prefix cache (first admission)
+  SpecCounts spec = {};        // speculative decoding of this request
 };
 
 struct UpdateResult {

@@ -30,6 +30,13 @@ SeqCache placement_of(const ScheduledSeq& s) {
   return c;
 }
 
+// Workers may hold more than the scheduler uses (they sized their pools from their own memory
+// budgets), never less: every id the scheduler hands out must exist on every worker.
+bool workers_hold(const CacheGeometry& workers, const CacheGeometry& plan) {
+  return workers.block_size == plan.block_size && workers.num_blocks >= plan.num_blocks &&
+         workers.max_seqs >= plan.max_seqs && workers.num_snapshots >= plan.num_snapshots;
+}
+
 }  // namespace
 
 CacheGeometry worker_cache_geometry(const SchedulerConfig& s) {
@@ -43,9 +50,8 @@ CacheGeometry worker_cache_geometry(const SchedulerConfig& s) {
 
 BatchEngine::BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options)
     : pipeline_(pipeline), opt_(std::move(options)), scheduler_(opt_.scheduler) {
-  if (!(pipeline_.cache_geometry() == worker_cache_geometry(opt_.scheduler)) || opt_.scheduler.num_blocks == 0) {
-    throw std::invalid_argument(
-        "the workers' memory (EngineOptions::cache) differs from what the scheduler plans with");
+  if (!workers_hold(pipeline_.cache_geometry(), worker_cache_geometry(opt_.scheduler)) || opt_.scheduler.num_blocks == 0) {
+    throw std::invalid_argument("the scheduler plans with more memory than the workers hold (or other block sizes)");
   }
   update_health();
 }
@@ -113,6 +119,7 @@ void BatchEngine::update_health() {
   h.slots_total = opt_.scheduler.max_seqs;
   h.slots_used = opt_.scheduler.max_seqs - std::min(s.free_slots, opt_.scheduler.max_seqs);
   h.preemptions = s.preemptions;
+  h.spec = s.spec;
   std::lock_guard<std::mutex> lock(mu_);
   health_ = h;
 }
@@ -162,29 +169,48 @@ void BatchEngine::take_inbox() {
   if (!inbox.empty() || !cancels.empty()) update_health();
 }
 
-void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& plan) {
-  // Rows come back in plan order, one per sequence that asked for logits.
+void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
+  // Rows come back in plan order: per sequence that asked for logits its logit rows (one, or
+  // the n_draft + 1 verify rows, whose first accepted + 1 carry the emitted tokens in order).
   SampledStep out;
   out.step_id = plan.step_id;
   out.sampled.assign(plan.seqs.size(), -1);
-  std::unordered_map<uint64_t, const RowResult*> by_seq;
-  for (const RowResult& r : rows) by_seq[r.seq_id] = &r;
-  std::unordered_map<std::string, const RowResult*> by_request;
+  std::unordered_map<uint64_t, std::vector<const RowResult*>> by_seq;
+  for (const RowResult& r : outcome.rows) by_seq[r.seq_id].push_back(&r);
+  std::unordered_map<uint64_t, const SpecResult*> spec_of;
+  for (const SpecResult& r : outcome.spec) spec_of[r.seq_id] = &r;
+  if (opt_.scheduler.spec_k > 0) {
+    out.accepted.assign(plan.seqs.size(), 0);
+    out.drafts.assign(plan.seqs.size(), {});
+  }
+  // The result rows of each request's tokens, in emission order.
+  std::unordered_map<std::string, std::vector<const RowResult*>> by_request;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
     if (!s.needs_logits) continue;
     auto a = active_.find(s.request_id);
     if (a == active_.end()) continue;
     auto r = by_seq.find(a->second.seq_id);
-    if (r == by_seq.end()) throw StepFailed("step result lacks sequence " + s.request_id);
-    out.sampled[i] = r->second->token;
+    if (r == by_seq.end() || r->second.size() != s.n_draft + 1) {
+      throw StepFailed("step result lacks rows of sequence " + s.request_id);
+    }
+    uint32_t accepted = 0;
+    if (s.n_draft > 0 || s.spec_k > 0) {
+      auto v = spec_of.find(a->second.seq_id);
+      if (v == spec_of.end()) throw StepFailed("step result lacks the speculative verdict of " + s.request_id);
+      accepted = std::min(v->second->accepted, s.n_draft);
+      out.accepted[i] = accepted;
+      out.drafts[i] = v->second->drafts;
+    }
+    out.sampled[i] = r->second[accepted]->token;
     by_request[s.request_id] = r->second;
   }
   const UpdateResult result = scheduler_.update_from_output(out);
+  std::unordered_map<std::string, size_t> emitted;  // tokens of each request delivered so far
   for (const TokenEvent& t : result.tokens) {
     auto a = active_.find(t.request_id);
     if (a == active_.end()) continue;
-    const RowResult& row = *by_request.at(t.request_id);
+    const RowResult& row = *by_request.at(t.request_id).at(emitted[t.request_id]++);
     if (t.first) a->second.sink->on_started(a->second.prompt_tokens);
     GeneratedToken g;
     g.token = t.token;
@@ -196,6 +222,7 @@ void BatchEngine::deliver(const std::vector<RowResult>& rows, const StepPlan& pl
   for (const FinishEvent& f : result.finished) {
     auto a = active_.find(f.request_id);
     if (a != active_.end()) a->second.sink->on_cached(f.cached_tokens);
+    if (a != active_.end() && opt_.scheduler.spec_k > 0) a->second.sink->on_speculation(f.spec);
     finish(f.request_id, f.reason, "");
   }
 }
@@ -220,9 +247,17 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   r.tokens = s.token_ids;
   r.sampling = a.rule;
   r.cache = placement_of(s);
+  r.n_draft = s.n_draft;
+  r.rewind = s.rewind;
+  r.spec_k = s.spec_k;
   if (s.needs_logits) {
-    r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1));
-    r.random_u.push_back(uniform01(a.rng));
+    // Every verify row (the row before the drafts and one per draft) needs logits.
+    for (uint32_t j = 0; j <= s.n_draft; ++j) {
+      r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1 - s.n_draft + j));
+      r.random_u.push_back(uniform01(a.rng));
+    }
+    const uint32_t spec_numbers = r.speculates() ? s.n_draft + s.spec_k : 0;
+    for (uint32_t j = 0; j < spec_numbers; ++j) r.spec_random_u.push_back(uniform01(a.rng));
   }
   placed_[s.request_id] = a.seq_id;
   return r;
@@ -236,7 +271,7 @@ void BatchEngine::run_step() {
   for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
   const StepOutcome outcome = pipeline_.step(reqs, to_release_);
   to_release_.clear();
-  deliver(outcome.rows, plan);
+  deliver(outcome, plan);
   recoveries_in_a_row_ = 0;
 }
 

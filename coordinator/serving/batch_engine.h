@@ -31,6 +31,7 @@ namespace ds {
 class PipelineEngine;
 struct RowResult;
 struct SeqRequest;
+struct StepOutcome;
 
 // The worker memory a scheduler plans with: the pipeline's EngineOptions::cache must equal it
 // (BatchEngine checks), so the scheduler never places a sequence in memory a worker lacks.
@@ -44,8 +45,8 @@ struct BatchEngineOptions {
 
 class BatchEngine final : public Engine {
  public:
-  // `pipeline` must be started and outlive this object, with
-  // cache_geometry() == worker_cache_geometry(options.scheduler) (else std::invalid_argument).
+  // `pipeline` must be started and outlive this object, and its cache_geometry() must hold at
+  // least worker_cache_geometry(options.scheduler), same block size (else std::invalid_argument).
   BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options);
   ~BatchEngine() override;  // stop()
   BatchEngine(const BatchEngine&) = delete;
@@ -73,7 +74,7 @@ class BatchEngine final : public Engine {
   void loop();
   void take_inbox();
   void run_step();
-  void deliver(const std::vector<RowResult>& rows, const StepPlan& plan);
+  void deliver(const StepOutcome& outcome, const StepPlan& plan);
   void finish(const std::string& id, FinishReason reason, const std::string& error);
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
   void note_released(const StepPlan& plan);

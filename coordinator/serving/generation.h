@@ -45,6 +45,17 @@ struct GeneratedToken {
   std::vector<TokenLogprob> top_logprobs;  // best first
 };
 
+// Speculative-decoding counters (of one request, or of the scheduler since start).
+struct SpecCounts {
+  uint64_t drafted = 0;   // drafts sent for verification
+  uint64_t accepted = 0;  // of those, accepted
+  uint64_t steps = 0;     // verify rows (rows with at least one draft)
+  // Tokens emitted per verify row: accepted drafts + the correction or bonus token.
+  double mean_accepted_length() const {
+    return steps == 0 ? 0.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(steps);
+  }
+};
+
 // Receives a request's progress. Called from the engine's thread; implementations must be
 // quick and thread-safe (e.g. post to the connection's executor).
 class GenerationSink {
@@ -58,6 +69,9 @@ class GenerationSink {
   // Prompt tokens reused from the prefix cache (not recomputed); called at most once, before
   // on_finished, by engines that have a prefix cache.
   virtual void on_cached(uint32_t cached_tokens) { (void)cached_tokens; }
+  // Speculative decoding of the request (engines with --spec-k > 0), at most once, before
+  // on_finished.
+  virtual void on_speculation(const SpecCounts& counts) { (void)counts; }
 };
 
 struct EngineHealth {
@@ -75,6 +89,7 @@ struct EngineHealth {
   uint32_t slots_total = 0;        // GDN state slots
   uint32_t slots_used = 0;
   uint64_t preemptions = 0;        // sequences preempted (recomputed later) since start
+  SpecCounts spec = {};            // speculative decoding since start (all zero when off)
 };
 
 class Engine {

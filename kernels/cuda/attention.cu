@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/common.cuh"
 
 namespace ds::cuda {
@@ -124,6 +125,8 @@ cudaError_t attention_causal(const AttentionShape& s, const float* q, const KvPa
     if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
   }
   if (const cudaError_t e = check_shape(s, kv.block_size); e != cudaSuccess) return e;
+  // Decode (few query tokens): split-K over the keys, GQA heads sharing K/V loads.
+  if (detail::attention_decode_applies(s)) return detail::attention_decode(s, q, kv, scale, out, stream);
   attention_kernel<<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(s, q, kv, scale,
                                                                                                    out);
   return detail::launch_status();

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm_cublas.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
@@ -219,17 +220,47 @@ bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens) {
          n_tokens <= (size_t{1} << 30);
 }
 
-cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                       cudaStream_t stream) {
-  static const cudaError_t attr =
+namespace {
+
+// The bf16 product of one weight slab (rows x K at a) with the bf16 activations: cuBLASLt when
+// asked for and it has an algorithm for the shape, else the mma.sync kernel.
+cudaError_t gemm_bf16(TcGemmKernel kernel, const __nv_bfloat16* a, const __nv_bfloat16* xb, size_t rows, size_t n,
+                      size_t K, float* y, size_t ys, cudaStream_t stream) {
+  if (kernel == TcGemmKernel::kCublasLt) {
+    const cudaError_t e = gemm_bf16_lt(a, xb, rows, n, K, y, ys, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  // Per call, not once per process: the attribute belongs to the current device (pipeline stages
+  // on several GPUs in one process each need it); it costs a few microseconds.
+  const cudaError_t attr =
       cudaFuncSetAttribute(gemm_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (attr != cudaSuccess) return attr;
+  const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((rows + kBM - 1) / kBM));
+  gemm_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, xb, static_cast<int>(rows), static_cast<int>(n),
+                                                           static_cast<int>(K), y, ys);
+  return cudaGetLastError();
+}
+
+void launch_dequant(const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
+                    cudaStream_t stream) {
+  dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(wq, row_bytes, rows,
+                                                                                              K, out);
+}
+
+}  // namespace
+
+cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                       const TcGemmOptions& tc, cudaStream_t stream) {
   const size_t K = w.cols;
+  const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
+  // A persistent copy is one slab; otherwise the weights are dequantized in row chunks.
   size_t chunk_rows = std::max<size_t>(kBM, kChunkBytes / (K * 2) / kBM * kBM);
-  chunk_rows = std::min(chunk_rows, (w.rows + kBM - 1) / kBM * kBM);
+  chunk_rows = persistent != nullptr ? w.rows : std::min(chunk_rows, (w.rows + kBM - 1) / kBM * kBM);
+  if (persistent != nullptr && (w.rows + kBM - 1) / kBM > 65535) return cudaErrorInvalidValue;  // grid.y
   const size_t x_bytes = (n * K * 2 + 255) / 256 * 256;
+  const size_t w_bytes = persistent != nullptr ? 0 : chunk_rows * K * 2;
   cudaError_t e = cudaSuccess;
-  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + chunk_rows * K * 2, stream, &e));
+  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + w_bytes, stream, &e));
   if (ws == nullptr) return e;
   auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
   auto* wb = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes);
@@ -238,14 +269,29 @@ cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size
   const auto* wq = static_cast<const uint8_t*>(w.data);
   for (size_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
     const size_t rows = std::min(chunk_rows, w.rows - r0);
-    dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(
-        wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb);
-    const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((rows + kBM - 1) / kBM));
-    gemm_bf16_kernel<<<grid, kThreads, kSmemBytes, stream>>>(wb, xb, static_cast<int>(rows), static_cast<int>(n),
-                                                             static_cast<int>(K), y + r0, ys);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    const __nv_bfloat16* a = persistent != nullptr ? persistent + r0 * K : wb;
+    if (persistent == nullptr) launch_dequant(wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream);
+    if ((e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream)) != cudaSuccess) return e;
   }
   return cudaGetLastError();
 }
 
 }  // namespace ds::cuda::detail
+
+namespace ds::cuda {
+
+cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream) {
+  if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;
+  if (w.data == nullptr || out == nullptr || w.cols % detail::kQ8Block != 0 || !detail::aligned_to(out, 16) ||
+      !detail::aligned_to(w.data, 2) || w.row_bytes % 2 != 0 || w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
+    return cudaErrorInvalidValue;
+  }
+  if (w.rows == 0) return cudaSuccess;
+  detail::launch_dequant(static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols,
+                         static_cast<__nv_bfloat16*>(out), stream);
+  return cudaGetLastError();
+}
+
+cudaError_t prepare_tc_gemm(cudaStream_t stream) { return detail::gemm_lt_prepare(stream); }
+
+}  // namespace ds::cuda

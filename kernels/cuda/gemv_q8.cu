@@ -1,10 +1,20 @@
-// Decode GEMV for Q8_0 weights (see matmul_fast.h). Each warp owns kRows consecutive rows. A row is
-// walked in pieces of 32 "quads" (4 blocks = 128 weights = 136 bytes = 17 eight-byte words; a quad
-// boundary is 8-byte aligned whenever the row is): the warp copies a piece with fully coalesced
-// 8-byte loads into its own shared memory, then lane L dots quad L (its 136 bytes, read with a
-// fixed compile-time layout) with the activations. Quants are widened exactly (byte -> float by
-// the 2^23 trick), summed per block in f32 and scaled by the block's d, as sum_i (d q_i) x_i
-// would be up to rounding order.
+// Decode GEMV for Q8_0 weights (see matmul_fast.h), v2: one LANE per output row.
+//
+// A block owns 32 consecutive rows; its W warps split the row's "quads" (4 Q8_0 blocks = 128
+// weights = 136 bytes = 17 eight-byte words; 8-byte aligned whenever the row is): warp w takes
+// quads w, w+W, ... For each quad the warp copies the 32 rows' 136 bytes (544 words, coalesced
+// within each row) and the activations of those 128 columns (one float4 per lane and token)
+// into its shared memory, then lane L dots row L's quad with them. Why this layout:
+//  * every lane reads the same activations, so each x read is a shared-memory broadcast;
+//    v1 read x from global memory inside the dot (one L2 round trip after another for a block
+//    whose columns no other warp had touched), which left the GEMV latency-bound at 25-37% of
+//    HBM for n=1 and far worse for n=8 (measured 2026-11-29, PERFORMANCE.md);
+//  * the shared row stride is 35 words (odd), so the 32 lanes' reads of "word k of my row" hit
+//    32 different banks;
+//  * the next quad's weights and activations are loaded into registers (a ring of D quads)
+//    before the current quad is computed, so loads stay in flight during the arithmetic.
+// Quants are widened exactly (byte -> float by the 2^23 trick), summed per Q8_0 block in f32 and
+// scaled by the block's d; the W warps' partial sums are added in a fixed order (deterministic).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
@@ -12,9 +22,10 @@
 namespace ds::cuda::detail {
 namespace {
 
-constexpr int kWarpsPerBlock = 4, kRows = 2;
+constexpr int kRowsPerBlock = kWarp;
 constexpr int kQuadWords = 17;                   // 8-byte words per quad
-constexpr int kPieceWords = kWarp * kQuadWords;  // 544 words = 4352 bytes
+static_assert(kWarp * kQuadWords == 544, "one quad of all 32 rows is 544 words, 17 per lane");
+constexpr int kRowStride32 = 35;                 // shared row stride in 4-byte words (odd: no bank conflicts)
 constexpr size_t kQuadCols = 4 * kQ8Block;       // 128
 
 // Four int8 in a word -> four exact floats (PRMT + FADD instead of the quarter-rate I2F).
@@ -24,125 +35,224 @@ __device__ __forceinline__ void widen4(uint32_t w, float* f) {
   for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + k)) - 8388736.0f;
 }
 
-template <int NT>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    gemv_q8_kernel(const uint8_t* __restrict__ w, size_t rows, size_t cols, size_t row_bytes,
-                   const float* __restrict__ x, size_t xs, size_t n, float* __restrict__ y, size_t ys) {
-  __shared__ uint64_t sm[kWarpsPerBlock][kRows][kPieceWords];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const size_t r0 = (size_t{blockIdx.x} * kWarpsPerBlock + warp) * kRows;
-  if (r0 >= rows) return;
-  float acc[kRows][NT];
+// Byte offsets (from the block's first row, quad 0) of the words lane L copies: words L, L+32,
+// ... of the 544 (word i = row i / 17, word i % 17 of that row's quad). Rows past the end
+// re-read the last row (never stored). 32-bit: 32 rows of a row are far below 4 GiB.
+__device__ __forceinline__ void piece_offsets(size_t rows, size_t row_bytes, size_t r0, int lane,
+                                              uint32_t (&offs)[kQuadWords]) {
+  const int last = static_cast<int>(min(rows - 1 - r0, size_t{kRowsPerBlock - 1}));
 #pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[i][t] = 0.0f;
-
-  const size_t n_quads = cols / kQuadCols;
-  for (size_t q0 = 0; q0 < n_quads; q0 += kWarp) {
-    const int nq = static_cast<int>(min(size_t{kWarp}, n_quads - q0));
-    const int n_words = nq * kQuadWords;
-    uint64_t tmp[kRows][kQuadWords];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const size_t r = min(r0 + i, rows - 1);  // rows past the end re-read the last one, never stored
-      const auto* src = reinterpret_cast<const uint64_t*>(w + r * row_bytes + q0 * (kQuadWords * 8));
-#pragma unroll
-      for (int k = 0; k < kQuadWords; ++k) {
-        const int idx = lane + kWarp * k;
-        tmp[i][k] = idx < n_words ? __ldcs(reinterpret_cast<const unsigned long long*>(src) + idx) : 0ull;
-      }
-    }
-    __syncwarp();  // the previous piece has been read by every lane
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int k = 0; k < kQuadWords; ++k) sm[warp][i][lane + kWarp * k] = tmp[i][k];
-    __syncwarp();
-    if (lane < nq) {
-      const size_t col0 = (q0 + lane) * kQuadCols;
-#pragma unroll
-      for (int bb = 0; bb < 4; ++bb) {
-        float qf[kRows][32], d[kRows];
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const auto* wd = reinterpret_cast<const uint32_t*>(&sm[warp][i][lane * kQuadWords]);  // 34 words
-          const int base = 17 * (bb / 2);
-          uint32_t qw[8];
-          if (bb % 2 == 0) {  // block at a word boundary: scale | q0 q1, q2..q29, q30 q31 | next scale
-            d[i] = half_bits_to_float(static_cast<uint16_t>(wd[base] & 0xFFFFu));
-#pragma unroll
-            for (int m = 0; m < 8; ++m) qw[m] = __funnelshift_r(wd[base + m], wd[base + m + 1], 16);
-          } else {  // scale in the high half of word base + 8, quants word aligned after it
-            d[i] = half_bits_to_float(static_cast<uint16_t>(wd[base + 8] >> 16));
-#pragma unroll
-            for (int m = 0; m < 8; ++m) qw[m] = wd[base + 9 + m];
-          }
-#pragma unroll
-          for (int m = 0; m < 8; ++m) widen4(qw[m], &qf[i][4 * m]);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (t < static_cast<int>(n)) {
-            const auto* xv = reinterpret_cast<const float4*>(x + t * xs + col0 + 32 * bb);
-            float s[kRows];
-#pragma unroll
-            for (int i = 0; i < kRows; ++i) s[i] = 0.0f;
-#pragma unroll
-            for (int m = 0; m < 8; ++m) {
-              const float4 v = __ldg(xv + m);
-#pragma unroll
-              for (int i = 0; i < kRows; ++i) {
-                s[i] += qf[i][4 * m] * v.x;
-                s[i] += qf[i][4 * m + 1] * v.y;
-                s[i] += qf[i][4 * m + 2] * v.z;
-                s[i] += qf[i][4 * m + 3] * v.w;
-              }
-            }
-#pragma unroll
-            for (int i = 0; i < kRows; ++i) acc[i][t] += d[i] * s[i];
-          }
-        }
-      }
-    }
+  for (int k = 0; k < kQuadWords; ++k) {
+    const int i = lane + kWarp * k;
+    offs[k] = static_cast<uint32_t>(min(i / kQuadWords, last)) * static_cast<uint32_t>(row_bytes) +
+              static_cast<uint32_t>(8 * (i % kQuadWords));
   }
+}
+
+// Issues the loads of one quad of the block's 32 rows (`base` = row r0, start of the quad).
+__device__ __forceinline__ void load_piece(const uint8_t* base, const uint32_t (&offs)[kQuadWords],
+                                           uint64_t (&regs)[kQuadWords]) {
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
+  for (int k = 0; k < kQuadWords; ++k) regs[k] = __ldcs(reinterpret_cast<const unsigned long long*>(base + offs[k]));
+}
+
+__device__ __forceinline__ void store_piece(uint32_t* sm, int lane, const uint64_t (&regs)[kQuadWords]) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float sum = warp_sum(acc[i][t]);
-      if (lane == 0 && t < static_cast<int>(n) && r0 + i < rows) y[t * ys + r0 + i] = sum;
-    }
+  for (int k = 0; k < kQuadWords; ++k) {
+    const int i = lane + kWarp * k;
+    uint32_t* dst = sm + (i / kQuadWords) * kRowStride32 + 2 * (i % kQuadWords);
+    dst[0] = static_cast<uint32_t>(regs[k]);
+    dst[1] = static_cast<uint32_t>(regs[k] >> 32);
+  }
+}
+
+// One quad's activations: lane L holds x[t][c0 + 4L .. c0 + 4L + 4) for the n tokens.
+template <int NT>
+__device__ __forceinline__ void load_x(const float* __restrict__ x, size_t xs, size_t c0, int n, int lane,
+                                       float4 (&xr)[NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < n) xr[t] = __ldg(reinterpret_cast<const float4*>(x + t * xs + c0) + lane);
   }
 }
 
 template <int NT>
-void launch(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys, cudaStream_t s) {
-  const size_t rows_per_block = size_t{kWarpsPerBlock} * kRows;
-  const unsigned grid = static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
-  gemv_q8_kernel<NT><<<grid, kWarpsPerBlock * kWarp, 0, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols,
-                                                             w.row_bytes, x, xs, n, y, ys);
+__device__ __forceinline__ void store_x(float* xsm, int lane, const float4 (&xr)[NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) reinterpret_cast<float4*>(xsm + t * kQuadCols)[lane] = xr[t];
+}
+
+// acc[t] += d * (32 quants qw . xq[t][0 .. 32)), the block's products summed first. xq is in
+// shared memory (stride kQuadCols per token) and read as warp-wide broadcasts.
+template <int NT>
+__device__ __forceinline__ void dot_block(float d, const uint32_t (&qw)[8], const float* xq, int n,
+                                          float (&acc)[NT]) {
+  float s[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) s[t] = 0.0f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    float f[4];
+    widen4(qw[m], f);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n) {
+        const float4 v = *reinterpret_cast<const float4*>(xq + t * kQuadCols + 4 * m);
+        s[t] += f[0] * v.x;
+        s[t] += f[1] * v.y;
+        s[t] += f[2] * v.z;
+        s[t] += f[3] * v.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] += d * s[t];
+}
+
+// acc[t] += row quad (34 words at wd) . xsm[t][0 .. 128). The quad is two 68-byte halves of
+// two blocks each.
+template <int NT>
+__device__ __forceinline__ void dot_quad(const uint32_t* wd, const float* xsm, int n, float (&acc)[NT]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t* hw = wd + 17 * half;
+    uint32_t qw[8];
+    // First block at a word boundary: scale | q0 q1, q2..q29, q30 q31 | next scale.
+    float d = half_bits_to_float(static_cast<uint16_t>(hw[0] & 0xFFFFu));
+#pragma unroll
+    for (int m = 0; m < 8; ++m) qw[m] = __funnelshift_r(hw[m], hw[m + 1], 16);
+    dot_block<NT>(d, qw, xsm + 64 * half, n, acc);
+    // Second block: scale in the high half of word 8, quants word aligned after it.
+    d = half_bits_to_float(static_cast<uint16_t>(hw[8] >> 16));
+#pragma unroll
+    for (int m = 0; m < 8; ++m) qw[m] = hw[9 + m];
+    dot_block<NT>(d, qw, xsm + 64 * half + 32, n, acc);
+  }
+}
+
+// Shared memory of one warp: 32 staged rows, then the quad's activations for NT tokens.
+constexpr int kRowWords = kRowsPerBlock * kRowStride32;  // 1120 words = 4480 bytes (16-byte multiple)
+template <int NT>
+constexpr int warp_words() {
+  return kRowWords + NT * static_cast<int>(kQuadCols);
+}
+
+// W warps per block split the quads; each keeps D quads of loads in flight (register ring,
+// unrolled so the ring is indexed by constants); MinB blocks per SM bound the registers.
+template <int W, int D, int MinB, int NT>
+__global__ void __launch_bounds__(W* kWarp, MinB)
+    gemv_q8_kernel(const uint8_t* __restrict__ w, size_t rows, size_t cols, size_t row_bytes,
+                   const float* __restrict__ x, size_t xs, int n, float* __restrict__ y, size_t ys) {
+  static_assert(W * warp_words<NT>() * 4 <= 200 * 1024, "shared memory of one block");
+  static_assert(W * NT * kRowsPerBlock <= W * warp_words<NT>(), "partials alias the staging");
+  extern __shared__ __align__(16) uint32_t smem[];  // W * warp_words<NT>() words (launch)
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  uint32_t* wsm = smem + warp * warp_words<NT>();
+  float* xsm = reinterpret_cast<float*>(wsm + kRowWords);
+  const size_t r0 = size_t{blockIdx.x} * kRowsPerBlock;
+  const size_t n_quads = cols / kQuadCols;
+  const size_t mine = n_quads > static_cast<size_t>(warp) ? (n_quads - warp + W - 1) / W : 0;  // quads warp + W*j
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+
+  uint32_t offs[kQuadWords];
+  piece_offsets(rows, row_bytes, r0, lane, offs);
+  const uint8_t* block_rows = w + r0 * row_bytes;
+  const auto quad_at = [&](size_t q) { return block_rows + q * (kQuadWords * 8); };
+  uint64_t regs[D][kQuadWords];
+  float4 xr[D][NT];
+#pragma unroll
+  for (int b = 0; b < D; ++b) {
+    if (static_cast<size_t>(b) < mine) {
+      const size_t q = warp + size_t{W} * b;
+      load_piece(quad_at(q), offs, regs[b]);
+      load_x<NT>(x, xs, q * kQuadCols, n, lane, xr[b]);
+    }
+  }
+  for (size_t j = 0; j < mine; j += D) {
+#pragma unroll
+    for (int b = 0; b < D; ++b) {
+      if (j + b < mine) {
+        __syncwarp();  // every lane has finished reading the previous quad
+        store_piece(wsm, lane, regs[b]);
+        store_x<NT>(xsm, lane, xr[b]);
+        __syncwarp();
+        if (j + b + D < mine) {  // the ring slot refills while this quad is computed
+          const size_t q = warp + size_t{W} * (j + b + D);
+          load_piece(quad_at(q), offs, regs[b]);
+          load_x<NT>(x, xs, q * kQuadCols, n, lane, xr[b]);
+        }
+        dot_quad<NT>(wsm + lane * kRowStride32, xsm, n, acc);
+      }
+    }
+  }
+  __syncthreads();  // the staging is reused for the partials
+  float* partial = reinterpret_cast<float*>(smem);  // [W][NT][32]
+#pragma unroll
+  for (int t = 0; t < NT; ++t) partial[(warp * NT + t) * kRowsPerBlock + lane] = acc[t];
+  __syncthreads();
+  // Thread (t, row) adds the W warps' partials in warp order.
+  for (int i = static_cast<int>(threadIdx.x); i < NT * kRowsPerBlock; i += W * kWarp) {
+    const int t = i / kRowsPerBlock, row = i % kRowsPerBlock;
+    if (t >= n || r0 + row >= rows) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) sum += partial[(k * NT + t) * kRowsPerBlock + row];
+    y[t * ys + r0 + row] = sum;
+  }
+}
+
+template <int W, int D, int MinB, int NT>
+cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                   cudaStream_t s) {
+  constexpr int kBytes = W * warp_words<NT>() * 4;
+  if constexpr (kBytes > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
+    const cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<W, D, MinB, NT>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    if (e != cudaSuccess) return e;
+  }
+  const unsigned grid = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  gemv_q8_kernel<W, D, MinB, NT><<<grid, W * kWarp, kBytes, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols,
+                                                                 w.row_bytes, x, xs, static_cast<int>(n), y, ys);
+  return cudaGetLastError();
+}
+
+// 4 or 8 tokens: at most 4 warps a block (their activation staging must fit in 48 KB).
+template <int W, int D, int MinB>
+cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                          cudaStream_t s) {
+  constexpr int kWideW = W < 4 ? W : 4;
+  constexpr int kWideMinB = MinB * W / kWideW > 4 ? 4 : MinB * W / kWideW;
+  if (n == 1) return launch<W, D, MinB, 1>(w, x, xs, n, y, ys, s);
+  if (n == 2) return launch<W, D, MinB, 2>(w, x, xs, n, y, ys, s);
+  if (n <= 4) return launch<kWideW, D, kWideMinB, 4>(w, x, xs, n, y, ys, s);
+  return launch<kWideW, D, kWideMinB, 8>(w, x, xs, n, y, ys, s);
 }
 
 }  // namespace
 
 bool gemv_q8_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens) {
   return w.type == GgmlType::Q8_0 && n_tokens >= 1 && n_tokens <= 8 && w.cols % kQuadCols == 0 &&
-         aligned_to(w.data, 8) && w.row_bytes % 8 == 0 && aligned_to(x, 16) && (n_tokens == 1 || xs % 4 == 0);
+         aligned_to(w.data, 8) && w.row_bytes % 8 == 0 && aligned_to(x, 16) && (n_tokens == 1 || xs % 4 == 0) &&
+         w.row_bytes * kRowsPerBlock < (size_t{1} << 32) && (w.rows + kRowsPerBlock - 1) / kRowsPerBlock <= kMaxGridX;
+}
+
+cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                            size_t ys, cudaStream_t stream) {
+  switch (variant) {
+    case 0: return launch_tokens<8, 1, 2>(w, x, xs, n, y, ys, stream);
+    case 1: return launch_tokens<8, 2, 1>(w, x, xs, n, y, ys, stream);
+    case 2: return launch_tokens<4, 1, 4>(w, x, xs, n, y, ys, stream);
+    case 3: return launch_tokens<4, 2, 2>(w, x, xs, n, y, ys, stream);
+    case 4: return launch_tokens<16, 1, 1>(w, x, xs, n, y, ys, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t gemv_q8(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                     cudaStream_t stream) {
-  if (n == 1) {
-    launch<1>(w, x, xs, n, y, ys, stream);
-  } else if (n == 2) {
-    launch<2>(w, x, xs, n, y, ys, stream);
-  } else if (n <= 4) {
-    launch<4>(w, x, xs, n, y, ys, stream);
-  } else {
-    launch<8>(w, x, xs, n, y, ys, stream);
-  }
-  return cudaGetLastError();
+  return gemv_q8_variant(n <= 2 ? kGemvDefaultVariant : kGemvWideVariant, w, x, xs, n, y, ys, stream);
 }
 
 }  // namespace ds::cuda::detail

@@ -160,13 +160,13 @@ cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n,
 }  // namespace
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
-                   MatmulPrecision precision, cudaStream_t stream) {
+                   MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
   // Q8_0 fast paths (matmul_fast.h): bf16 tensor cores for prefill (opt-in), streaming GEMV for decode.
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
-    return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, stream);
+    return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);
   }
   if (detail::gemv_q8_applies(w, x, x_stride, n_tokens)) {
     return detail::gemv_q8(w, x, x_stride, n_tokens, y, y_stride, stream);

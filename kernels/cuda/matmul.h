@@ -3,13 +3,14 @@
 // accumulation, f32 out. x: [n_tokens, cols] (row stride x_stride), y: [n_tokens, rows] (row
 // stride y_stride). Small batches (decode) use a GEMV with one warp per output row; larger ones a
 // shared-memory tiled GEMM. Q8_0 weights take faster paths (kernels/cuda/matmul_fast.h): a
-// streaming GEMV (f32 math) for n_tokens <= kGemvMaxTokens. Opt-in (precision
-// kBf16TensorCores, chosen by the caller): for n_tokens >= kTcMinTokens a bf16 tensor-core GEMM
-// with f32 accumulation (weights d*q and activations rounded to bf16: each output within
-// 2^-8 * sum|w x| of the f32 result), ~15x the SIMT GEMM on the 9B shapes. It is off by default
-// because the random-weight model fixture amplifies rounding ~10^4x (see tests/kernels/cuda/
-// test_cuda_model.cpp), so the model-level parity test cannot hold bf16 prefill to any meaningful
-// bound yet. It keeps grow-only device scratch per (device, stream): its first use on a stream
+// streaming GEMV (f32 math) for n_tokens <= kGemvMaxTokens. With precision kBf16TensorCores
+// (the CUDA backend's default, chosen by the caller): for n_tokens >= kTcMinTokens a bf16
+// tensor-core GEMM with f32 accumulation (weights d*q and activations rounded to bf16: each output
+// within 2^-8 * sum|w x| of the f32 result), run by cuBLASLt (default) or our mma.sync kernel
+// (TcGemmOptions; cuBLASLt ~2x the mma kernel on the 9B shapes, docs/PERFORMANCE.md). Its model-level
+// error is bounded on a well-conditioned synthetic model (tests/kernels/cuda/
+// test_cuda_model_bf16.cpp); the random-weight fixture amplifies rounding ~10^4x, so its tests ask
+// for kF32. It keeps grow-only device scratch per (device, stream): its first use on a stream
 // allocates (not capturable in a CUDA graph then).
 // Returns cudaErrorNotSupported for other weight types; other status
 // codes as in kernels/cuda/norm.h.
@@ -32,16 +33,43 @@ inline constexpr size_t kTcMinTokens = 16;
 
 // How batched (prefill) products may be computed.
 enum class MatmulPrecision {
-  kF32,              // f32 math everywhere (default; matches the CPU reference to f32 rounding)
-  kBf16TensorCores,  // Q8_0 batches >= kTcMinTokens on bf16 tensor cores, f32 accumulation
+  kF32,              // f32 math everywhere (matches the CPU reference to f32 rounding)
+  kBf16TensorCores,  // Q8_0 batches >= kTcMinTokens on bf16 tensor cores, f32 accumulation (backend default)
+};
+
+// Which bf16 GEMM runs the tensor-core products (kBf16TensorCores). Both see the same bf16
+// operands and accumulate in f32, so they differ only in summation order (same error bound).
+enum class TcGemmKernel {
+  kCublasLt,  // cuBLASLt, algorithm chosen once per shape (default; falls back to kMmaSync when
+              // cuBLASLt has no algorithm for a shape)
+  kMmaSync,   // our mma.sync m16n8k16 kernel (kernels/cuda/gemm_tc.cu)
+};
+
+struct TcGemmOptions {
+  TcGemmKernel kernel = TcGemmKernel::kCublasLt;
+  // Optional persistent bf16 copy of the Q8_0 weights ([rows][cols] row-major, device memory,
+  // made by dequantize_q8_to_bf16): skips the per-call dequantization. nullptr: dequantize per call.
+  const void* bf16_weights = nullptr;
 };
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
-                   MatmulPrecision precision, cudaStream_t stream);
+                   MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
+
+inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
+                          size_t y_stride, MatmulPrecision precision, cudaStream_t stream) {
+  return matmul(w, x, x_stride, n_tokens, y, y_stride, precision, TcGemmOptions{}, stream);
+}
 
 inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
                           size_t y_stride, cudaStream_t stream) {
   return matmul(w, x, x_stride, n_tokens, y, y_stride, MatmulPrecision::kF32, stream);
 }
+
+// Writes W (Q8_0, device) as bf16 [rows][cols] to `out` (rows * cols * 2 bytes, 16-byte aligned):
+// each weight d * q rounded to nearest even, exactly what the tensor-core GEMM uses per call.
+cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream);
+
+// Creates the GEMM library's handle and the stream's fixed workspace now (call at start-up).
+cudaError_t prepare_tc_gemm(cudaStream_t stream);
 
 }  // namespace ds::cuda

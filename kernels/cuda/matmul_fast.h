@@ -3,10 +3,12 @@
 //  * gemm_q8_tc: n_tokens >= kTcMinTokens. Q8_0 weights are dequantized (d * q rounded to bf16)
 //    into a per-(device, stream) workspace in row chunks, the activations are rounded f32 -> bf16
 //    once, and a bf16 mma.sync (m16n8k16, f32 accumulation) GEMM with a 4-stage cp.async pipeline
-//    writes f32 y. Precision: two bf16 roundings (weight and activation), |err| <= 2^-8 sum|w x|.
+//    writes f32 y, or the same bf16 operands go to cuBLASLt (gemm_cublas.h; the default), and a
+//    persistent bf16 weight copy may replace the per-call dequantization. Precision: two bf16 roundings (weight and activation), |err| <= 2^-8 sum|w x|.
 //  * gemv_q8: n_tokens <= kGemvMaxTokens. Raw Q8_0 rows are streamed with coalesced 8-byte loads
-//    through shared memory; each lane owns 4 whole blocks (136 bytes) and dots them with f32
-//    activations in f32 (exact dequantization, block partial sums scaled by d): f32 accuracy.
+//    through shared memory, 32 rows a block, one lane per row (warp-uniform activation loads);
+//    the block's warps split the row and their partials are added in a fixed order. f32 math
+//    (exact dequantization, block partial sums scaled by d): f32 accuracy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,16 +20,33 @@
 
 namespace ds::cuda::detail {
 
-// MatmulPrecision::kBf16TensorCores (the caller's choice) turns the tensor-core GEMM on for
-// ds::cuda::matmul; the default kF32 keeps every path f32-exact. See matmul.h.
+// MatmulPrecision::kBf16TensorCores (the caller's choice; the CUDA backend's default) turns the
+// tensor-core GEMM on for ds::cuda::matmul; kF32 keeps every path f32-exact. See matmul.h.
 
 bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens);
+// tc picks the GEMM kernel (cuBLASLt or mma.sync) and an optional persistent bf16 weight copy.
 cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                       cudaStream_t stream);
+                       const TcGemmOptions& tc, cudaStream_t stream);
+// The mma.sync kernel with per-call dequantization (the tests' and the lab's reference path).
+inline cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                              cudaStream_t stream) {
+  return gemm_q8_tc(w, x, xs, n, y, ys, TcGemmOptions{TcGemmKernel::kMmaSync, nullptr}, stream);
+}
 
 bool gemv_q8_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
 cudaError_t gemv_q8(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                     cudaStream_t stream);
+
+// Launch shapes of the GEMV kernel (kernel lab, tests): 0: 8 warps, 1 quad in flight per warp,
+// 2 blocks/SM; 1: 8 warps, 2 quads, 1 block/SM; 2: 4 warps, 1 quad, 4 blocks/SM; 3: 4 warps,
+// 2 quads, 2 blocks/SM; 4: 16 warps, 1 quad, 1 block/SM (80-96 KB of dynamic shared memory;
+// meant for matrices with few 32-row blocks, not yet measured). 4 and 8 tokens use at most 4
+// warps. Variants differ in rounding order only (each row's warp partials are added in warp
+// order). gemv_q8 uses variant 0 for 1-2 tokens and 1 for 3-8 (fastest in the H200 lab runs
+// of 2026-11-29).
+inline constexpr int kGemvVariants = 5, kGemvDefaultVariant = 0, kGemvWideVariant = 1;
+cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                            size_t ys, cudaStream_t stream);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

@@ -61,12 +61,63 @@ __global__ void l2_norm_kernel(const float* x, size_t xs, float eps, size_t n_ro
   for (size_t i = lane; i < dim; i += kWarp) yr[i] = xr[i] * s;
 }
 
+// ---- wide rows (dim >= kWideMinDim): a block per row ----------------------------------------------
+// A lone warp walking a 4096-wide row issues one 128-byte load after another; at decode (one row
+// per call: the block norms, the LM-head norm) that made each rms_norm ~48 us on the H200, about
+// a third of a 9B decode step (ncu, 2026-11-29). A block of 256 threads has every load of the row
+// in flight at once.
+constexpr int kWideThreads = 256;
+constexpr size_t kWideMinDim = 1024;
+
+// Sum of squares of one row over the whole block: f32 thread partials, warp trees, then every
+// thread adds the 8 warp sums in the same order (so all threads hold the same value).
+__device__ float block_sum_squares(const float* x, size_t dim) {
+  __shared__ float warp_part[kWideThreads / kWarp];
+  float s = 0.0f;
+#pragma unroll 8
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) s += x[i] * x[i];
+  s = detail::warp_sum(s);
+  if (threadIdx.x % kWarp == 0) warp_part[threadIdx.x / kWarp] = s;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWideThreads / kWarp; ++k) total += warp_part[k];
+  return total;
+}
+
+// Each thread reads and writes only its own indices, so y == x is safe.
+__global__ void __launch_bounds__(kWideThreads)
+    rms_norm_wide_kernel(const float* x, size_t xs, const float* w, float eps, size_t dim, float* y, size_t ys) {
+  const float* xr = x + size_t{blockIdx.x} * xs;
+  float* yr = y + size_t{blockIdx.x} * ys;
+  const float s = 1.0f / sqrtf(block_sum_squares(xr, dim) / static_cast<float>(dim) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
+__global__ void __launch_bounds__(kWideThreads)
+    gated_rms_norm_wide_kernel(const float* o, const float* z, const float* w, float eps, size_t dim, float* y) {
+  const size_t row = blockIdx.x;
+  const float* orow = o + row * dim;
+  const float* zrow = z + row * dim;
+  float* yr = y + row * dim;
+  const float s = 1.0f / sqrtf(block_sum_squares(orow, dim) / static_cast<float>(dim) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = ((orow[i] * s) * w[i]) * detail::silu(zrow[i]);
+}
+
+__global__ void __launch_bounds__(kWideThreads)
+    l2_norm_wide_kernel(const float* x, size_t xs, float eps, size_t dim, float* y, size_t ys) {
+  const float* xr = x + size_t{blockIdx.x} * xs;
+  float* yr = y + size_t{blockIdx.x} * ys;
+  const float s = 1.0f / sqrtf(block_sum_squares(xr, dim) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = xr[i] * s;
+}
+
 // Shared argument checks of the strided row ops.
 cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, size_t n_rows, size_t dim) {
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   if (!detail::aligned_to(x, 4) || !detail::aligned_to(y, 4)) return cudaErrorMisalignedAddress;
   if (xs < dim || ys < dim) return cudaErrorInvalidValue;
-  if ((n_rows + kRowsPerBlock - 1) / kRowsPerBlock > detail::kMaxGridX) return cudaErrorInvalidValue;
+  if (n_rows > detail::kMaxGridX) return cudaErrorInvalidValue;  // the wide path launches a block per row
   return cudaSuccess;
 }
 
@@ -79,8 +130,13 @@ cudaError_t rms_norm(const float* x, size_t x_stride, const float* w, float eps,
   if (n_rows == 0 || dim == 0) return cudaSuccess;
   if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
   if (w != nullptr && !detail::aligned_to(w, 4)) return cudaErrorMisalignedAddress;
-  rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, w, eps, n_rows, dim, y,
-                                                                           y_stride);
+  if (dim >= kWideMinDim) {
+    rms_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, x_stride, w, eps, dim, y,
+                                                                                      y_stride);
+  } else {
+    rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, w, eps, n_rows, dim, y,
+                                                                             y_stride);
+  }
   return detail::launch_status();
 }
 
@@ -90,7 +146,11 @@ cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float
   if (const cudaError_t e = check_rows(o, dim, y, dim, n_rows, dim); e != cudaSuccess) return e;
   if (z == nullptr || w == nullptr) return cudaErrorInvalidValue;
   if (!detail::f32_ok(z) || !detail::f32_ok(w)) return cudaErrorMisalignedAddress;
-  gated_rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(o, z, w, eps, n_rows, dim, y);
+  if (dim >= kWideMinDim) {
+    gated_rms_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(o, z, w, eps, dim, y);
+  } else {
+    gated_rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(o, z, w, eps, n_rows, dim, y);
+  }
   return detail::launch_status();
 }
 
@@ -98,8 +158,12 @@ cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, s
                     cudaStream_t stream) {
   if (n_rows == 0 || dim == 0) return cudaSuccess;
   if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
-  l2_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, eps, n_rows, dim, y,
-                                                                          y_stride);
+  if (dim >= kWideMinDim) {
+    l2_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, x_stride, eps, dim, y, y_stride);
+  } else {
+    l2_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, eps, n_rows, dim, y,
+                                                                            y_stride);
+  }
   return detail::launch_status();
 }
 

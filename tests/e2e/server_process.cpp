@@ -74,7 +74,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("deltaserve exited early:\n" + text);
+      // Read the log again: `text` may predate the last lines written before the exit.
+      throw std::runtime_error("deltaserve exited early:\n" + read_all(log_path_));
     }
   }
   if (port_ == 0) throw std::runtime_error("deltaserve did not start listening:\n" + log());

@@ -1,6 +1,8 @@
 // The multi-process pipeline on the fixture model: logits through 1, 2 and 3 worker processes
-// equal the in-process forward bit for bit; greedy generation survives a SIGKILLed worker
-// with exactly the tokens of an uninterrupted run; a stopped worker is noticed within 2 s.
+// equal the in-process forward bit for bit; hidden states through the shared-memory ring and
+// inline give identical results; greedy generation survives a SIGKILLed worker (mid-decode and
+// mid-prefill, through the ring) with exactly the tokens of an uninterrupted run; a stopped
+// worker is noticed within 2 s.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/ipc/endpoints.h"
+#include "common/ipc/shm_ring.h"
 #include "coordinator/engine/generate.h"
 #include "tests/integration/engine_test_util.h"
 
@@ -64,6 +68,30 @@ void expect_bit_equal(const std::vector<std::vector<float>>& a, const std::vecto
   }
 }
 
+// Whether the name of the shared-memory ring feeding stage `rank` exists now.
+bool ring_exists(const std::string& control_endpoint, uint32_t rank) {
+  try {
+    ipc::ShmRingConsumer ring(ipc::shm_ring_name(ipc::data_endpoints(control_endpoint, rank, "").connect));
+    return true;
+  } catch (const ipc::ShmRingError&) {
+    return false;
+  }
+}
+
+// How many stages read their input of a fresh one-step sequence from a shared-memory ring.
+size_t stages_fed_by_shm(PipelineEngine& engine, uint64_t seq = 999) {
+  SeqRequest r;
+  r.seq_id = seq;
+  r.tokens = {1, 2, 3};
+  r.logit_rows = {2};
+  r.random_u = {0.0};
+  const StepOutcome out = engine.step({r});
+  engine.drop_sequences({seq});
+  size_t n = 0;
+  for (const StageTime& t : out.timings) n += t.input_from_shm ? 1 : 0;
+  return n;
+}
+
 TEST(Pipeline, LogitsBitExactThrough1To3Workers) {
   const std::vector<int32_t> chat = test::chat_prompt();
   std::vector<Chunk> chat_chunks{{0, chat.size(), {}}};
@@ -92,6 +120,152 @@ TEST(Pipeline, TcpTransportSameLogits) {
   PipelineEngine engine(options);
   engine.start();
   expect_bit_equal(pipeline_logits(engine, 1, chat, chunks), reference_logits(chat, chunks));
+  EXPECT_EQ(stages_fed_by_shm(engine), 0u) << "tcp:// keeps the inline path";
+}
+
+// Same-host stages pass hidden states through a shared-memory ring; forced inline they travel
+// in the ZeroMQ message. Both equal the in-process logits bit for bit and give the same greedy
+// tokens for prompt lengths from 1 to 300, prefilled whole or in chunks.
+TEST(Pipeline, ShmRingAndInlineTransportsGiveIdenticalResults) {
+  const std::vector<int32_t> rand = test::random_prompt(300, 151936, 7);
+  const std::vector<Chunk> chunks{{0, 130, {0, 129}}, {130, 131, {0}}, {131, 300, {0, 100, 168}}};
+  const auto ref = reference_logits(rand, chunks);
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (int t = 0; t < 2; ++t) {
+    const bool ring = t == 0;
+    SCOPED_TRACE(ring ? "ring" : "inline");
+    EngineOptions options = test::engine_options(3);
+    options.hidden_transport = ring ? "auto" : "inline";
+    PipelineEngine engine(options);
+    engine.start();
+    expect_bit_equal(pipeline_logits(engine, 1, rand, chunks), ref);
+    uint64_t seq = 10;
+    for (size_t len : {1u, 2u, 17u, 64u, 300u}) {
+      const std::vector<int32_t> prompt(rand.begin(), rand.begin() + static_cast<long>(len));
+      for (uint32_t chunk : {0u, 16u}) {
+        GreedyOptions g;
+        g.seq_id = ++seq;
+        g.prefill_chunk = chunk;
+        tokens[t].push_back(generate_greedy(engine, prompt, 6, g));
+      }
+    }
+    EXPECT_EQ(stages_fed_by_shm(engine), ring ? 2u : 0u);
+    // The consumer unlinks a ring's name once mapped: nothing to leak even if both get killed.
+    EXPECT_FALSE(ring_exists(engine.control_endpoint(), 1));
+    EXPECT_FALSE(ring_exists(engine.control_endpoint(), 2));
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  for (size_t i = 0; i + 1 < tokens[0].size(); i += 2) EXPECT_EQ(tokens[0][i], tokens[0][i + 1]) << "chunked prefill";
+}
+
+// A worker SIGKILLed between the chunks of a long prefill (each rank in turn: the first only
+// writes a ring, the middle one reads one and writes another, the last only reads): recovery
+// re-prefills and the tokens equal an uninterrupted run.
+TEST(Pipeline, GreedySurvivesSigkillMidPrefillThroughTheRing) {
+  PipelineEngine engine(test::engine_options(3));
+  engine.start();
+  const std::vector<int32_t> prompt = test::random_prompt(240, 151936, 11);
+  GreedyOptions plain;
+  plain.seq_id = 1;
+  plain.prefill_chunk = 48;
+  const std::vector<int32_t> expected = generate_greedy(engine, prompt, 12, plain);
+  ASSERT_EQ(stages_fed_by_shm(engine), 2u);
+  for (uint32_t victim = 0; victim < 3; ++victim) {
+    SCOPED_TRACE("victim rank " + std::to_string(victim));
+    const std::vector<WorkerInfo> before = engine.workers();
+    GreedyOptions crashing = plain;
+    crashing.seq_id = 2 + victim;
+    bool killed = false;
+    crashing.on_prefill = [&](size_t prefilled) {
+      if (prefilled == 96 && !killed) {
+        killed = true;
+        ASSERT_EQ(kill(static_cast<pid_t>(before[victim].pid), SIGKILL), 0);
+      }
+    };
+    EXPECT_EQ(generate_greedy(engine, prompt, 12, crashing), expected);
+    EXPECT_TRUE(killed);
+    EXPECT_NE(engine.workers()[victim].pid, before[victim].pid);
+    EXPECT_EQ(stages_fed_by_shm(engine), 2u) << "fresh rings after the recovery";
+  }
+}
+
+// Pipelined steps (all chunks in flight at once) give the full logits of sequential steps bit
+// for bit, also with two sequences interleaved.
+TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
+  const std::vector<int32_t> rand = test::random_prompt(200, 151936);
+  const std::vector<Chunk> chunks{{0, 64, {0, 63}}, {64, 65, {0}}, {65, 150, {84}}, {150, 200, {0, 7, 49}}};
+  const auto ref = reference_logits(rand, chunks);
+  PipelineEngine engine(test::engine_options(3));
+  engine.start();
+  std::vector<std::vector<SeqRequest>> steps;
+  for (const Chunk& c : chunks) {
+    for (uint64_t seq : {1u, 2u}) {
+      SeqRequest r;
+      r.seq_id = seq;
+      r.start_pos = static_cast<uint32_t>(c.begin);
+      r.tokens.assign(rand.begin() + static_cast<long>(c.begin), rand.begin() + static_cast<long>(c.end));
+      r.logit_rows = c.rows;
+      r.random_u.assign(c.rows.size(), 0.0);
+      r.return_full_logits = true;
+      steps.push_back({r});  // seq 1 and seq 2 alternate, one per step
+    }
+  }
+  size_t done_calls = 0;
+  const std::vector<StepOutcome> outs = engine.step_pipelined(steps, 3, [&](size_t i) { EXPECT_EQ(i, done_calls++); });
+  ASSERT_EQ(outs.size(), steps.size());
+  std::vector<std::vector<float>> got[2];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (const RowResult& row : outs[i].rows) got[i % 2].push_back(row.logits);
+  }
+  expect_bit_equal(got[0], ref);
+  expect_bit_equal(got[1], ref);
+}
+
+// Issue 12's correctness bar: greedy tokens after a pipelined chunked prefill equal those after
+// a sequential one, for every prompt length from 1 to 33 (chunks of 4: up to 9 in flight).
+TEST(Pipeline, PipelinedPrefillGivesSequentialTokensForEveryPromptLength) {
+  PipelineEngine engine(test::engine_options(3));
+  engine.start();
+  const std::vector<int32_t> rand = test::random_prompt(33, 151936, 3);
+  uint64_t seq = 0;
+  for (size_t len = 1; len <= rand.size(); ++len) {
+    SCOPED_TRACE("prompt length " + std::to_string(len));
+    const std::vector<int32_t> prompt(rand.begin(), rand.begin() + static_cast<long>(len));
+    GreedyOptions sequential;
+    sequential.seq_id = ++seq;
+    sequential.prefill_chunk = 4;
+    GreedyOptions pipelined = sequential;
+    pipelined.seq_id = ++seq;
+    pipelined.pipeline_prefill = true;
+    EXPECT_EQ(generate_greedy(engine, prompt, 3, pipelined), generate_greedy(engine, prompt, 3, sequential));
+  }
+}
+
+// A worker SIGKILLed while pipelined prefill chunks are in flight is recovered like any other
+// crash: the tokens equal an uninterrupted run.
+TEST(Pipeline, GreedySurvivesSigkillDuringPipelinedPrefill) {
+  PipelineEngine engine(test::engine_options(3));
+  engine.start();
+  const std::vector<int32_t> prompt = test::random_prompt(240, 151936, 5);
+  GreedyOptions plain;
+  plain.seq_id = 1;
+  plain.prefill_chunk = 24;
+  plain.pipeline_prefill = true;
+  const std::vector<int32_t> expected = generate_greedy(engine, prompt, 10, plain);
+  const std::vector<WorkerInfo> before = engine.workers();
+  GreedyOptions crashing = plain;
+  crashing.seq_id = 2;
+  bool killed = false;
+  crashing.on_prefill = [&](size_t prefilled) {
+    if (prefilled == 48 && !killed) {  // chunk 2's result is in; later chunks are in flight
+      killed = true;
+      ASSERT_EQ(kill(static_cast<pid_t>(before[1].pid), SIGKILL), 0);
+    }
+  };
+  EXPECT_EQ(generate_greedy(engine, prompt, 10, crashing), expected);
+  EXPECT_TRUE(killed);
+  EXPECT_NE(engine.workers()[1].pid, before[1].pid);
+  EXPECT_EQ(stages_fed_by_shm(engine), 2u);
 }
 
 TEST(Pipeline, GreedySurvivesSigkilledWorker) {
@@ -102,6 +276,8 @@ TEST(Pipeline, GreedySurvivesSigkilledWorker) {
   plain.seq_id = 1;
   const std::vector<int32_t> expected = generate_greedy(engine, prompt, 64, plain);
   ASSERT_EQ(expected.size(), 64u);
+  // Hidden states between these same-host workers go through the shared-memory rings.
+  ASSERT_EQ(stages_fed_by_shm(engine), 2u);
 
   const std::vector<WorkerInfo> before = engine.workers();
   GreedyOptions crashing;

@@ -1,6 +1,6 @@
 // A live deltaserve-worker fed truncated, random, wrong-version and inconsistent frames on its
-// control and data sockets keeps serving: the test plays the coordinator and, afterwards,
-// still gets correct step results.
+// control and data sockets, and bad shared-memory ring descriptors, keeps serving: the test
+// plays the coordinator (and stage 0) and, afterwards, still gets correct step results.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 
 #include "common/ipc/channel.h"
 #include "common/ipc/endpoints.h"
+#include "common/ipc/shm_ring.h"
 #include "coordinator/engine/supervisor.h"
 #include "tests/integration/engine_test_util.h"
 
@@ -187,6 +188,83 @@ TEST(WorkerFuzz, DataSocketGarbageThenServes) {
   const ipc::Received result = c.wait_for(v1::Envelope::kStepResult);
   ASSERT_EQ(result.env.step_result().tokens_size(), 1);
   EXPECT_EQ(result.env.step_result().tokens(0), reference_next_token(prompt));
+  EXPECT_TRUE(c.worker_alive());
+}
+
+// Stage 0 played by the test through a shared-memory ring: every bad descriptor is answered
+// with a StepError naming it, a good one with the right token, and its slot is handed back.
+TEST(WorkerFuzz, BadRingDescriptorsThenServes) {
+  FakeCoordinator c(1);
+  c.supervisor().start_all();
+  test::InProcessModel first_half(StageRange{0, 4});
+  const uint32_t n_layer = first_half.config.n_layer;
+  ipc::Received hello;
+  do {
+    hello = c.wait_for(v1::Envelope::kHello);
+  } while (hello.env.hello().rank() != 1);
+  c.peer = hello.peer;
+  v1::Envelope assign;
+  *assign.mutable_assign() = assign_for(c, 1, {4, n_layer}, n_layer);
+  c.send(assign);
+  ASSERT_TRUE(c.wait_for(v1::Envelope::kReady).env.ready().ok());
+
+  const std::vector<int32_t> prompt = test::chat_prompt();
+  StepInput in;
+  in.seqs.push_back(SeqStep{1, 0, prompt, {}});
+  StepOutput hidden;
+  first_half.stage->forward(in, &hidden);
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(hidden.hidden.data()),
+                                       hidden.hidden.size() * sizeof(float));
+  const std::string ring_name = ipc::shm_ring_name(assign.assign().data_bind_endpoint());
+  ipc::ShmRingProducer ring(ring_name, {2, bytes.size()}, 1234);
+  const std::optional<ipc::SlotRef> ref = ring.write(bytes, 0);
+  ASSERT_TRUE(ref.has_value());
+
+  ipc::Context ctx;
+  ipc::ZmqChannel push(ctx, ipc::SocketRole::kPush, assign.assign().data_bind_endpoint());
+  uint64_t plan_id = 20;
+  auto send_descriptor = [&](const std::string& name, ipc::SlotRef r, uint64_t nbytes) {
+    v1::Envelope fwd;
+    *fwd.mutable_stage_forward()->mutable_plan() = plan_for(prompt, ++plan_id);
+    v1::HiddenChunk* chunk = fwd.mutable_stage_forward()->mutable_hidden();
+    chunk->set_dtype(v1::DTYPE_F32);
+    chunk->set_nbytes(nbytes);
+    chunk->mutable_shm()->set_ring(name);
+    chunk->mutable_shm()->set_generation(r.generation);
+    chunk->mutable_shm()->set_slot(r.slot);
+    chunk->mutable_shm()->set_sequence(r.sequence);
+    push.send(fwd);
+  };
+  auto expect_error = [&](const std::string& words) {
+    const ipc::Received err = c.wait_for(v1::Envelope::kStepError);
+    EXPECT_EQ(err.env.step_error().plan_id(), plan_id);
+    EXPECT_NE(err.env.step_error().message().find(words), std::string::npos) << err.env.step_error().message();
+  };
+  ipc::SlotRef bad = *ref;
+  bad.slot = 2;
+  send_descriptor(ring_name, bad, bytes.size());
+  expect_error("out of range");
+  send_descriptor(ring_name, *ref, bytes.size() + 4);
+  expect_error("exceed the slot size");
+  bad = *ref;
+  bad.sequence = 2;
+  send_descriptor(ring_name, bad, bytes.size());
+  expect_error("stale or torn");
+  bad = *ref;
+  bad.generation = 99;
+  send_descriptor(ring_name, bad, bytes.size());
+  expect_error("stale");
+  send_descriptor("/deltaserve-ring-doesnotexist", *ref, bytes.size());
+  expect_error("shm_open");
+  send_descriptor("/not-ours", *ref, bytes.size());
+  expect_error("not a deltaserve ring");
+  EXPECT_FALSE(ring.all_free()) << "no bad descriptor freed the slot";
+
+  send_descriptor(ring_name, *ref, bytes.size());
+  const ipc::Received result = c.wait_for(v1::Envelope::kStepResult);
+  ASSERT_EQ(result.env.step_result().tokens_size(), 1);
+  EXPECT_EQ(result.env.step_result().tokens(0), reference_next_token(prompt));
+  EXPECT_TRUE(ring.all_free()) << "the worker handed the slot back";
   EXPECT_TRUE(c.worker_alive());
 }
 

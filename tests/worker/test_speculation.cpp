@@ -3,12 +3,18 @@
 // rejected draft leaves no trace in the GDN state (rewind restores the captured state).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
 #include <cstring>
+#include <functional>
 
 #include "common/error.h"
 #include "tests/testutil/reference.h"
 #include "tests/worker/model_harness.h"
+#include "common/speculative.h"
 #include "worker/speculation.h"
 
 namespace ds::test {
@@ -152,6 +158,156 @@ TEST(Speculation, RewindNeedsACapturedPosition) {
   in.seqs.back() = SeqStep{1, n, {5, 6, 7, 8, 9, 10}, {0}};
   in.seqs.back().n_draft = 5;  // more than StatePool::kMaxCaptures
   EXPECT_THROW(m.stage->forward(in, &out), ConfigError);
+}
+
+// Temperature 1: the first token emitted after speculating is distributed exactly as the
+// target's own sampling distribution p (lossless rejection sampling), with the real model's
+// p (target row after the prompt + y) and two draft rows q (below: the MTP block's row for the
+// same position, and a perturbed copy of the target's).
+// Design: N = 20000 trials with fresh uniform numbers (draft d ~ q, accept with u < p/q,
+// else draw from max(0, p - q)); Pearson chi-square of the emitted counts against N p over
+// the bins with N p >= 5 (the rest merged into one bin), rejected at alpha = 1e-3 (critical
+// value by the Wilson-Hilferty approximation). The seeds are fixed, so the test is
+// deterministic; over random seeds a correct rule would fail one run in 1000. Power check:
+// the same statistic for the drafts themselves (q without the correction) must be rejected.
+// top_k = 50 keeps both distributions on 50 tokens, so restricting the two logits rows to the
+// union of their top 64 ids gives exactly the same distributions on a 128-id vocabulary (the
+// rule only looks at the top 50), which keeps 20000 trials fast.
+double chi_square_critical(double df, double z) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+struct ChiSquare {
+  double statistic = 0.0;
+  double df = 0.0;
+};
+
+ChiSquare chi_square(const std::vector<uint64_t>& counts, const std::vector<double>& p, uint64_t n) {
+  std::vector<double> expected, observed;
+  double rest_e = 0.0, rest_o = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * static_cast<double>(n);
+    if (e >= 5.0) {
+      expected.push_back(e);
+      observed.push_back(static_cast<double>(counts[i]));
+    } else {
+      rest_e += e;
+      rest_o += static_cast<double>(counts[i]);
+    }
+  }
+  if (rest_e >= 5.0 || expected.empty()) {
+    expected.push_back(rest_e);
+    observed.push_back(rest_o);
+  } else {  // a too small rest joins the largest bin
+    const size_t big = static_cast<size_t>(std::max_element(expected.begin(), expected.end()) - expected.begin());
+    expected[big] += rest_e;
+    observed[big] += rest_o;
+  }
+  ChiSquare c;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    c.statistic += (observed[i] - expected[i]) * (observed[i] - expected[i]) / std::max(expected[i], 1e-9);
+  }
+  c.df = static_cast<double>(expected.size()) - 1.0;
+  return c;
+}
+
+std::vector<float> top_ids_union(const std::vector<float>& a, const std::vector<float>& b, std::vector<size_t>* ids) {
+  std::vector<size_t> order(a.size());
+  for (const std::vector<float>* row : {&a, &b}) {
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::partial_sort(order.begin(), order.begin() + 64, order.end(),
+                      [row](size_t x, size_t y) { return (*row)[x] > (*row)[y]; });
+    for (size_t i = 0; i < 64; ++i) {
+      if (std::find(ids->begin(), ids->end(), order[i]) == ids->end()) ids->push_back(order[i]);
+    }
+  }
+  std::vector<float> out;
+  for (size_t id : *ids) out.push_back(a[id]);
+  return out;
+}
+
+// One chi-square run (see above): target row `target`, draft row `draft`; at least
+// `min_accept` of the drafts must be accepted (so that path is really exercised).
+void check_first_token_distribution(const char* what, const std::vector<float>& target, const std::vector<float>& draft,
+                                    double min_accept) {
+  std::vector<size_t> sub;
+  const std::vector<float> t_sub = top_ids_union(target, draft, &sub);
+  std::vector<float> q_sub;
+  for (size_t id : sub) q_sub.push_back(draft[id]);
+  SamplingRule rule;
+  rule.temperature = 1.0f;
+  rule.top_k = 50;
+  const std::vector<double> p = rule_distribution(t_sub.data(), sub.size(), rule);
+  const std::vector<double> q = rule_distribution(q_sub.data(), sub.size(), rule);
+  double tv = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) tv += 0.5 * std::abs(p[i] - q[i]);
+
+  constexpr uint64_t kTrials = 20000;
+  std::mt19937_64 rng(20261129);
+  auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  std::vector<float> rows(t_sub);
+  rows.insert(rows.end(), t_sub.begin(), t_sub.end());  // row 1 (the bonus row) plays no part in the first token
+  std::vector<uint64_t> emitted(sub.size(), 0), drafted(sub.size(), 0);
+  uint64_t accepted = 0;
+  for (uint64_t t = 0; t < kTrials; ++t) {
+    const int32_t d = draw_from(q, uniform());
+    const double u_accept = uniform(), u_final = uniform();
+    const SpecVerdict v = accept_drafts(rows.data(), sub.size(), rule, {d}, {q}, {u_accept}, u_final);
+    ++emitted[static_cast<size_t>(v.accepted ? d : v.token)];
+    ++drafted[static_cast<size_t>(d)];
+    accepted += v.accepted;
+  }
+  const ChiSquare c = chi_square(emitted, p, kTrials);
+  const double critical = chi_square_critical(c.df, 3.0902);  // z of the upper 0.1 % tail
+  const double accept_rate = static_cast<double>(accepted) / kTrials;
+  std::printf("[spec] T=1, %s drafts: total variation(p, q) %.3f, %.1f %% accepted, chi2 %.1f on %.0f df "
+              "(critical %.1f)\n", what, tv, 100.0 * accept_rate, c.statistic, c.df, critical);
+  EXPECT_GT(c.df, 5.0) << what;
+  EXPECT_LT(c.statistic, critical) << what;
+  EXPECT_GE(accept_rate, min_accept) << what;
+  ASSERT_GT(tv, 0.1) << what << ": p and q too close for the power check";
+  const ChiSquare drafts_only = chi_square(drafted, p, kTrials);
+  EXPECT_GT(drafts_only.statistic, chi_square_critical(drafts_only.df, 3.0902)) << what << ": cannot tell q from p";
+}
+
+TEST(Speculation, TemperatureOneEmitsTheTargetDistribution) {
+  LoadedModel m = load_fixture();
+  const size_t V = m.config.n_vocab, D = m.config.n_embd;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const auto n = static_cast<uint32_t>(prompt.size());
+  std::vector<float> hidden;
+  const std::vector<float> logits = run_prompt(*m.stage, 1, prompt, all_rows(n), 0, &hidden);
+  const int32_t y = argmax(logits.data() + (n - 1) * V, V);
+  // Target row after y.
+  StepInput in;
+  in.seqs.push_back({1, n, {y}, {0}});
+  StepOutput out;
+  m.stage->forward(in, &out);
+  const std::vector<float> target = out.logits;
+  // MTP row for the same position: rows (x_i, h_{i-1}) for the prompt and y, as the catch-up runs them.
+  std::vector<int32_t> ids = prompt;
+  ids.push_back(y);
+  std::vector<float> h((n + 1) * D, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>(n * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::vector<float> mtp;
+  m.stage->forward_mtp(1, 0, ids, h.data(), &mtp);
+  const std::vector<float> draft_row(mtp.end() - static_cast<std::ptrdiff_t>(V), mtp.end());
+
+  // The fixture's MTP block is untrained: its top 50 rarely meets the target's, so every draft
+  // is rejected and only the residual draw is exercised. A second draft row, the target's own
+  // logits plus Gaussian noise (fixed seed; sd a quarter of the spread of its top 50 logits, so
+  // the top 50 sets overlap partly), shares part of p: both acceptance and the residual draw
+  // then shape the emitted distribution.
+  std::vector<float> sorted(target);
+  std::nth_element(sorted.begin(), sorted.begin() + 49, sorted.end(), std::greater<float>());
+  const float spread = *std::max_element(target.begin(), target.end()) - sorted[49];
+  std::vector<float> perturbed(target);
+  std::mt19937_64 noise_rng(7);
+  std::normal_distribution<float> noise(0.0f, 0.25f * spread);
+  for (float& x : perturbed) x += noise(noise_rng);
+  check_first_token_distribution("mtp", target, draft_row, 0.0);
+  check_first_token_distribution("perturbed target", target, perturbed, 0.1);
 }
 
 }  // namespace

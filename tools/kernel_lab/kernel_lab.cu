@@ -1,7 +1,7 @@
 // deltaserve-kernel-lab: kernel-level speed of ds::cuda::matmul (Q8_0) and ds::cuda GDN at the
 // Qwen3.5 9B shapes, against the measured H200 ceilings (4.3 TB/s copy, 790 TFLOP/s bf16 dense).
 //
-//   deltaserve-kernel-lab [--reps N]
+//   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -15,7 +15,10 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/gdn.h"
+#include "kernels/cuda/gdn_chunked.h"
+#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 
@@ -79,24 +82,19 @@ double median_ms(int reps, F&& launch) {
   return ms[ms.size() / 2];
 }
 
+// Enough copies of one random Q8_0 matrix (one allocation) that rotating over them exceeds L2.
 struct Q8Matrix {
-  size_t rows, cols, row_bytes;
-  std::vector<uint8_t*> copies;
+  size_t rows, cols, row_bytes, bytes, n_copies;
+  uint8_t* base = nullptr;
   Q8Matrix(size_t r, size_t c, size_t min_set_bytes) : rows(r), cols(c), row_bytes(c / 32 * 34) {
-    const size_t bytes = rows * row_bytes;
-    const size_t n = std::max<size_t>(1, (min_set_bytes + bytes - 1) / bytes);
-    for (size_t i = 0; i < n; ++i) {
-      uint8_t* p = nullptr;
-      LAB_CHECK(cudaMalloc(&p, bytes));
-      fill_q8<<<1024, 256>>>(p, rows * cols / 32, static_cast<uint32_t>(7 + i));
-      copies.push_back(p);
-    }
+    bytes = rows * row_bytes;
+    n_copies = std::max<size_t>(1, (min_set_bytes + bytes - 1) / bytes);
+    LAB_CHECK(cudaMalloc(&base, bytes * n_copies));
+    fill_q8<<<1024, 256>>>(base, n_copies * rows * cols / 32, 7);
   }
-  ~Q8Matrix() {
-    for (uint8_t* p : copies) cudaFree(p);
-  }
+  ~Q8Matrix() { cudaFree(base); }
   ds::cuda::WeightView view(int i) const {
-    return {ds::GgmlType::Q8_0, copies[static_cast<size_t>(i) % copies.size()], rows, cols, row_bytes};
+    return {ds::GgmlType::Q8_0, base + (static_cast<size_t>(i) % n_copies) * bytes, rows, cols, row_bytes};
   }
 };
 
@@ -107,38 +105,148 @@ float* device_f32(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   return p;
 }
 
+// ---- Prefill GEMM paths (issue 9), side by side at the 9B shapes: mma.sync or cuBLASLt, weights
+// dequantized per call (the product's real cost) or read from a persistent bf16 copy. FLOPs =
+// 2 M N K; the dequantization passes count as time, not work. ----
+void gemm_paths(int reps) {
+  struct PathShape {
+    const char* name;
+    size_t rows, cols;
+  };
+  const PathShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096},       {"ffn_down 4096x12288", 4096, 12288},
+                              {"qkv/attn_q 8192x4096", 8192, 4096},     {"gate/out/o 4096x4096", 4096, 4096},
+                              {"attn_k/v 1024x4096", 1024, 4096},       {"lm_head 248320x4096", 248320, 4096}};
+  using ds::cuda::TcGemmKernel;
+  struct Path {
+    const char* name;
+    TcGemmKernel kernel;
+    bool persistent;
+  };
+  const Path paths[] = {{"mma     dequant/call", TcGemmKernel::kMmaSync, false},
+                        {"cublas  dequant/call", TcGemmKernel::kCublasLt, false},
+                        {"mma     bf16 weights", TcGemmKernel::kMmaSync, true},
+                        {"cublas  bf16 weights", TcGemmKernel::kCublasLt, true}};
+  for (const PathShape& sh : shapes) {
+    const Q8Matrix w(sh.rows, sh.cols, 0);
+    void* wb = nullptr;
+    LAB_CHECK(cudaMalloc(&wb, sh.rows * sh.cols * 2));
+    const double dq_ms = median_ms(3, [&](int) { LAB_CHECK(ds::cuda::dequantize_q8_to_bf16(w.view(0), wb, nullptr)); });
+    std::printf("gemm path dequant q8->bf16  %-20s %10.1f %7.0f GB/s\n", sh.name, dq_ms * 1e3,
+                (w.bytes + sh.rows * sh.cols * 2.0) / (dq_ms * 1e-3) / 1e9);
+    const bool huge = sh.rows > 100000;
+    for (size_t n : {size_t{512}, size_t{2048}, size_t{8192}}) {
+      float* x = device_f32(n * sh.cols, 5);
+      float* y = device_f32(n * sh.rows, 6);
+      for (const Path& p : paths) {
+        const ds::cuda::TcGemmOptions o{p.kernel, p.persistent ? wb : nullptr};
+        const double ms = median_ms(huge ? 2 : std::max(3, reps / 2), [&](int) {
+          LAB_CHECK(ds::cuda::detail::gemm_q8_tc(w.view(0), x, sh.cols, n, y, sh.rows, o, nullptr));
+        });
+        const double tf = 2.0 * sh.rows * sh.cols * n / (ms * 1e-3) / 1e12;
+        std::printf("gemm path %s n=%-5zu %-20s %10.1f %6.1f TFLOP/s %6.1f%%\n", p.name, n, sh.name, ms * 1e3, tf,
+                    100 * tf * 1e12 / kBf16);
+      }
+      LAB_CHECK(cudaFree(x));
+      LAB_CHECK(cudaFree(y));
+    }
+    LAB_CHECK(cudaFree(wb));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 20;
+  bool only_gemm_paths = false;  // --gemm-paths: just the prefill GEMM comparison (short device runs)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
   }
   cudaDeviceProp prop{};
   LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   std::printf("%-34s %10s %10s %8s\n", "kernel", "time_us", "rate", "roofline");
+  if (only_gemm_paths) {
+    gemm_paths(reps);
+    return 0;
+  }
 
-  // ---- GEMV (decode), 9B matrices: ffn gate/up, ffn down, LM head ----
+  // ---- GEMV (decode): every 9B matrix; per-token sum = time of one decode token's GEMVs ----
   struct Shape {
     const char* name;
     size_t rows, cols;
   };
-  const Shape gemv_shapes[] = {
-      {"ffn_up 12288x4096", 12288, 4096}, {"ffn_down 4096x12288", 4096, 12288}, {"lm_head 248320x4096", 248320, 4096}};
-  for (const Shape& sh : gemv_shapes) {
+  struct DecodeShape {
+    const char* name;
+    size_t rows, cols, per_token;  // matrices of this shape in one 9B decode step
+  };
+  const DecodeShape gemv_shapes[] = {
+      {"ffn_up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
+      {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
+      {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
+      {"lm_head 248320x4096", 248320, 4096, 1}};
+  double step_ms[9] = {}, step_bytes = 0;
+  for (const DecodeShape& sh : gemv_shapes) {
     const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
     float* x = device_f32(8 * sh.cols, 3);
     float* y = device_f32(8 * sh.rows, 4);
-    for (size_t n : {size_t{1}, size_t{8}}) {
+    step_bytes += static_cast<double>(sh.per_token * sh.rows * w.row_bytes);
+    for (size_t n : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
       const double ms =
           median_ms(reps, [&](int i) { LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, nullptr)); });
+      step_ms[n] += ms * static_cast<double>(sh.per_token);
       const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
       const double gbs = bytes / (ms * 1e-3) / 1e9;
       std::printf("gemv n=%zu %-25s %10.1f %7.0f GB/s %7.1f%%\n", n, sh.name, ms * 1e3, gbs, 100 * gbs * 1e9 / kHbm);
     }
     LAB_CHECK(cudaFree(x));
     LAB_CHECK(cudaFree(y));
+  }
+  for (size_t n : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
+    const double gbs = step_bytes / (step_ms[n] * 1e-3) / 1e9;
+    std::printf("gemv 9B step n=%zu (%.2f GB, sum)    %10.1f %7.0f GB/s %7.1f%%  -> %.0f tok/s GEMV-only\n", n,
+                step_bytes / 1e9, step_ms[n] * 1e3, gbs, 100 * gbs * 1e9 / kHbm, n / (step_ms[n] * 1e-3));
+  }
+
+  // ---- GEMV launch variants (matmul_fast.h), to pick the default ----
+  for (const DecodeShape& sh : gemv_shapes) {
+    const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
+    float* x = device_f32(8 * sh.cols, 3);
+    float* y = device_f32(8 * sh.rows, 4);
+    for (int v = 0; v < ds::cuda::detail::kGemvVariants; ++v) {
+      for (size_t n : {size_t{1}, size_t{8}}) {
+        const double ms = median_ms(reps, [&](int i) {
+          LAB_CHECK(ds::cuda::detail::gemv_q8_variant(v, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
+        });
+        const double gbs = (static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows)) / (ms * 1e-3) / 1e9;
+        std::printf("gemv v%d n=%zu %-23s %10.1f %7.0f GB/s %7.1f%%\n", v, n, sh.name, ms * 1e3, gbs,
+                    100 * gbs * 1e9 / kHbm);
+      }
+    }
+    LAB_CHECK(cudaFree(x));
+    LAB_CHECK(cudaFree(y));
+  }
+
+  // ---- attention decode (9B: 16 q heads, 4 kv heads, d 256, f32 paged KV, block 16) ----
+  for (size_t kv_len : {size_t{512}, size_t{4096}, size_t{16384}}) {
+    const size_t H = 16, Hkv = 4, d = 256, row = Hkv * d, bs = 16, n_blocks = (kv_len + bs - 1) / bs;
+    float* kp = device_f32(n_blocks * bs * row, 13);
+    float* vp = device_f32(n_blocks * bs * row, 14);
+    float* q = device_f32(2 * H * d, 15);
+    float* out = device_f32(H * d, 16);
+    std::vector<int32_t> table(n_blocks);
+    for (size_t i = 0; i < n_blocks; ++i) table[i] = static_cast<int32_t>(n_blocks - 1 - i);  // reversed pages
+    int32_t* dt = nullptr;
+    LAB_CHECK(cudaMalloc(&dt, n_blocks * sizeof(int32_t)));
+    LAB_CHECK(cudaMemcpy(dt, table.data(), n_blocks * sizeof(int32_t), cudaMemcpyHostToDevice));
+    const ds::cpu::AttentionShape s{1, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+    const ds::cpu::KvPages kv{kp, vp, dt, bs};
+    const double ms = median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::attention_causal(s, q, kv, 0.0625f, out, nullptr)); });
+    const double gbs = 2.0 * kv_len * row * 4 / (ms * 1e-3) / 1e9;
+    std::printf("attn decode kv=%-6zu (1 layer)      %10.1f %7.0f GB/s %7.1f%%\n", kv_len, ms * 1e3, gbs,
+                100 * gbs * 1e9 / kHbm);
+    for (float* p : {kp, vp, q, out}) LAB_CHECK(cudaFree(p));
+    LAB_CHECK(cudaFree(dt));
   }
 
   // ---- GEMM (prefill) on tensor cores ----
@@ -189,6 +297,83 @@ int main(int argc, char** argv) {
       std::printf("gdn prefill %5zu tok (1 layer)     %10.1f %7.0f tok/s\n", T, ms * 1e3, T / (ms * 1e-3));
     }
     for (float* p : {conv, g, beta, state, out}) LAB_CHECK(cudaFree(p));
+  }
+
+  // ---- GDN chunked prefill (UT/WY, chunk 64), one 9B layer ----
+  double prefill_gdn_ms[3] = {}, prefill_attn_ms[2][3] = {};  // for the breakdown below, n = 512 / 2K / 8K
+  for (size_t T : {size_t{512}, size_t{2048}, size_t{8192}}) {
+    const size_t nk = 16, nv = 32, dk = 128, dv = 128, C = 2 * nk * dk + nv * dv;
+    const ds::cuda::GdnShape s{T, nk, nv, dk, dv, C, C};
+    float* conv = device_f32(T * C, 8, -0.09f, 0.09f);
+    float* g = device_f32(T * nv, 9, -1.0f, -0.01f);
+    float* beta = device_f32(T * nv, 10, 0.05f, 0.95f);
+    float* state = device_f32(nv * dk * dv, 11, -0.5f, 0.5f);
+    float* out = device_f32(T * nv * dv, 12);
+    const double ms = median_ms(reps, [&](int) {
+      LAB_CHECK(ds::cuda::gdn_chunked(s, conv, conv + nk * dk, conv + 2 * nk * dk, g, beta, state, out, nullptr));
+    });
+    std::printf("gdn chunked %5zu tok (1 layer)     %10.1f %7.0f tok/s\n", T, ms * 1e3, T / (ms * 1e-3));
+    prefill_gdn_ms[T == 512 ? 0 : T == 2048 ? 1 : 2] = ms;
+    for (float* p : {conv, g, beta, state, out}) LAB_CHECK(cudaFree(p));
+  }
+
+  // ---- attention prefill (tiled, f32), one 9B layer: 16 q heads, 4 kv heads, d 256, blocks of 16 ----
+  for (size_t T : {size_t{512}, size_t{2048}, size_t{8192}}) {
+    const size_t H = 16, Hkv = 4, d = 256, bs = 16, row = Hkv * d, n_blocks = T / bs;
+    const ds::cuda::AttentionShape s{T, T, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+    float* q = device_f32(T * 2 * H * d, 13, -1.0f, 1.0f);
+    float* k = device_f32(T * row, 14, -1.0f, 1.0f);
+    float* v = device_f32(T * row, 15, -1.0f, 1.0f);
+    float* out = device_f32(T * H * d, 16);
+    std::vector<int32_t> table(n_blocks);
+    for (size_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    int32_t* dtable = nullptr;
+    LAB_CHECK(cudaMalloc(&dtable, n_blocks * sizeof(int32_t)));
+    LAB_CHECK(cudaMemcpy(dtable, table.data(), n_blocks * sizeof(int32_t), cudaMemcpyHostToDevice));
+    const ds::cuda::KvPages kv{k, v, dtable, bs};
+    const double flop = 4.0 * d * H * (static_cast<double>(T) * (T + 1) / 2);
+    for (bool tc : {false, true}) {
+      const double ms = median_ms(std::max(3, reps / 4), [&](int) {
+        const auto f = tc ? ds::cuda::attention_prefill_tc : ds::cuda::attention_prefill;
+        LAB_CHECK(f(s, q, kv, 0.0625f, out, nullptr));
+      });
+      std::printf("attn prefill %s %5zu tok (1 layer) %10.1f %6.1f TFLOP/s\n", tc ? "tc " : "f32", T, ms * 1e3,
+                  flop / (ms * 1e-3) * 1e-12);
+      prefill_attn_ms[tc ? 1 : 0][T == 512 ? 0 : T == 2048 ? 1 : 2] = ms;
+    }
+    for (float* p : {q, k, v, out}) LAB_CHECK(cudaFree(p));
+    LAB_CHECK(cudaFree(dtable));
+  }
+
+  // ---- 9B prefill step by layer kind (default bf16 path): kernel time of every GEMM of the step
+  // (tensor cores, dequantization included), 24 chunked GDN layers and 8 attention layers. What a
+  // model-level prefill takes beyond their sum is "other" (norms, conv, gates, rope, KV writes). ----
+  struct StepShape {
+    const char* name;
+    size_t rows, cols, per_step;
+  };
+  const StepShape step_shapes[] = {{"ffn gate/up", 12288, 4096, 64}, {"ffn_down", 4096, 12288, 32},
+                                   {"qkv/attn_q", 8192, 4096, 32},   {"gate/out/o", 4096, 4096, 56},
+                                   {"attn_k/v", 1024, 4096, 16},     {"ssm_alpha/beta", 32, 4096, 48}};
+  const size_t step_tokens[3] = {512, 2048, 8192};
+  for (int ti = 0; ti < 3; ++ti) {
+    const size_t n = step_tokens[ti];
+    double gemm_ms = 0;
+    for (const StepShape& sh : step_shapes) {
+      const Q8Matrix w(sh.rows, sh.cols, size_t{128} << 20);
+      float* x = device_f32(n * sh.cols, 3);
+      float* y = device_f32(n * sh.rows, 4);
+      gemm_ms += sh.per_step * median_ms(3, [&](int i) {
+        LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
+                                   nullptr));
+      });
+      LAB_CHECK(cudaFree(x));
+      LAB_CHECK(cudaFree(y));
+    }
+    const double gdn = 24 * prefill_gdn_ms[ti], attn = 8 * prefill_attn_ms[1][ti];
+    std::printf("prefill step %5zu tok (9B kernels)  gemm %.1f ms, gdn %.1f ms, attention(tc) %.1f ms, sum %.1f ms "
+                "(%.0f tok/s)\n",
+                n, gemm_ms, gdn, attn, gemm_ms + gdn + attn, n / ((gemm_ms + gdn + attn) * 1e-3));
   }
   return 0;
 }

@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/gguf.h"
 #include "tools/synth/gguf_stream.h"
+#include "tools/synth/tokenizer_keys.h"
 
 namespace ds::synth {
 namespace {
@@ -111,8 +113,14 @@ void add_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed) {
   w.add_u32(a + "ssm.group_count", s.ssm_n_group);
   w.add_u32(a + "ssm.time_step_rank", s.ssm_dt_rank);
   w.add_u32(a + "ssm.inner_size", s.ssm_dt_rank * s.ssm_d_state);
-  // No tokenizer.* keys: a vocabulary that does not match n_vocab would make the tokenizer
-  // loader reject the file, and the benchmarks feed token ids directly.
+}
+
+void add_tokenizer(GgufStreamWriter& w, const SynthShape& s, const std::string& tokenizer_from) {
+  if (tokenizer_from.empty()) {
+    add_builtin_tokenizer(w, s.n_vocab);
+  } else {
+    add_tokenizer_from(w, GgufFile::open(tokenizer_from), s.n_vocab);  // copies out before the file unmaps
+  }
 }
 
 // Worker loop: takes items off a shared counter; each thread owns its scratch buffers.
@@ -140,11 +148,13 @@ void run_items(const GgufStreamWriter& w, const std::vector<TensorPlan>& plan, c
 
 }  // namespace
 
-SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads) {
+SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads,
+                              const std::string& tokenizer_from) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<TensorPlan> plan = plan_tensors(shape);
   GgufStreamWriter w;
   add_metadata(w, shape, seed);
+  add_tokenizer(w, shape, tokenizer_from);
   SynthSummary sum;
   for (const TensorPlan& p : plan) {
     const StreamTensor& t = w.tensors()[w.add_tensor(p.name, p.type, p.ne)];

@@ -18,7 +18,11 @@ struct SynthSummary {
   double seconds = 0;
 };
 
-// Threads <= 0: one per hardware thread. Throws ds::FormatError on I/O failure.
-SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads);
+// Threads <= 0: one per hardware thread. `tokenizer_from`: a GGUF whose tokenizer.* keys are
+// copied (padded to the shape's vocabulary); empty: the built-in minimal tokenizer (see
+// tokenizer_keys.h). Throws ds::FormatError on I/O failure and ds::ConfigError for an unusable
+// tokenizer source, in which case `path` is not created.
+SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads,
+                              const std::string& tokenizer_from = {});
 
 }  // namespace ds::synth

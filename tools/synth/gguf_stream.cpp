@@ -19,9 +19,46 @@ void put(std::vector<uint8_t>& out, T v) {
   std::memcpy(out.data() + at, &v, sizeof(T));
 }
 
-void put_string(std::vector<uint8_t>& out, const std::string& s) {
+void put_string(std::vector<uint8_t>& out, std::string_view s) {
   put<uint64_t>(out, s.size());
   out.insert(out.end(), s.begin(), s.end());
+}
+
+// Bytes of one element of a non-string scalar type (GGUF v3 encodes them little-endian).
+size_t scalar_bytes(GgufType t) {
+  switch (t) {
+    case GgufType::UINT8:
+    case GgufType::INT8:
+    case GgufType::BOOL: return 1;
+    case GgufType::UINT16:
+    case GgufType::INT16: return 2;
+    case GgufType::UINT32:
+    case GgufType::INT32:
+    case GgufType::FLOAT32: return 4;
+    case GgufType::UINT64:
+    case GgufType::INT64:
+    case GgufType::FLOAT64: return 8;
+    default: throw FormatError(std::string("GgufStreamWriter: no scalar size for type ") + gguf_type_name(t));
+  }
+}
+
+// A scalar GgufValue in its own type's encoding (the reader widened it to u64 / i64 / f64).
+void put_scalar(std::vector<uint8_t>& out, const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::UINT8:
+    case GgufType::BOOL: put(out, static_cast<uint8_t>(v.u64)); break;
+    case GgufType::INT8: put(out, static_cast<int8_t>(v.i64)); break;
+    case GgufType::UINT16: put(out, static_cast<uint16_t>(v.u64)); break;
+    case GgufType::INT16: put(out, static_cast<int16_t>(v.i64)); break;
+    case GgufType::UINT32: put(out, static_cast<uint32_t>(v.u64)); break;
+    case GgufType::INT32: put(out, static_cast<int32_t>(v.i64)); break;
+    case GgufType::UINT64: put(out, v.u64); break;
+    case GgufType::INT64: put(out, v.i64); break;
+    case GgufType::FLOAT32: put(out, static_cast<float>(v.f64)); break;
+    case GgufType::FLOAT64: put(out, v.f64); break;
+    case GgufType::STRING: put_string(out, v.str); break;
+    default: throw FormatError("GgufStreamWriter: cannot encode a value of type " + v.type_string());
+  }
 }
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -67,6 +104,50 @@ void GgufStreamWriter::add_i32_array(const std::string& key, const std::vector<i
   put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::INT32));
   put<uint64_t>(kv_bytes_, v.size());
   for (int32_t x : v) put(kv_bytes_, x);
+  ++n_kv_;
+}
+
+void GgufStreamWriter::add_f32_array(const std::string& key, const std::vector<float>& v) {
+  put_string(kv_bytes_, key);
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::ARRAY));
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::FLOAT32));
+  put<uint64_t>(kv_bytes_, v.size());
+  for (float x : v) put(kv_bytes_, x);
+  ++n_kv_;
+}
+
+void GgufStreamWriter::add_bool(const std::string& key, bool v) {
+  put_string(kv_bytes_, key);
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::BOOL));
+  put<uint8_t>(kv_bytes_, v ? 1 : 0);
+  ++n_kv_;
+}
+
+void GgufStreamWriter::add_string_array(const std::string& key, const std::vector<std::string_view>& v) {
+  put_string(kv_bytes_, key);
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::ARRAY));
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::STRING));
+  put<uint64_t>(kv_bytes_, v.size());
+  for (std::string_view s : v) put_string(kv_bytes_, s);
+  ++n_kv_;
+}
+
+void GgufStreamWriter::add_value(const std::string& key, const GgufValue& v) {
+  std::vector<uint8_t> body;
+  put<uint32_t>(body, static_cast<uint32_t>(v.type));
+  if (v.type != GgufType::ARRAY) {
+    put_scalar(body, v);
+  } else {
+    put<uint32_t>(body, static_cast<uint32_t>(v.elem_type));
+    put<uint64_t>(body, v.count);
+    if (v.elem_type == GgufType::STRING) {
+      for (std::string_view s : v.strings) put_string(body, s);
+    } else {  // raw little-endian elements, exactly as they were read
+      body.insert(body.end(), v.array_data, v.array_data + v.count * scalar_bytes(v.elem_type));
+    }
+  }
+  put_string(kv_bytes_, key);  // only after the value encoded: a failure leaves no half key
+  kv_bytes_.insert(kv_bytes_.end(), body.begin(), body.end());
   ++n_kv_;
 }
 

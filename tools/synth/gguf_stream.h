@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/ggml_types.h"
+#include "common/gguf.h"
 
 namespace ds::synth {
 
@@ -35,6 +37,11 @@ class GgufStreamWriter {
   void add_f32(const std::string& key, float v);
   void add_string(const std::string& key, const std::string& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_bool(const std::string& key, bool v);
+  void add_string_array(const std::string& key, const std::vector<std::string_view>& v);
+  // Re-encodes a value read by GgufFile (any scalar, string or non-nested array) unchanged.
+  void add_value(const std::string& key, const GgufValue& v);
   // Returns the tensor's index; its offset is fixed from here on.
   size_t add_tensor(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne);
 

@@ -178,6 +178,9 @@ StageCache::Seq& StageCache::place_managed(const SeqStep& step, const SeqCache& 
   s.slot = c.state_slot;
   s.table.assign(c.block_ids.begin(), c.block_ids.end());
   s.n_past = step.start_pos;
+  // A prefix-cache hit shares blocks whose MTP rows the earlier owner wrote (when it
+  // speculated; else they are stale, which only lowers draft quality, never the output).
+  s.mtp_n_past = step.start_pos;
   slot_owner_[c.state_slot] = step.seq_id;
   if (c.load_snapshot) {
     states_.load(*c.load_snapshot, s.slot);

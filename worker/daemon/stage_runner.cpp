@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "worker/daemon/stage_spec.h"
 
 namespace ds {
 namespace v1 = ipc::v1;
@@ -87,6 +88,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
   }
   if (tokens != total_tokens(plan)) throw FormatError("plan: token_ids length != sum of n_tokens");
   validate_placement(plan);
+  validate_speculation(plan);
   if (rows != static_cast<uint64_t>(plan.logit_rows_size()) || rows != static_cast<uint64_t>(plan.random_u_size())) {
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
@@ -110,7 +112,7 @@ void StageRunner::remember_sampling(const v1::StepPlan& plan) {
   }
 }
 
-StepInput StageRunner::build_input(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                                    std::vector<float>* hidden_storage) const {
   StepInput in;
   int tok = 0, row = 0, block = 0;
@@ -135,20 +137,26 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, const std::vector<u
     row += static_cast<int>(plan.n_logit_rows(i));
     in.seqs.push_back(std::move(s));
   }
+  apply_speculation_columns(plan, &in);
   if (!model_->is_first()) {
     const uint64_t want = total_tokens(plan) * shape_.n_embd * sizeof(float);
     if (hidden_bytes.size() != want) {
       throw FormatError("hidden chunk has " + std::to_string(hidden_bytes.size()) + " bytes, expected " + std::to_string(want));
     }
-    // Copied into float storage: the transport buffer carries no alignment guarantee.
-    hidden_storage->resize(hidden_bytes.size() / sizeof(float));
-    std::memcpy(hidden_storage->data(), hidden_bytes.data(), hidden_bytes.size());
-    in.hidden = hidden_storage->data();
+    if (reinterpret_cast<uintptr_t>(hidden_bytes.data()) % alignof(float) == 0) {
+      // Read in place (a page-aligned ring slot or an allocator's buffer): no copy.
+      in.hidden = reinterpret_cast<const float*>(hidden_bytes.data());
+    } else {
+      // Copied into float storage: this transport buffer carries no alignment guarantee.
+      hidden_storage->resize(hidden_bytes.size() / sizeof(float));
+      std::memcpy(hidden_storage->data(), hidden_bytes.data(), hidden_bytes.size());
+      in.hidden = hidden_storage->data();
+    }
   }
   return in;
 }
 
-StageOutputMessage StageRunner::run(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                                     const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
   const uint64_t received = now_us();
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
@@ -180,6 +188,15 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, const std::vector<
   remember_sampling(plan);
   v1::StepResult* result = msg.env.mutable_step_result();
   pack_result(plan, out, result, &msg.bulk);
+  if (plan_speculates(plan)) {
+    if (!spec_) spec_ = std::make_unique<SpecDecoder>(*model_, shape_.n_embd, shape_.n_vocab);
+    run_speculation(plan, out, shape_.n_embd, shape_.n_vocab,
+                    [this](uint64_t id) {
+                      const auto it = sampling_.find(id);
+                      return it == sampling_.end() ? SamplingRule{} : it->second.params;
+                    },
+                    spec_.get(), result);
+  }
   *result->mutable_timings() = timings;
   *result->add_timings() = mine;
   return msg;
@@ -229,6 +246,7 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
 void StageRunner::drop(const v1::DropSequences& drop) {
   if (drop.all()) {
     model_->drop_all();
+    if (spec_) spec_->forget_all();
     sampling_.clear();
     live_.clear();
     return;
@@ -238,6 +256,7 @@ void StageRunner::drop(const v1::DropSequences& drop) {
 
 void StageRunner::forget(uint64_t seq_id) {
   model_->drop_sequence(seq_id);
+  if (spec_) spec_->forget(seq_id);
   sampling_.erase(seq_id);
   live_.erase(seq_id);
 }

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/ipc/protocol.h"  // v1 messages
 #include "common/sampling.h"      // SamplingRule, digest_logits
+#include "worker/speculation.h"   // SpecDecoder (last stage, speculating plans)
 #include "worker/stage_model.h"   // StageModel, StepInput, StepOutput
 
 namespace ds {
@@ -33,10 +35,12 @@ class StageRunner {
  public:
   StageRunner(std::unique_ptr<StageModel> model, StageShape shape);
 
-  // Runs `plan` with the previous stage's hidden states (`hidden_bytes` empty on stage 0).
+  // Runs `plan` with the previous stage's hidden states (`hidden_bytes` empty on stage 0; read
+  // in place when float-aligned, e.g. a shared-memory ring slot, so they must stay valid until
+  // run() returns).
   // `timings` are the earlier stages' timings. Throws ds::FormatError when the plan or the
   // chunk is inconsistent, or whatever the model throws on invalid input.
-  StageOutputMessage run(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+  StageOutputMessage run(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                          const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings);
 
   void drop(const ipc::v1::DropSequences& drop);
@@ -49,7 +53,7 @@ class StageRunner {
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);
   void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
-  StepInput build_input(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden_bytes,
+  StepInput build_input(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                         std::vector<float>* hidden_storage) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
@@ -58,6 +62,7 @@ class StageRunner {
   StageShape shape_;
   std::unordered_map<uint64_t, SeqSampling> sampling_;  // last stage only
   std::unordered_map<uint64_t, uint32_t> live_;         // seq id -> positions held
+  std::unique_ptr<SpecDecoder> spec_;                   // last stage, created by the first speculating plan
 };
 
 // Checks the column arrays of a plan against each other. Throws ds::FormatError.

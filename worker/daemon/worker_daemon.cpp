@@ -1,5 +1,7 @@
 // Worker event loop (see worker_daemon.h).
 #include "worker/daemon/worker_daemon.h"
+#include "worker/daemon/pinned_ring.h"
+#include "common/byte_size.h"
 #include "common/log.h"
 
 #include <unistd.h>
@@ -20,10 +22,34 @@ uint64_t random_instance_id() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
 }
 
+// The capacity the coordinator plans with: the pools as allocated (zeros when self-managed).
+void report_pools(const LoadedStage& loaded, v1::Ready* ready) {
+  const CacheGeometry& g = loaded.pools.geometry;
+  if (!g.managed()) return;
+  ready->set_kv_block_size(g.block_size);
+  ready->set_kv_blocks(g.num_blocks);
+  ready->set_state_slots(g.max_seqs);
+  ready->set_state_snapshots(g.num_snapshots);
+  ready->set_cache_bytes(loaded.pools.bytes);
+  ready->set_cache_budget_bytes(loaded.pool_budget_bytes);
+  ds::log::info("worker", ds::log::Msg() << "pools: " << g.num_blocks << " KV blocks of " << g.block_size << " tokens, "
+                                         << g.max_seqs << " state slots, " << g.num_snapshots << " snapshots = "
+                                         << format_bytes(loaded.pools.bytes) << " of a " << format_bytes(loaded.pool_budget_bytes)
+                                         << " budget");
+}
+
+// Flags this stage's timing (the last one) as fed through a shared-memory ring.
+void mark_shm_input(v1::Envelope* env) {
+  auto* timings = env->has_stage_forward() ? env->mutable_stage_forward()->mutable_timings()
+                                           : env->mutable_step_result()->mutable_timings();
+  if (!timings->empty()) timings->Mutable(timings->size() - 1)->set_input_from_shm(true);
+}
+
 }  // namespace
 
 WorkerDaemon::WorkerDaemon(WorkerOptions options, StageLoader loader)
-    : options_(std::move(options)), loader_(std::move(loader)), instance_id_(random_instance_id()) {
+    : options_(std::move(options)), loader_(std::move(loader)), instance_id_(random_instance_id()),
+      hidden_in_(pinned_ring_hooks(options_)) {
   control_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kDealer, options_.coordinator);
   heartbeat_ = std::make_unique<HeartbeatThread>(ctx_, options_.coordinator, options_.rank, instance_id_,
                                                  options_.heartbeat_ms, stats_);
@@ -121,11 +147,27 @@ void WorkerDaemon::on_data(const ipc::Received& msg) {
     return;
   }
   const v1::StageForward& fwd = msg.env.stage_forward();
-  if (fwd.hidden().dtype() != v1::DTYPE_F32 || fwd.hidden().nbytes() != msg.bulk.size()) {
-    report_step_error(fwd.plan(), "hidden chunk is not f32 or its size does not match its descriptor");
+  const v1::HiddenChunk& chunk = fwd.hidden();
+  // Hands the chunk's ring slot back to the previous stage (a no-op for inline chunks, and safe
+  // twice: a slot is only freed while it still holds this chunk's message).
+  auto input_done = [this, &chunk] { return hidden_in_.release(chunk); };
+  if (fwd.plan().epoch() < epoch_) {
+    input_done();
+    ds::log::warn("worker", ds::log::Msg() << "discarded stale plan " << fwd.plan().plan_id());
     return;
   }
-  handle_step(fwd.plan(), msg.bulk, fwd.timings());
+  std::span<const uint8_t> hidden;
+  try {
+    if (chunk.dtype() != v1::DTYPE_F32) throw std::runtime_error("hidden chunk is not f32");
+    hidden = hidden_in_.resolve(chunk, msg.bulk);
+  } catch (const std::exception& e) {
+    // Not handed back: an inconsistent descriptor may name a slot another message holds. A
+    // slot leaked this way costs the sender a wait and an inline send per lap of the ring,
+    // until the next recovery gives it a fresh ring.
+    report_step_error(fwd.plan(), std::string("bad hidden chunk: ") + e.what());
+    return;
+  }
+  handle_step(fwd.plan(), hidden, fwd.timings(), input_done, chunk.has_shm());
 }
 
 void WorkerDaemon::handle_assign(const v1::Assign& assign) {
@@ -144,24 +186,28 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
     if (!backend_available(options_.backend)) {
       throw std::runtime_error("the " + options_.backend + " backend is not available in this build or on this machine");
     }
-    StageShape shape;
-    shape.rank = options_.rank;
-    uint64_t weight_bytes = 0;
     const int threads = assign.n_threads() != 0 ? static_cast<int>(assign.n_threads()) : options_.threads;
-    std::unique_ptr<StageModel> model = loader_(assign, options_, threads, &shape, &weight_bytes);
-    if (assign.memory_budget_bytes() != 0 && weight_bytes > assign.memory_budget_bytes()) {
-      throw std::runtime_error("slice needs " + std::to_string(weight_bytes) + " bytes of weights, budget is " +
+    LoadedStage loaded = loader_(assign, options_, threads);
+    if (!loaded.model) throw std::runtime_error("the loader returned no stage");
+    loaded.shape.rank = options_.rank;
+    if (assign.memory_budget_bytes() != 0 && loaded.weight_bytes > assign.memory_budget_bytes()) {
+      throw std::runtime_error("slice needs " + std::to_string(loaded.weight_bytes) + " bytes of weights, budget is " +
                                std::to_string(assign.memory_budget_bytes()));
     }
     if (!assign.is_first()) data_in_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPull, assign.data_bind_endpoint());
-    if (!assign.is_last()) data_out_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPush, assign.next_stage_endpoint());
-    runner_ = std::make_unique<StageRunner>(std::move(model), shape);
+    if (!assign.is_last()) {
+      data_out_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPush, assign.next_stage_endpoint());
+      hidden_out_ = make_hidden_sender(assign.next_stage_endpoint());
+    }
+    runner_ = std::make_unique<StageRunner>(std::move(loaded.model), loaded.shape);
     ready->set_ok(true);
-    ready->set_weight_bytes(weight_bytes);
+    ready->set_weight_bytes(loaded.weight_bytes);
+    report_pools(loaded, ready);
   } catch (const std::exception& e) {
     ready->set_ok(false);
     ready->set_error(e.what());
     data_in_.reset();
+    hidden_out_.reset();
     data_out_.reset();
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
@@ -178,8 +224,22 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   }
 }
 
+// The sender of this stage's hidden states: a shared-memory ring when the next stage is on this
+// host (ipc://) and not forced inline; named per (run, stage pair) so a restart recreates it.
+std::unique_ptr<ipc::HiddenSender> WorkerDaemon::make_hidden_sender(const std::string& next_endpoint) {
+  ipc::HiddenTransport mode = ipc::HiddenTransport::kAuto;
+  ipc::parse_hidden_transport(options_.hidden_transport, &mode);
+  const bool ring = ipc::uses_shm_ring(mode, next_endpoint);
+  ds::log::info("worker", ds::log::Msg() << "hidden states to the next stage: " << (ring ? "shared-memory ring" : "inline"));
+  return std::make_unique<ipc::HiddenSender>(*data_out_, ring ? ipc::shm_ring_name(next_endpoint) : std::string(),
+                                             ipc::HiddenRingOptions{}, instance_id_);
+}
+
 void WorkerDaemon::handle_drop(const v1::DropSequences& drop) {
   if (runner_) runner_->drop(drop);
+  // A new epoch means a recovery: every older message is discarded, and a restarted next stage
+  // never hands back the slots its predecessor held, so the next chunk starts a fresh ring.
+  if (hidden_out_ && drop.epoch() > epoch_) hidden_out_->restart();
   epoch_ = std::max(epoch_, drop.epoch());
   stats_.n_sequences = runner_ ? static_cast<uint32_t>(runner_->n_sequences()) : 0;
   v1::Envelope reply;
@@ -201,24 +261,35 @@ void WorkerDaemon::report_step_error(const v1::StepPlan& plan, const std::string
   send_to_coordinator(env);
 }
 
-void WorkerDaemon::handle_step(const v1::StepPlan& plan, const std::vector<uint8_t>& hidden,
-                               const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
-  if (!runner_) return report_step_error(plan, "worker has no loaded stage");
+void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t> hidden,
+                               const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
+                               const std::function<bool()>& input_done, bool input_from_shm) {
+  auto finish_input = [&input_done] { return !input_done || input_done(); };
+  if (!runner_) {
+    finish_input();
+    return report_step_error(plan, "worker has no loaded stage");
+  }
   if (plan.epoch() < epoch_) {
     // Left over from before a recovery: its sequences were dropped and will be re-prefilled.
+    finish_input();
     ds::log::warn("worker", ds::log::Msg() << "discarded stale plan " << plan.plan_id());
     return;
   }
   stats_.busy_since_ms = steady_now_ms();
   try {
     StageOutputMessage out = runner_->run(plan, hidden, timings);
-    if (data_out_) {
-      if (!data_out_->send(out.env, out.bulk)) report_step_error(plan, "next stage queue full");
+    // The forward has consumed its input (uploaded it, on CUDA): the slot goes back now, and
+    // the output is only trusted when the slot still held our chunk throughout.
+    if (!finish_input()) throw std::runtime_error("input ring slot was overwritten while being read");
+    if (input_from_shm) mark_shm_input(&out.env);
+    if (hidden_out_) {
+      if (!hidden_out_->send(std::move(out.env), out.bulk)) report_step_error(plan, "next stage queue full");
     } else {
       send_to_coordinator(out.env, out.bulk);
     }
     ++stats_.steps_done;
   } catch (const std::exception& e) {
+    finish_input();
     report_step_error(plan, e.what());
   }
   stats_.busy_since_ms = 0;

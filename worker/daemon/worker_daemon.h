@@ -12,6 +12,8 @@
 #include <string>
 
 #include "common/ipc/channel.h"
+#include "common/ipc/hidden_transport.h"
+#include "worker/cache/pool_sizing.h"
 #include "worker/daemon/heartbeat.h"
 #include "worker/daemon/service_notifier.h"
 #include "worker/daemon/stage_runner.h"
@@ -19,16 +21,24 @@
 
 namespace ds {
 
-// Loads the stage an Assign names. Fills `shape` (n_embd, n_vocab) and `weight_bytes`; throws
-// std::exception with the reason when it cannot.
-using StageLoader = std::function<std::unique_ptr<StageModel>(const ipc::v1::Assign& assign,
-                                                              const WorkerOptions& options, int n_threads,
-                                                              StageShape* shape, uint64_t* weight_bytes)>;
+// What loading an Assign's slice produced.
+struct LoadedStage {
+  std::unique_ptr<StageModel> model;
+  StageShape shape;               // n_embd, n_vocab (rank is filled by the daemon)
+  uint64_t weight_bytes = 0;      // weights of the slice
+  PoolSizing pools;               // the pools allocated at load (num_blocks 0: self-managed, they grow)
+  uint64_t pool_budget_bytes = 0; // the memory budget the pools were sized against (0: not sized)
+};
+
+// Loads the stage an Assign names, sizing its pools (Assign.cache_sizing). Throws
+// std::exception with the reason when it cannot (including pools that do not fit).
+using StageLoader = std::function<LoadedStage(const ipc::v1::Assign& assign, const WorkerOptions& options, int n_threads)>;
 
 // The production loader: mmaps the GGUF and loads the slice on the worker's backend (CPU, or
-// CUDA when built with it), checking a CUDA slice against the GPU memory budget first.
-std::unique_ptr<StageModel> load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& options,
-                                            int n_threads, StageShape* shape, uint64_t* weight_bytes);
+// CUDA when built with it). Pool budget: --memory-budget (cpu default min(4 GiB, RAM/4)); on
+// cuda the --gpu-memory-fraction share of the GPU (at most what is free) less the weights and
+// --gpu-workspace-reserve.
+LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& options, int n_threads);
 
 // Whether this build and machine can run `backend` ("cpu" always; "cuda" with a GPU).
 bool backend_available(const std::string& backend);
@@ -47,8 +57,13 @@ class WorkerDaemon {
   void on_data(const ipc::Received& msg);
   void handle_assign(const ipc::v1::Assign& assign);
   void handle_drop(const ipc::v1::DropSequences& drop);
-  void handle_step(const ipc::v1::StepPlan& plan, const std::vector<uint8_t>& hidden,
-                   const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings);
+  std::unique_ptr<ipc::HiddenSender> make_hidden_sender(const std::string& next_endpoint);
+  // `input_done` (stages after the first) hands the input's ring slot back; false means the
+  // slot was overwritten while being read, so the output must not be sent on.
+  // `input_from_shm` marks this stage's timing (StageTiming.input_from_shm).
+  void handle_step(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden,
+                   const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
+                   const std::function<bool()>& input_done = {}, bool input_from_shm = false);
   void report_step_error(const ipc::v1::StepPlan& plan, const std::string& why);
   bool drain(ipc::ZmqChannel& channel, bool is_data);
 
@@ -61,6 +76,8 @@ class WorkerDaemon {
   std::unique_ptr<ipc::ZmqChannel> control_;
   std::unique_ptr<ipc::ZmqChannel> data_in_;   // stages after the first
   std::unique_ptr<ipc::ZmqChannel> data_out_;  // stages before the last
+  std::unique_ptr<ipc::HiddenSender> hidden_out_;  // over data_out_: shm ring (same host) or inline
+  ipc::HiddenReceiver hidden_in_;                  // resolves data_in_'s chunks (ring slot or inline)
   std::unique_ptr<StageRunner> runner_;
   std::optional<ipc::v1::Assign> assign_;
   WorkerStats stats_;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/byte_size.h"
 #include "common/option_file.h"
 
 extern char** environ;
@@ -22,7 +24,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: deltaserve-worker --coordinator ENDPOINT --rank R [--backend cpu|cuda] [--device N]\n"
     "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
-    "                         [--log-format text|json]\n"
+    "                         [--memory-budget SIZE] [--gpu-workspace-reserve SIZE] [--log-format text|json]\n"
+    "                         [--prefill-precision bf16|f32]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
@@ -32,7 +35,13 @@ constexpr const char* kUsage =
     "  --hostname      host other stages reach this worker at (tcp; default: gethostname)\n"
     "  --config        a file of `name = value` lines (also DELTASERVE_WORKER_CONFIG)\n"
     "  --gpu-memory-fraction  share of the GPU memory for weights + KV/state pools (default 0.9)\n"
+    "  --memory-budget SIZE  most bytes for the KV/state pools, e.g. 512M, 8G (default: cpu\n"
+    "                  min(4G, RAM/4); cuda: only the GPU budget)\n"
+    "  --gpu-workspace-reserve SIZE  cuda: device memory kept free for step workspaces (default 2G)\n"
     "  --log-format    text (default) or json: one JSON object per stderr line\n"
+    "  --hidden-transport  auto (default: shared-memory ring to a next stage on this host) or inline\n"
+    "  --prefill-precision  cuda: bf16 (default: tensor cores, f32 accumulation) or f32 (SIMT);\n"
+    "                  the cpu backend accepts both and always computes in f32\n"
     "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"
     "precedence: flag > environment > config file > default.\n";
 
@@ -60,6 +69,10 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"heartbeat-ms", [o](const std::string& v) { return parse_number(v, &o->heartbeat_ms) && o->heartbeat_ms >= 10; }},
       {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
       {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
+      {"hidden-transport", [o](const std::string& v) { o->hidden_transport = v; return v == "auto" || v == "inline"; }},
+      {"prefill-precision", [o](const std::string& v) { o->prefill_precision = v; return v == "bf16" || v == "f32"; }},
+      {"memory-budget", [o](const std::string& v) { return parse_byte_size(v, &o->memory_budget_bytes) && o->memory_budget_bytes > 0; }},
+      {"gpu-workspace-reserve", [o](const std::string& v) { return parse_byte_size(v, &o->gpu_workspace_reserve_bytes); }},
       {"gpu-memory-fraction", [o](const std::string& v) {
          return parse_number(v, &o->gpu_memory_fraction) && o->gpu_memory_fraction > 0 && o->gpu_memory_fraction <= 1;
        }},
@@ -153,10 +166,22 @@ bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string
   return true;
 }
 
+uint64_t default_cpu_pool_budget(uint64_t ram) {
+  constexpr uint64_t kCap = 4ull << 30;
+  return ram == 0 ? kCap : std::min(kCap, ram / 4);
+}
+
+uint64_t physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
 std::string describe(const WorkerOptions& o) {
   std::ostringstream s;
   s << "rank=" << o.rank << " coordinator=" << o.coordinator << " backend=" << o.backend << " device=" << o.device
-    << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " log_format=" << o.log_format;
+    << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " memory_budget="
+    << (o.memory_budget_bytes ? format_bytes(o.memory_budget_bytes) : std::string("default")) << " log_format=" << o.log_format
+    << " hidden_transport=" << o.hidden_transport << " prefill_precision=" << o.prefill_precision;
   return s.str();
 }
 

@@ -15,12 +15,32 @@ struct WorkerOptions {
   int heartbeat_ms = 200;         // heartbeat period
   std::string hostname;           // advertised host for tcp data endpoints (default: gethostname)
   double gpu_memory_fraction = 0.9;  // cuda: share of the GPU's memory weights + caches may use
+  // cuda: device memory left free for the model's step workspace (activations, logits) and
+  // small control buffers, which grow with the step size after the pools are allocated.
+  uint64_t gpu_workspace_reserve_bytes = 2ull << 30;
+  // The most bytes the KV / GDN state pools may take. 0 = the default: on cpu a quarter of
+  // physical RAM, at most 4 GiB (default_cpu_pool_budget); on cuda no cap beyond the GPU budget.
+  uint64_t memory_budget_bytes = 0;
   std::string log_format = "text";   // text | json (see common/log.h)
+  // Hidden states to the next stage: "auto" = a shared-memory ring when it is on this host
+  // (ipc:// data endpoint), inline in the ZeroMQ message otherwise; "inline" = always inline.
+  std::string hidden_transport = "auto";
+  // cuda: "bf16" (default) runs Q8_0 prefill products and prefill attention on bf16 tensor
+  // cores with f32 accumulation; "f32" keeps them on f32 SIMT (CudaBackendOptions::bf16_prefill).
+  // The cpu backend accepts both and always computes in f32.
+  std::string prefill_precision = "bf16";
 };
 
 // Parses argv. Returns false and fills `error` (usage included) on bad flags; `help` is set
 // when --help was asked for.
 bool parse_worker_options(int argc, char** argv, WorkerOptions* out, std::string* error, bool* help);
+
+// The cpu pool budget when --memory-budget is not given: min(4 GiB, physical_ram / 4). Fixed
+// and explicit (not "what is free now") so a restarted worker sizes like its predecessor.
+uint64_t default_cpu_pool_budget(uint64_t physical_ram_bytes);
+
+// Physical RAM of this host (0 when unknown).
+uint64_t physical_ram_bytes();
 
 // One line for the startup log.
 std::string describe(const WorkerOptions& options);

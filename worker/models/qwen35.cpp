@@ -291,8 +291,14 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
       if (p.capture >= 0) st.capture_conv(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
     }
   }
-  for (size_t head = 0; head < 2 * nk; ++head) {  // L2-normalize every q and k head in place
-    be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
+  // L2-normalize every q and k head in place: the 2*nk heads of a token are contiguous rows of
+  // dk, so decode steps (few tokens) take one launch per token instead of one per head.
+  if (T < 2 * nk) {
+    for (size_t t = 0; t < T; ++t) be_->l2_norm(conv + t * C, dk, cfg_.rms_eps, 2 * nk, dk, conv + t * C, dk);
+  } else {
+    for (size_t head = 0; head < 2 * nk; ++head) {
+      be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
+    }
   }
   for (const SeqSpan& s : spans) {
     for (const GdnPiece& p : gdn_pieces(s)) {

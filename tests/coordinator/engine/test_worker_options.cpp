@@ -56,5 +56,70 @@ TEST(WorkerOptions, BadValuesAreRejectedWithTheirSource) {
   EXPECT_FALSE(parse({"--config", "/nonexistent/worker.conf", "--rank", "0"}, &o, &error));
 }
 
+TEST(WorkerOptions, MemoryBudgetTakesByteSizesAndHasAnExplicitDefault) {
+  WorkerOptions o;
+  std::string error;
+  EXPECT_EQ(o.memory_budget_bytes, 0u);  // 0 = the documented default below
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--memory-budget", "3M"}, &o, &error)) << error;
+  EXPECT_EQ(o.memory_budget_bytes, 3u << 20);
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--gpu-workspace-reserve=512M"}, &o, &error)) << error;
+  EXPECT_EQ(o.gpu_workspace_reserve_bytes, 512u << 20);
+  for (const char* bad : {"0", "1.5G", "lots", ""}) {
+    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--memory-budget", bad}, &o, &error)) << bad;
+    EXPECT_NE(error.find("memory-budget"), std::string::npos) << error;
+  }
+  // A quarter of RAM, at most 4 GiB (and 4 GiB when RAM is unknown).
+  EXPECT_EQ(default_cpu_pool_budget(8ull << 30), 2ull << 30);
+  EXPECT_EQ(default_cpu_pool_budget(64ull << 30), 4ull << 30);
+  EXPECT_EQ(default_cpu_pool_budget(0), 4ull << 30);
+}
+
+TEST(WorkerOptions, PrefillPrecisionFromFlagEnvironmentAndConfigFile) {
+  WorkerOptions defaults;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &defaults, &error)) << error;
+  EXPECT_EQ(defaults.prefill_precision, "bf16");  // CudaBackendOptions' default
+  const std::string path = ::testing::TempDir() + "/worker_prefill.conf";
+  {
+    std::ofstream f(path);
+    f << "coordinator = ipc:///x\nrank = 0\nprefill-precision = f32\n";
+  }
+  WorkerOptions from_file;
+  ASSERT_TRUE(parse({"--config", path.c_str()}, &from_file, &error)) << error;
+  EXPECT_EQ(from_file.prefill_precision, "f32");
+  setenv("DELTASERVE_WORKER_PREFILL_PRECISION", "bf16", 1);
+  WorkerOptions from_env;
+  ASSERT_TRUE(parse({"--config", path.c_str()}, &from_env, &error)) << error;
+  EXPECT_EQ(from_env.prefill_precision, "bf16");  // environment beats file
+  WorkerOptions from_flag;
+  ASSERT_TRUE(parse({"--config", path.c_str(), "--prefill-precision=f32"}, &from_flag, &error)) << error;
+  EXPECT_EQ(from_flag.prefill_precision, "f32");  // flag beats environment
+  unsetenv("DELTASERVE_WORKER_PREFILL_PRECISION");
+  EXPECT_NE(describe(from_flag).find("prefill_precision=f32"), std::string::npos) << describe(from_flag);
+  // The cpu backend takes either value (it always computes in f32).
+  WorkerOptions cpu;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cpu", "--prefill-precision", "f32"},
+                    &cpu, &error))
+      << error;
+  EXPECT_EQ(cpu.prefill_precision, "f32");
+}
+
+TEST(WorkerOptions, BadPrefillPrecisionIsRefusedWithItsSource) {
+  for (const char* bad : {"fp16", "BF16", "", "tf32"}) {
+    WorkerOptions o;
+    std::string error;
+    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--prefill-precision", bad}, &o, &error)) << bad;
+    EXPECT_NE(error.find("--prefill-precision: bad option or value: prefill-precision '" + std::string(bad) + "'"),
+              std::string::npos)
+        << error;
+  }
+  setenv("DELTASERVE_WORKER_PREFILL_PRECISION", "half", 1);
+  WorkerOptions o;
+  std::string error;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error));
+  EXPECT_NE(error.find("environment DELTASERVE_WORKER_PREFILL_PRECISION"), std::string::npos) << error;
+  unsetenv("DELTASERVE_WORKER_PREFILL_PRECISION");
+}
+
 }  // namespace
 }  // namespace ds

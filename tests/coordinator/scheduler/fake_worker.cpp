@@ -27,10 +27,16 @@ std::string FakeWorker::run(const StepPlan& plan, std::vector<int32_t>& sampled)
     if (auto e = setup(row); !e.empty()) return e;
   }
   sampled.assign(plan.seqs.size(), -1);
+  accepted_.assign(plan.seqs.size(), 0);
+  drafts_.assign(plan.seqs.size(), {});
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& row = plan.seqs[i];
     if (auto e = compute(row); !e.empty()) return e;
-    if (row.needs_logits) sampled[i] = fake_model_token(state_[row.state_slot], vocab_);
+    if (row.needs_logits && (row.n_draft > 0 || row.spec_k > 0)) {
+      if (auto e = speculate(row, i, sampled); !e.empty()) return e;
+    } else if (row.needs_logits) {
+      sampled[i] = fake_model_token(state_[row.state_slot], vocab_);
+    }
   }
   for (const ScheduledSeq& row : plan.seqs) {
     if (row.save_snapshot) snapshots_.at(*row.save_snapshot) = state_[row.state_slot];
@@ -65,10 +71,49 @@ std::string FakeWorker::setup(const ScheduledSeq& row) {
   return {};
 }
 
+// Greedy verification of a row [y, d1..dk] whose tokens are already in the state, then the
+// next drafts. Rejected positions stay in the state and KV until the next row rewinds.
+std::string FakeWorker::speculate(const ScheduledSeq& row, size_t i, std::vector<int32_t>& sampled) {
+  const auto& state = state_[row.state_slot];
+  const size_t first = row.start_pos + row.token_ids.size() - row.n_draft;  // end of the row's history before d1
+  std::vector<int32_t> history(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(first));
+  uint32_t n = 0;
+  int32_t next = fake_model_token(history, vocab_);
+  while (n < row.n_draft && state[first + n] == next) {
+    history.push_back(next);
+    next = fake_model_token(history, vocab_);
+    ++n;
+  }
+  accepted_[i] = n;
+  sampled[i] = next;
+  // The MTP draft rows run at positions end .. end + spec_k - 1 (all accepted: end = row end).
+  const size_t reach = row.start_pos + row.token_ids.size() + row.spec_k;
+  if (row.spec_k > 0 && (reach - 1) / block_size_ >= tables_.at(row.request_id).size()) {
+    return "no block for the draft rows of " + row.request_id;
+  }
+  if (max_context > 0 && reach > max_context) return "draft rows of " + row.request_id + " pass the context";
+  history.push_back(next);
+  for (uint32_t j = 0; j < row.spec_k; ++j) {
+    int32_t d = fake_model_token(history, vocab_);
+    draft_rng_ = draft_rng_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    if ((draft_rng_ >> 62) == 0) d = static_cast<int32_t>((static_cast<uint32_t>(d) + 1) % vocab_);
+    drafts_[i].push_back(d);
+    history.push_back(d);
+  }
+  return {};
+}
+
 std::string FakeWorker::compute(const ScheduledSeq& row) {
   auto& state = state_[row.state_slot];
   const auto& table = tables_.at(row.request_id);
   if (row.token_ids.empty()) return "empty row for " + row.request_id;
+  if (row.n_draft >= row.token_ids.size() || row.n_draft > kMaxSpecK) return "bad draft count for " + row.request_id;
+  if (row.rewind) {  // the workers keep one state per verify row: at most kMaxSpecK back
+    if (row.is_new || state.size() <= row.start_pos || state.size() > row.start_pos + kMaxSpecK) {
+      return "rewind of " + row.request_id + " to a position not captured";
+    }
+    state.resize(row.start_pos);
+  }
   if (state.size() != row.start_pos) return "state of " + row.request_id + " not at start_pos";
   for (uint32_t q = 0; q < row.start_pos; ++q) {  // what attention would read
     if (q / block_size_ >= table.size()) return "block table too short for " + row.request_id;
@@ -87,7 +132,9 @@ std::string FakeWorker::compute(const ScheduledSeq& row) {
 }
 
 Harness::Harness(const SchedulerConfig& config, uint32_t vocab)
-    : sched(config), worker(config, vocab) {}
+    : sched(config), worker(config, vocab) {
+  worker.max_context = config.max_context;
+}
 
 void Harness::add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
                   bool ignore_eos) {
@@ -108,7 +155,12 @@ std::string Harness::step() {
   for (size_t i = 0; i < sampled.size(); ++i) {
     if (sampler && last_plan.seqs[i].needs_logits) sampled[i] = sampler(last_plan.seqs[i], sampled[i]);
   }
-  UpdateResult result = sched.update_from_output(SampledStep{last_plan.step_id, sampled});
+  SampledStep out{last_plan.step_id, sampled, {}, {}};
+  if (sched.config().spec_k > 0) {
+    out.accepted = worker.accepted();
+    out.drafts = worker.drafts();
+  }
+  UpdateResult result = sched.update_from_output(out);
   for (const TokenEvent& t : result.tokens) outputs[t.request_id].push_back(t.token);
   for (const FinishEvent& f : result.finished) finished[f.request_id] = f;
   if (auto e = sched.check_invariants(); !e.empty()) return "after update: " + e;

@@ -28,11 +28,18 @@ class FakeWorker {
   // one sampled token per row (-1 where no logits). Returns "" or the first inconsistency.
   std::string run(const StepPlan& plan, std::vector<int32_t>& sampled);
   uint64_t computed_tokens() const { return computed_tokens_; }
+  // Speculative rows of the last run, parallel to its rows: drafts accepted (greedy rule
+  // against the fake model) and drafts proposed (the fake model's continuation, each draft
+  // wrong with probability 1/4, from a fixed seed), as SampledStep carries them.
+  const std::vector<uint32_t>& accepted() const { return accepted_; }
+  const std::vector<std::vector<int32_t>>& drafts() const { return drafts_; }
+  uint32_t max_context = 0;  // > 0: positions the MTP draft rows reach must stay below it
 
  private:
   std::string release(const ReleasedSeq& r);
   std::string setup(const ScheduledSeq& row);
   std::string compute(const ScheduledSeq& row);
+  std::string speculate(const ScheduledSeq& row, size_t i, std::vector<int32_t>& sampled);
 
   uint32_t block_size_;
   uint32_t vocab_;
@@ -42,6 +49,9 @@ class FakeWorker {
   std::vector<std::optional<std::vector<int32_t>>> snapshots_;
   std::map<std::string, std::vector<uint32_t>> tables_;
   uint64_t computed_tokens_ = 0;
+  std::vector<uint32_t> accepted_;
+  std::vector<std::vector<int32_t>> drafts_;
+  uint64_t draft_rng_ = 0x9e3779b97f4a7c15ULL;
 };
 
 // Scheduler + fake worker driven step by step; collects outputs and finish events.

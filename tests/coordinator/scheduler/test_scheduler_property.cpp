@@ -70,10 +70,14 @@ SchedulerConfig random_config(Workload& w) {
   return c;
 }
 
-void run_one(uint32_t seed, SchedulerStats& total) {
+// spec_k > 0: MTP speculation on (the fake worker verifies and drafts, see fake_worker.h).
+void run_one(uint32_t seed, SchedulerStats& total, uint32_t spec_k = 0) {
   Workload w{std::mt19937(seed), {}, {}};
   for (int i = 0; i < 3; ++i) w.system_prompts.push_back(w.tokens(w.uniform(8, 30)));
   SchedulerConfig config = random_config(w);
+  config.spec_k = spec_k;
+  // One longest request must still fit alone, drafts and draft rows included.
+  config.num_blocks += (2 * spec_k + config.block_size - 1) / config.block_size;
   Harness h(config, kVocab);
   std::map<std::string, std::vector<int32_t>> prompts;
   std::map<std::string, std::vector<int32_t>> expected;
@@ -116,6 +120,9 @@ void run_one(uint32_t seed, SchedulerStats& total) {
   total.prefix_queried_tokens += st.prefix_queried_tokens;
   total.block_evictions += st.block_evictions;
   total.snapshot_evictions += st.snapshot_evictions;
+  total.spec.drafted += st.spec.drafted;
+  total.spec.accepted += st.spec.accepted;
+  total.spec.steps += st.spec.steps;
 }
 
 TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
@@ -135,6 +142,25 @@ TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
               static_cast<unsigned long>(total.prefix_queried_tokens),
               static_cast<unsigned long>(total.block_evictions),
               static_cast<unsigned long>(total.snapshot_evictions));
+}
+
+// The same traffic with speculation: drafts in rows, rollback after rejections, block
+// lookahead for the draft rows, no snapshot of a state holding rejected positions. Outputs
+// must still be exactly the fake model's (greedy speculation is lossless), with the fake
+// worker checking every KV read, state and rewind.
+TEST(SchedulerProperty, SpeculativeDecodingKeepsOutputsExact) {
+  SchedulerStats total;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    run_one(seed, total, 1 + seed % kMaxSpecK);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(total.preemptions, 10u);
+  EXPECT_GT(total.spec.accepted, total.spec.drafted / 4);  // drafts are right 3 times in 4
+  EXPECT_LT(total.spec.accepted, total.spec.drafted);
+  EXPECT_GT(total.prefix_hit_tokens, 0u);
+  std::printf("spec: %lu drafted, %lu accepted in %lu verify rows; %lu preemptions\n",
+              static_cast<unsigned long>(total.spec.drafted), static_cast<unsigned long>(total.spec.accepted),
+              static_cast<unsigned long>(total.spec.steps), static_cast<unsigned long>(total.preemptions));
 }
 
 }  // namespace

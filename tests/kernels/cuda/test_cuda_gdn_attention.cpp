@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/gdn.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
@@ -167,7 +168,27 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttnCase{1, 1, 4, 2, 64}, AttnCase{1, 3000, 8, 2, 256},
                                            AttnCase{37, 37, 4, 2, 64}, AttnCase{5, 1000, 16, 4, 128},
                                            AttnCase{70, 100, 6, 3, 80}, AttnCase{3, 10, 2, 1, 96},
-                                           AttnCase{2, 9000, 24, 4, 256}));
+                                           AttnCase{2, 9000, 24, 4, 256},
+                                           // split-K decode path (<= 8 query tokens, group <= 8): the
+                                           // 9B decode shape at 16K, group 8, MTP-style verify rows,
+                                           // head dims that are not multiples of 32, one key; group
+                                           // 12 falls back to the one-block-per-head kernel.
+                                           AttnCase{1, 16384, 16, 4, 256}, AttnCase{1, 777, 16, 2, 128},
+                                           AttnCase{4, 4100, 16, 4, 256}, AttnCase{8, 300, 8, 8, 80},
+                                           AttnCase{1, 1, 16, 4, 256}, AttnCase{3, 40, 6, 2, 200},
+                                           AttnCase{1, 2, 12, 1, 256}));
+
+// The cases above reach the split-K decode kernels only if the dispatch picks them: pin which
+// shapes take that path (host-only, runs without a GPU too).
+TEST(CudaAttentionDecode, SplitKPathTakesDecodeShapes) {
+  const auto shape = [](size_t n_q, size_t H, size_t Hkv, size_t d) {
+    return AttentionShape{n_q, 100, H, Hkv, d, 2 * H * d, 2 * d, Hkv * d, H * d};
+  };
+  EXPECT_TRUE(detail::attention_decode_applies(shape(1, 16, 4, 256)));   // 9B decode
+  EXPECT_TRUE(detail::attention_decode_applies(shape(8, 16, 2, 128)));   // verify rows, group 8
+  EXPECT_FALSE(detail::attention_decode_applies(shape(9, 16, 4, 256)));  // prefill chunk
+  EXPECT_FALSE(detail::attention_decode_applies(shape(1, 12, 1, 256)));  // group 12
+}
 
 TEST(CudaAttentionArgs, RejectsHeadDimAboveLimitAndBadGroups) {
   float dummy[4] = {};

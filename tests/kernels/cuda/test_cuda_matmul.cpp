@@ -84,7 +84,11 @@ std::string case_name(const ::testing::TestParamInfo<MatmulCase>& info) {
 
 class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
 
-void check_case(const MatmulCase& c, bool bf16_path) {
+// Which implementation check_case runs: the public matmul, the bf16 GEMM, or one GEMV variant.
+enum class Path { kPublic, kBf16, kGemvVariant };
+
+void check_case(const MatmulCase& c, Path path, int variant = 0) {
+  const bool bf16_path = path == Path::kBf16;
   Rng rng(100 + c.rows + c.cols + c.n_tokens);
   const HostWeight w = make_weight(c.type, c.rows, c.cols, c.offset, rng);
   const size_t xs = c.cols + c.x_pad, ys = c.rows + c.y_pad;
@@ -97,6 +101,8 @@ void check_case(const MatmulCase& c, bool bf16_path) {
   dy.upload(std::vector<float>(want.size(), 7.0f));  // padding must survive
   if (bf16_path) {
     DS_CUDA_CHECK(detail::gemm_q8_tc(w.view(dw.get()), dx.get(), xs, c.n_tokens, dy.get(), ys, nullptr));
+  } else if (path == Path::kGemvVariant) {
+    DS_CUDA_CHECK(detail::gemv_q8_variant(variant, w.view(dw.get()), dx.get(), xs, c.n_tokens, dy.get(), ys, nullptr));
   } else {
     DS_CUDA_CHECK(cuda::matmul(w.view(dw.get()), dx.get(), xs, c.n_tokens, dy.get(), ys, nullptr));
   }
@@ -117,7 +123,8 @@ void check_case(const MatmulCase& c, bool bf16_path) {
       abs2 += abs_sum * abs_sum;
     }
   }
-  EXPECT_LE(worst, 1.0) << "worst error as a fraction of the allowed bound" << (bf16_path ? " (bf16 GEMM)" : "");
+  EXPECT_LE(worst, 1.0) << "worst error as a fraction of the allowed bound" << (bf16_path ? " (bf16 GEMM)" : "")
+                        << (path == Path::kGemvVariant ? " (GEMV variant " + std::to_string(variant) + ")" : "");
   if (bf16_path) {
     EXPECT_LE(std::sqrt(err2 / abs2), 2e-3) << "typical bf16 error too large";
   }
@@ -129,8 +136,14 @@ void check_case(const MatmulCase& c, bool bf16_path) {
 TEST_P(CudaMatmul, MatchesCpu) {
   DS_REQUIRE_GPU();
   const MatmulCase c = GetParam();
-  check_case(c, false);
-  if (detail::gemm_q8_tc_applies(w_view_of(c), c.n_tokens)) check_case(c, true);
+  check_case(c, Path::kPublic);
+  if (detail::gemm_q8_tc_applies(w_view_of(c), c.n_tokens)) check_case(c, Path::kBf16);
+  // Every GEMV launch variant (the lab times them all; the default uses two), same f32 bound.
+  // Applicability here ignores pointer alignment: the cases' offsets are what defeat it.
+  if (c.type == GgmlType::Q8_0 && c.offset == 0 && c.n_tokens <= kGemvMaxTokens && c.cols % 128 == 0 &&
+      (c.n_tokens == 1 || (c.cols + c.x_pad) % 4 == 0)) {
+    for (int v = 0; v < detail::kGemvVariants; ++v) check_case(c, Path::kGemvVariant, v);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -145,6 +158,11 @@ INSTANTIATE_TEST_SUITE_P(
         MatmulCase{GgmlType::Q8_0, 1001, 4096, 1, 0, 0, 0}, MatmulCase{GgmlType::Q8_0, 333, 12288, 1, 0, 0, 0},
         MatmulCase{GgmlType::Q8_0, 77, 4224, 2, 4, 0, 0}, MatmulCase{GgmlType::Q8_0, 130, 640, 3, 0, 5, 0},
         MatmulCase{GgmlType::Q8_0, 65, 4352, 5, 4, 0, 0}, MatmulCase{GgmlType::Q8_0, 259, 8192, 8, 8, 2, 0},
+        // GEMV v2 (a lane per row, 32 rows a block, 8 warps over the quads): fewer rows than a
+        // block, fewer quads than warps, rows past a block edge, every token count.
+        MatmulCase{GgmlType::Q8_0, 32, 4096, 1, 0, 0, 0}, MatmulCase{GgmlType::Q8_0, 5, 128, 8, 0, 0, 0},
+        MatmulCase{GgmlType::Q8_0, 4099, 256, 3, 0, 0, 0}, MatmulCase{GgmlType::Q8_0, 97, 1152, 6, 4, 3, 0},
+        MatmulCase{GgmlType::Q8_0, 33, 384, 7, 0, 0, 0},
         MatmulCase{GgmlType::Q8_0, 40, 1024, 4, 1, 0, 0},  // x stride not a multiple of 4: old GEMV
         MatmulCase{GgmlType::Q8_0, 40, 1024, 1, 0, 0, 2},  // rows only 2-byte aligned: old GEMV
         // Q8_0 tensor-core GEMM: edges in M and N, padded strides, more than one K tile per stage

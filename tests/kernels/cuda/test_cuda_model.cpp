@@ -14,6 +14,8 @@
 // CUDA path lands at the same level (3.2e-4 from the CPU on rand_200, all rows), so a tighter bound
 // would test rounding luck, not correctness.
 // Two GPU stages vs one: the same kernels on the same rows, bit-identical (1e-6 allowed).
+// Every stage here asks for f32 prefill products (the backend's default is bf16 tensor cores, bounded
+// on a well-conditioned synthetic model in test_cuda_model_bf16.cpp instead).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -60,7 +62,7 @@ std::unique_ptr<StageModel> load(bool cuda, uint32_t first = 0, uint32_t last = 
   o.n_threads = 2;
   const StageRange range{first, last == 0 ? f.config.n_layer : last};
   if (!cuda) return load_cpu_stage(f.gguf, f.config, range, o);
-  return load_stage(f.gguf, f.config, range, o, make_cuda_backend(0));
+  return load_stage(f.gguf, f.config, range, o, make_cuda_backend(0, {.bf16_prefill = false}));
 }
 
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
@@ -213,10 +215,12 @@ TEST(CudaModel, TwoStagesEqualOne) {
   const std::vector<uint32_t> rows = all_rows(ref.ids.size());
   const std::vector<float> want = run_prompt(*whole, 1, ref.ids, rows);
 
-  // Same chunking on both halves: prefill of 150 tokens then 50, as the coordinator would send.
+  // Same chunking on both halves: prefill of 128 tokens then 72, as the coordinator would send.
+  // 128 is a multiple of the chunked GDN's 64-token chunks and of the prefill attention's 64-query
+  // tiles, so both steps see the same chunk and tile boundaries as the single 200-token step.
   std::vector<float> got;
-  for (size_t begin = 0; begin < ref.ids.size(); begin += 150) {
-    const size_t end = std::min(ref.ids.size(), begin + 150);
+  for (size_t begin = 0; begin < ref.ids.size(); begin += 128) {
+    const size_t end = std::min(ref.ids.size(), begin + 128);
     StepInput in;
     SeqStep s;
     s.seq_id = 1;
@@ -232,8 +236,8 @@ TEST(CudaModel, TwoStagesEqualOne) {
     second->forward(in, &out);
     got.insert(got.end(), out.logits.begin(), out.logits.end());
   }
-  // `whole` ran one 200-token step, the halves 150 + 50: GEMM tiles differ by token block only,
-  // never by the sum order of one output, and the attention/GDN kernels are per row.
+  // `whole` ran one 200-token step, the halves 128 + 72: GEMM tiles differ by token block only,
+  // never by the sum order of one output; GDN chunks and attention tiles line up (see above).
   EXPECT_LE(max_abs(got, want), kStageTol);
 }
 

@@ -79,7 +79,12 @@ TEST_P(CudaNorm, GatedRmsNormMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaNorm,
                          ::testing::Values(StridedCase{1, 1, 1}, StridedCase{7, 33, 40}, StridedCase{64, 128, 256},
-                                           StridedCase{5, 1000, 1003}, StridedCase{300, 64, 64}));
+                                           StridedCase{5, 1000, 1003}, StridedCase{300, 64, 64},
+                                           // block-per-row path (dim >= 1024): the 9B/27B hidden rows
+                                           // at decode, a padded stride, a width that is not a
+                                           // multiple of the 256 threads, the smallest wide row.
+                                           StridedCase{1, 4096, 4096}, StridedCase{3, 5120, 5200},
+                                           StridedCase{4, 1030, 1031}, StridedCase{2, 1024, 1024}));
 
 // ---- rope ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,39 @@
+// Chunked (UT/WY) Gated DeltaNet prefill on the GPU: the same contract as ds::cuda::gdn_prefill
+// (kernels/cuda/gdn.h, CPU twin cpu::gdn_chunked / cpu::gdn_recurrent), computed in chunks of
+// kGdnChunk tokens so that all the work inside a chunk runs in parallel and only a short
+// state pass per chunk is sequential (qwen35-model-spec.md §5.6):
+//
+//   per chunk, per value head (independent of the incoming state S0; parallel over chunks):
+//     gam = cumsum(g), A = strictly-lower beta_t e^(gam_t - gam_s) k_t.k_s, T = (I + A)^-1,
+//     W = T diag(beta e^gam) K, Ut = T diag(beta) V, P = lower(e^(gam_t - gam_s) q_t.k_s),
+//     Qp = diag(e^gam) Q - P W, Op = P Ut, Kd = diag(e^(gam_L - gam)) K
+//   then in chunk order (one block per value head and 32 value columns, state in shared memory):
+//     U = Ut - W S0,  O = Op + Qp S0,  S1 = e^gam_L S0 + Kd^T U.
+// (O = diag(e^gam) Q S0 + P U with U substituted, so the sequential pass does no P product.)
+//
+// All f32 (CUDA cores); the result equals the token recurrence up to f32 rounding (~1e-6 relative
+// measured on random unit keys; the forms differ in summation order and where decays are applied).
+// Needs dk, dv <= 128 and multiples of 4 (every real model: 128 x 128); other shapes return
+// cudaErrorInvalidValue (gdn_chunked_applies says which). Scratch comes from the per-stream
+// workspace of matmul_fast.h (at most kGdnChunkedScratchBytes, shared with the GEMM's): tokens run in
+// segments of as many chunks as it holds.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/gdn.h"  // GdnShape
+
+namespace ds::cuda {
+
+inline constexpr size_t kGdnChunk = 64;
+inline constexpr size_t kGdnChunkedMaxDim = 128;
+inline constexpr size_t kGdnChunkedScratchBytes = size_t{128} << 20;
+
+bool gdn_chunked_applies(const GdnShape& s);
+
+cudaError_t gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                        const float* beta, float* state, float* out, cudaStream_t stream);
+
+}  // namespace ds::cuda

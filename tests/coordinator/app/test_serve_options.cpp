@@ -1,0 +1,125 @@
+// `deltaserve serve` options: --prefill-precision comes from a flag, DELTASERVE_PREFILL_PRECISION
+// or the config file (flag > environment > file), bad values are refused with their source, and
+// the winning value reaches the workers serve spawns as one --prefill-precision flag, which the
+// worker's own parser accepts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coordinator/app/serve_options.h"
+#include "worker/daemon/worker_options.h"
+
+namespace ds {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+// argv storage for the parsers, which take char** (they do not write through it).
+class Argv {
+ public:
+  Argv(std::initializer_list<std::string> head, const std::vector<std::string>& tail = {}) {
+    for (const std::string& a : head) storage_.emplace_back(a.begin(), a.end());
+    for (const std::string& a : tail) storage_.emplace_back(a.begin(), a.end());
+    for (auto& a : storage_) {
+      a.push_back('\0');
+      pointers_.push_back(a.data());
+    }
+  }
+  int argc() { return static_cast<int>(pointers_.size()); }
+  char** argv() { return pointers_.data(); }
+
+ private:
+  std::vector<std::vector<char>> storage_;
+  std::vector<char*> pointers_;
+};
+
+bool parse(std::initializer_list<std::string> args, const Env& env, ServeOptions* o, std::string* error) {
+  Argv a(args);
+  bool help = false;
+  return parse_serve_options(a.argc(), a.argv(), env, o, error, &help);
+}
+
+// The values following each "--prefill-precision" in the workers' extra arguments.
+std::vector<std::string> passed_precisions(const ServeOptions& o) {
+  std::vector<std::string> out;
+  const std::vector<std::string>& a = o.engine.worker_extra_args;
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    if (a[i] == "--prefill-precision") out.push_back(a[i + 1]);
+  }
+  return out;
+}
+
+TEST(ServeOptions, PrefillPrecisionUnsetIsNotPassedToTheWorkers) {
+  ServeOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
+  EXPECT_FALSE(o.prefill_precision.has_value());
+  EXPECT_TRUE(passed_precisions(o).empty());  // workers keep bf16 or their own environment
+  EXPECT_NE(describe(o).find("prefill_precision=(worker default)"), std::string::npos) << describe(o);
+}
+
+TEST(ServeOptions, PrefillPrecisionFromFlagEnvironmentAndConfigFile) {
+  const std::string path = ::testing::TempDir() + "/serve_prefill.conf";
+  {
+    std::ofstream f(path);
+    f << "model = m.gguf\nprefill-precision = f32\n";
+  }
+  ServeOptions from_file;
+  std::string error;
+  ASSERT_TRUE(parse({"--config", path}, {}, &from_file, &error)) << error;
+  EXPECT_EQ(passed_precisions(from_file), std::vector<std::string>{"f32"});
+
+  ServeOptions from_env;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &from_env, &error)) << error;
+  EXPECT_EQ(passed_precisions(from_env), std::vector<std::string>{"f32"});
+
+  // All three layers set it: the flag wins, and the workers get it once.
+  ServeOptions all;
+  ASSERT_TRUE(parse({"--config", path, "--prefill-precision=bf16"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &all,
+                    &error))
+      << error;
+  EXPECT_EQ(passed_precisions(all), std::vector<std::string>{"bf16"});
+  EXPECT_NE(describe(all).find("prefill_precision=bf16"), std::string::npos) << describe(all);
+}
+
+TEST(ServeOptions, BadPrefillPrecisionIsRefusedWithItsSource) {
+  for (const std::string& bad : std::vector<std::string>{"fp16", "BF16", "", "f16"}) {
+    ServeOptions o;
+    std::string error;
+    EXPECT_FALSE(parse({"--model", "m.gguf", "--prefill-precision", bad}, {}, &o, &error)) << bad;
+    EXPECT_NE(error.find("--prefill-precision: bad value '" + bad + "' for prefill-precision"), std::string::npos)
+        << error;
+  }
+  ServeOptions o;
+  std::string error;
+  EXPECT_FALSE(parse({"--model", "m.gguf"}, {{"DELTASERVE_PREFILL_PRECISION", "half"}}, &o, &error));
+  EXPECT_NE(error.find("environment DELTASERVE_PREFILL_PRECISION: bad value 'half'"), std::string::npos) << error;
+}
+
+// The arguments serve appends for its workers parse as worker options with the same value
+// (the engine hands worker_extra_args to every worker it starts, after its own flags).
+TEST(ServeOptions, WorkersAcceptThePrefillPrecisionServePasses) {
+  for (const std::string& precision : std::vector<std::string>{"f32", "bf16"}) {
+    ServeOptions serve;
+    std::string error;
+    ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-precision", precision, "--gpu-memory-fraction", "0.5"}, {},
+                      &serve, &error))
+        << error;
+    Argv worker({"deltaserve-worker", "--coordinator", "ipc:///tmp/x", "--rank", "0", "--backend", "cuda"},
+                serve.engine.worker_extra_args);
+    WorkerOptions w;
+    bool help = false;
+    ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
+    EXPECT_EQ(w.prefill_precision, precision);
+    EXPECT_EQ(w.gpu_memory_fraction, 0.5);
+  }
+}
+
+}  // namespace
+}  // namespace ds

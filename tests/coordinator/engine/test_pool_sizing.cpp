@@ -1,0 +1,176 @@
+// Pool sizing from a memory budget (worker/cache/pool_sizing.h) and byte-size option values.
+// Every expected number is worked out by hand in the comment next to it; the arithmetic is
+// integer, so the comparisons are exact.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common/byte_size.h"
+#include "common/error.h"
+#include "common/model_config.h"
+#include "worker/cache/pool_sizing.h"
+
+namespace ds {
+namespace {
+
+CacheGeometry geometry(uint32_t block_size, uint32_t blocks, uint32_t slots, uint32_t snapshots) {
+  CacheGeometry g;
+  g.block_size = block_size;
+  g.num_blocks = blocks;
+  g.max_seqs = slots;
+  g.num_snapshots = snapshots;
+  return g;
+}
+
+PoolRequest fit(const CacheGeometry& limit, uint32_t min_blocks) {
+  PoolRequest r;
+  r.limit = limit;
+  r.min_blocks = min_blocks;
+  return r;
+}
+
+std::string error_of(const PoolCosts& c, const PoolRequest& r, uint64_t budget) {
+  try {
+    size_pools(c, r, budget);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PoolSizing, AmpleBudgetGivesTheUpperBounds) {
+  const PoolCosts c{1000, 100};
+  const PoolSizing s = size_pools(c, fit(geometry(16, 50, 4, 8), 10), 1'000'000'000);
+  EXPECT_EQ(s.geometry, geometry(16, 50, 4, 8));
+  EXPECT_EQ(s.bytes, 50u * 1000 + 12u * 100);  // 51200
+}
+
+TEST(PoolSizing, BlocksTakeWhatTheStateLeaves) {
+  const PoolCosts c{1000, 100};
+  // state: (4 + 8) * 100 = 1200; blocks: (30000 - 1200) / 1000 = 28
+  const PoolSizing s = size_pools(c, fit(geometry(16, 50, 4, 8), 10), 30000);
+  EXPECT_EQ(s.geometry, geometry(16, 28, 4, 8));
+  EXPECT_EQ(s.bytes, 28u * 1000 + 1200);
+  EXPECT_LE(s.bytes, 30000u);
+}
+
+TEST(PoolSizing, SlotsShrinkOnlyWhenOneFullContextWouldNotFit) {
+  const PoolCosts c{1000, 1000};
+  // min KV = 10 blocks = 10000. s slots bring 2s snapshots: 3s * 1000.
+  // s = 2: 6000 + 10000 = 16000 <= 17000; s = 3: 19000 > 17000.  blocks = (17000 - 6000) / 1000 = 11
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 17000).geometry, geometry(16, 11, 2, 4));
+  // Exactly one slot (3000) + 10 blocks (10000).
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 13000).geometry, geometry(16, 10, 1, 2));
+  // All 4 slots fit with the minimum: 12000 + 10000 = 22000 <= 22000, then no spare block.
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 22000).geometry, geometry(16, 10, 4, 8));
+}
+
+TEST(PoolSizing, SnapshotsKeepTheirShareWhenSlotsShrink) {
+  const PoolCosts c{0, 1000};  // no attention layer: KV costs nothing
+  // 3 slots, 2 snapshots; budget for 2 slots + floor(2 * 2 / 3) = 1 snapshot = 3000.
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 3, 2), 10), 3500).geometry, geometry(16, 50, 2, 1));
+}
+
+TEST(PoolSizing, StageWithoutAttentionHoldsEveryBlockId) {
+  const PoolCosts c{0, 100};
+  const PoolSizing s = size_pools(c, fit(geometry(16, 4096, 4, 8), 64), 1200);
+  EXPECT_EQ(s.geometry.num_blocks, 4096u);
+  EXPECT_EQ(s.bytes, 1200u);
+}
+
+TEST(PoolSizing, TooSmallForOneSequenceIsAClearError) {
+  const PoolCosts c{1000, 1000};
+  const std::string e = error_of(c, fit(geometry(16, 50, 4, 8), 10), 12999);  // one sequence needs 13000
+  EXPECT_NE(e.find("cannot hold one sequence"), std::string::npos) << e;
+  EXPECT_NE(e.find("10 KV blocks"), std::string::npos) << e;
+}
+
+TEST(PoolSizing, MinimumIsCappedByTheBound) {
+  const PoolCosts c{1000, 0};
+  // min_blocks 100 > bound 20: one full context is the whole pool.
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 20, 1, 0), 100), 20000).geometry, geometry(16, 20, 1, 0));
+  EXPECT_NE(error_of(c, fit(geometry(16, 20, 1, 0), 100), 19999).find("cannot hold one sequence"), std::string::npos);
+}
+
+TEST(PoolSizing, ExactFitsOrSaysWhatWouldFit) {
+  const PoolCosts c{1000, 100};
+  PoolRequest r = fit(geometry(16, 50, 4, 8), 10);
+  r.exact = true;
+  EXPECT_EQ(size_pools(c, r, 51200).geometry, geometry(16, 50, 4, 8));
+  // 30000 - 1200 of state leaves room for 28 blocks.
+  const std::string e = error_of(c, r, 30000);
+  EXPECT_NE(e.find("only 28 KV blocks fit"), std::string::npos) << e;
+  EXPECT_NE(e.find("50 KV blocks"), std::string::npos) << e;
+}
+
+TEST(PoolSizing, MalformedRequestsAreRejected) {
+  const PoolCosts c{1000, 100};
+  EXPECT_NE(error_of(c, fit(geometry(0, 50, 4, 8), 10), 1 << 30).find("block size"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(geometry(16, 0, 4, 8), 10), 1 << 30).find("KV block count"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(geometry(16, 50, 0, 8), 10), 1 << 30).find("state slot"), std::string::npos);
+  // 2^31 rows / 16 = 134217728 blocks is one too many.
+  EXPECT_NE(error_of(c, fit(geometry(16, 134217728, 4, 8), 10), 1 << 30).find("2^31"), std::string::npos);
+}
+
+TEST(PoolSizing, HugeCostsSaturateInsteadOfWrapping) {
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  const PoolCosts c{max / 2, 1};
+  EXPECT_EQ(pool_bytes(c, geometry(16, 4, 1, 0)), max);
+  PoolRequest r = fit(geometry(16, 4, 1, 0), 1);
+  r.exact = true;
+  // Room left after the 1-byte state: max - 2 = 2^64 - 3, below 2 blocks (2 * (2^63 - 1) = 2^64 - 2).
+  EXPECT_NE(error_of(c, r, max - 1).find("only 1 KV blocks fit"), std::string::npos);
+}
+
+// The tiny fixture's shapes: 2 KV heads of 64, conv kernel 4, 2 key groups of 32, 4 value heads of 32.
+ModelConfig small_config() {
+  ModelConfig cfg;
+  cfg.n_layer = 4;
+  cfg.n_nextn = 1;
+  cfg.layer_kinds = {LayerKind::kLinearAttention, LayerKind::kLinearAttention, LayerKind::kLinearAttention,
+                     LayerKind::kFullAttention};
+  cfg.n_head_kv = 2;
+  cfg.head_dim = 64;
+  cfg.ssm_conv_kernel = 4;
+  cfg.ssm_n_group = 2;
+  cfg.ssm_d_state = 32;
+  cfg.ssm_dt_rank = 4;
+  cfg.ssm_d_inner = 128;
+  return cfg;
+}
+
+TEST(PoolSizing, StageCostsCountTheStagesLayers) {
+  const ModelConfig cfg = small_config();
+  // Last stage [2, 4): GDN layer 2; attention layer 3 + the MTP pool.
+  // KV block: 2 pools * (K + V) * 16 rows * 2 heads * 64 * 4 B = 32768.
+  // State record: conv 3 * (2*2*32 + 128) = 768 floats + ssm 4 * 32 * 32 = 4096 floats = 19456 B.
+  const PoolCosts last = stage_pool_costs(cfg, 2, 4, 16);
+  EXPECT_EQ(last.kv_block_bytes, 32768u);
+  EXPECT_EQ(last.state_record_bytes, 19456u);
+  // First stage [0, 2): two GDN layers, no attention, no MTP.
+  const PoolCosts first = stage_pool_costs(cfg, 0, 2, 16);
+  EXPECT_EQ(first.kv_block_bytes, 0u);
+  EXPECT_EQ(first.state_record_bytes, 2u * 19456);
+}
+
+TEST(ByteSize, ParsesUnitsAndRejectsJunk) {
+  uint64_t v = 0;
+  EXPECT_TRUE(parse_byte_size("1048576", &v));
+  EXPECT_EQ(v, 1048576u);
+  EXPECT_TRUE(parse_byte_size("3M", &v));
+  EXPECT_EQ(v, 3u << 20);
+  EXPECT_TRUE(parse_byte_size("4GiB", &v));
+  EXPECT_EQ(v, 4ull << 30);
+  EXPECT_TRUE(parse_byte_size("64k", &v));
+  EXPECT_EQ(v, 64u << 10);
+  for (const char* bad : {"", "M", "1.5G", "-1", "4X", "4 G", "17179869184T"}) {
+    EXPECT_FALSE(parse_byte_size(bad, &v)) << bad;
+  }
+  EXPECT_EQ(format_bytes(3407872), "3.25 MiB");
+  EXPECT_EQ(format_bytes(512), "512 B");
+}
+
+}  // namespace
+}  // namespace ds

@@ -1,0 +1,84 @@
+// Worker-sized KV / GDN pools, end to end (`deltaserve serve`, 2 CPU workers, real HTTP): each
+// worker sizes its pools from its --memory-budget, reports them at Ready, and the server plans
+// with the smallest (the /metrics gauges show it); an explicit --kv-blocks that a worker cannot
+// hold stops start-up with which worker, how many fit and how many were asked.
+//
+// Expected numbers (tiny fixture, --layer-split 4,4, --max-seqs 4 with 8 snapshots, 64 blocks
+// per 1024-token context, --memory-budget 3M = 3145728 B for each worker):
+//  rank 0 [0,4): 1 KV pool  -> 16384 B per block; 3 GDN layers -> 58368 B per slot/snapshot
+//                (3145728 - 12 * 58368) / 16384 = 149 blocks
+//  rank 1 [4,8): 2 KV pools (layer 7 + MTP) -> 32768 B per block; 3 GDN layers -> 58368 B
+//                (3145728 - 12 * 58368) / 32768 = 74 blocks   <- the pipeline's capacity
+// Same budget and layer count, but rank 1 runs two KV pools, so the workers hold different
+// block counts and the minimum is really taken (the bound, 4 * 64 = 256 blocks, is not used).
+// Workers with different budgets: tests/integration/test_worker_capacity.cpp.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "tests/e2e/server_process.h"
+#include "tests/testutil/testutil.h"
+
+namespace ds::test {
+namespace {
+
+std::vector<std::string> args(const std::vector<std::string>& extra) {
+  std::vector<std::string> a{"--model",     tiny_model_path(), "--workers",       "2",  "--port", "0",
+                             "--layer-split", "4,4",           "--max-seqs",      "4",  "--max-context", "1024",
+                             "--memory-budget", "3M"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The value of an unlabelled sample on /metrics (-1 when absent).
+double gauge(int port, const std::string& name) {
+  std::istringstream lines(http_request(port, "GET", "/metrics", "").body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+TEST(CapacityE2E, ServerPlansWithTheSmallestWorkersPools) {
+  ServerProcess server(args({}));
+  EXPECT_EQ(gauge(server.port(), "deltaserve:kv_blocks_total"), 74);
+  EXPECT_EQ(gauge(server.port(), "deltaserve:gdn_slots_total"), 4);
+  const std::string log = server.log();
+  EXPECT_NE(log.find("worker rank 0 holds 149 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("worker rank 1 holds 74 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("KV capacity: 74 blocks of 16 tokens (1184 tokens in total)"), std::string::npos) << log;
+  // And it serves within that capacity.
+  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
+                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 8, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST(CapacityE2E, ExplicitKvBlocksAWorkerCannotHoldFailsStartup) {
+  try {
+    ServerProcess server(args({"--kv-blocks", "100"}));
+    FAIL() << "the server started with 100 KV blocks although rank 1 holds 74";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("fatal: worker rank 1 can hold only 74 KV blocks"), std::string::npos) << m;
+    EXPECT_NE(m.find("but 100 KV blocks were asked for (--kv-blocks)"), std::string::npos) << m;
+    EXPECT_EQ(m.find("worker rank 0 can hold"), std::string::npos) << m;  // rank 0 holds 149
+  }
+  // A count every worker holds is used as given.
+  ServerProcess server(args({"--kv-blocks", "60"}));
+  EXPECT_EQ(gauge(server.port(), "deltaserve:kv_blocks_total"), 60);
+}
+
+TEST(CapacityE2E, BadMemoryBudgetIsRejectedBeforeAnythingStarts) {
+  try {
+    ServerProcess server(args({"--memory-budget", "lots"}));
+    FAIL() << "started with --memory-budget lots";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad value 'lots' for memory-budget"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ds::test

@@ -1,0 +1,53 @@
+// `deltaserve serve --prefill-precision` end to end (2 CPU workers): the value reaches the
+// command line of every worker serve starts (each logs its options at start-up: "starting: ...
+// prefill_precision=f32"), and a bad value stops start-up before anything is spawned. CPU
+// workers accept the option and compute in f32 either way; the cuda effect of bf16 vs f32 is
+// CudaBackendOptions::bf16_prefill, tested by the kernel and model parity tests.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/server_process.h"
+#include "tests/testutil/testutil.h"
+
+namespace ds::test {
+namespace {
+
+// The start-up lines of the workers ("[worker R] starting: rank=R ...") in a server log.
+std::vector<std::string> worker_start_lines(const std::string& log) {
+  std::vector<std::string> out;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("starting: rank=") != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+TEST(PrefillPrecisionE2E, ServePassesItToEveryWorkerItStarts) {
+  ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--prefill-precision", "f32"});
+  const std::vector<std::string> starts = worker_start_lines(server.log());
+  ASSERT_EQ(starts.size(), 2u) << server.log();
+  for (const std::string& line : starts) {
+    EXPECT_NE(line.find("prefill_precision=f32"), std::string::npos) << line;  // the workers' default is bf16
+  }
+  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
+                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST(PrefillPrecisionE2E, BadValueIsRejectedBeforeAnythingStarts) {
+  try {
+    ServerProcess server({"--model", tiny_model_path(), "--port", "0", "--prefill-precision", "fp16"});
+    FAIL() << "started with --prefill-precision fp16";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("bad value 'fp16' for prefill-precision"), std::string::npos) << m;
+    EXPECT_EQ(m.find("starting: rank="), std::string::npos) << m;  // no worker was started
+  }
+}
+
+}  // namespace
+}  // namespace ds::test

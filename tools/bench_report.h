@@ -1,0 +1,47 @@
+// deltaserve-bench's machine-readable output (-o json): one JSON object per result row and
+// line, llama-bench style. A prompt size gives two rows: "pp" (prefill of n_prompt tokens) and
+// "tg" (n_gen one-token decode steps at a context of n_depth = that prompt). Rates are
+// tokens/s per repetition; avg_ts / stddev_ts are their mean and sample standard deviation
+// (0 with one repetition), as in llama-bench.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ds::bench {
+
+struct ReportContext {
+  std::string model;
+  std::string backend;
+  size_t batch = 0;      // prefill tokens per step as run (the prompt length when unchunked)
+  uint32_t workers = 0;  // 0: in-process
+  int threads = 0;
+};
+
+struct ReportRow {
+  std::string test;  // "pp" | "tg"
+  size_t n_prompt = 0;
+  size_t n_gen = 0;
+  size_t n_depth = 0;           // context already cached before the timed tokens
+  size_t tokens = 0;            // tokens fed per repetition, as counted by the runner
+  size_t steps = 0;             // forward steps per repetition
+  std::vector<double> seconds;  // one per repetition
+  double gb_per_token = 0;      // bytes one decode token streams (GB); 0: not reported
+  double flop_per_run = 0;      // FLOPs of one repetition; 0: not reported
+};
+
+struct RateStats {
+  double avg_ts = 0;
+  double stddev_ts = 0;
+  double best_ts = 0;
+  std::vector<double> samples_ts;
+};
+
+RateStats rate_stats(const ReportRow& row);
+
+// The row as one line of JSON (no trailing newline).
+std::string json_row(const ReportContext& ctx, const ReportRow& row);
+
+}  // namespace ds::bench

@@ -1,0 +1,147 @@
+#include "tools/bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "coordinator/engine/engine.h"
+#include "worker/stage_model.h"
+
+namespace ds::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One prefill chunk: [begin, end) of the prompt.
+struct Chunk {
+  size_t begin = 0;
+  size_t end = 0;
+  bool last = false;
+};
+
+std::vector<Chunk> chunks_of(size_t n, size_t batch) {
+  if (batch == 0) batch = n;
+  std::vector<Chunk> out;
+  for (size_t b = 0; b < n; b += batch) out.push_back({b, std::min(n, b + batch), b + batch >= n});
+  return out;
+}
+
+std::vector<int32_t> slice(const std::vector<int32_t>& ids, const Chunk& c) {
+  return {ids.begin() + static_cast<std::ptrdiff_t>(c.begin), ids.begin() + static_cast<std::ptrdiff_t>(c.end)};
+}
+
+class StageRunner final : public BenchRunner {
+ public:
+  StageRunner(StageModel& model, size_t n_vocab) : model_(model), n_vocab_(n_vocab) {}
+
+  RunStats prefill(uint64_t seq, const std::vector<int32_t>& ids, size_t batch) override {
+    RunStats r;
+    const auto t0 = Clock::now();
+    for (const Chunk& c : chunks_of(ids.size(), batch)) {
+      StepInput in;
+      SeqStep s{seq, static_cast<uint32_t>(c.begin), slice(ids, c), {}};
+      if (c.last) s.logit_rows.push_back(static_cast<uint32_t>(c.end - c.begin - 1));
+      r.tokens += s.token_ids.size();
+      in.seqs.push_back(std::move(s));
+      StepOutput out;
+      model_.forward(in, &out);
+      ++r.steps;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  }
+
+  RunStats decode(uint64_t seq, uint32_t start, size_t n) override {
+    RunStats r;
+    int32_t tok = 1;
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i) {
+      StepInput in;
+      in.seqs.push_back({seq, static_cast<uint32_t>(start + i), {tok}, {0}});
+      StepOutput out;
+      model_.forward(in, &out);
+      const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
+      tok = static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
+      ++r.tokens;
+      ++r.steps;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  }
+
+  void drop(uint64_t seq) override { model_.drop_sequence(seq); }
+
+ private:
+  StageModel& model_;
+  size_t n_vocab_;
+};
+
+class PipelineRunner final : public BenchRunner {
+ public:
+  explicit PipelineRunner(const EngineOptions& options) : engine_(options) { engine_.start(); }
+  ~PipelineRunner() override { engine_.shutdown(); }
+
+  // The chunks go out pipelined (PipelineEngine::step_pipelined, issue 12): stage k computes
+  // chunk i+1 while stage k+1 computes chunk i; the results equal sequential steps bit for bit.
+  RunStats prefill(uint64_t seq, const std::vector<int32_t>& ids, size_t batch) override {
+    RunStats r;
+    const auto t0 = Clock::now();
+    std::vector<std::vector<SeqRequest>> steps;
+    for (const Chunk& c : chunks_of(ids.size(), batch)) {
+      SeqRequest q;
+      q.seq_id = seq;
+      q.start_pos = static_cast<uint32_t>(c.begin);
+      q.tokens = slice(ids, c);
+      if (c.last) q.logit_rows.push_back(static_cast<uint32_t>(c.end - c.begin - 1));
+      q.random_u.assign(q.logit_rows.size(), 0.0);
+      r.tokens += q.tokens.size();
+      steps.push_back({std::move(q)});
+    }
+    r.steps = engine_.step_pipelined(steps).size();
+    r.seconds = seconds_since(t0);
+    return r;
+  }
+
+  RunStats decode(uint64_t seq, uint32_t start, size_t n) override {
+    RunStats r;
+    int32_t tok = 1;
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i) {
+      SeqRequest q;
+      q.seq_id = seq;
+      q.start_pos = static_cast<uint32_t>(start + i);
+      q.tokens = {tok};
+      q.logit_rows = {0};
+      q.random_u = {0.0};  // greedy (the default SamplingRule): u is not used
+      const StepOutcome out = engine_.step({q});
+      if (out.rows.size() != 1)
+        throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for 1");
+      tok = out.rows[0].token;
+      ++r.tokens;
+      ++r.steps;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  }
+
+  void drop(uint64_t seq) override { engine_.drop_sequences({seq}); }
+
+ private:
+  PipelineEngine engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab) {
+  return std::make_unique<StageRunner>(model, n_vocab);
+}
+
+std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options) {
+  return std::make_unique<PipelineRunner>(options);
+}
+
+}  // namespace ds::bench

@@ -1,0 +1,128 @@
+// Pool sizing from a memory budget (see pool_sizing.h).
+#include "worker/cache/pool_sizing.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "common/byte_size.h"
+#include "common/error.h"
+#include "common/model_config.h"
+
+namespace ds {
+namespace {
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+uint64_t mul_sat(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kMax : r;
+}
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return a > kMax - b ? kMax : a + b; }
+
+// Block ids travel as int32 and pool rows as uint32 (stage_cache.cpp checks the same bound).
+uint32_t max_blocks_for(uint32_t block_size) {
+  return static_cast<uint32_t>(uint64_t{std::numeric_limits<int32_t>::max()} / block_size);
+}
+
+std::string describe(const CacheGeometry& g) {
+  return std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) + " tokens, " +
+         std::to_string(g.max_seqs) + " state slots, " + std::to_string(g.num_snapshots) + " snapshots";
+}
+
+// Snapshots keep their share per slot when slots shrink (2 per slot stays 2 per slot).
+uint32_t snapshots_for(const CacheGeometry& limit, uint32_t slots) {
+  return static_cast<uint32_t>(uint64_t{limit.num_snapshots} * slots / limit.max_seqs);
+}
+
+uint64_t state_bytes(const PoolCosts& c, uint64_t slots, uint64_t snapshots) {
+  return mul_sat(add_sat(slots, snapshots), c.state_record_bytes);
+}
+
+// KV blocks the bytes left after the state pools buy, capped by `bound`.
+uint32_t blocks_within(const PoolCosts& c, uint64_t left, uint32_t bound) {
+  if (c.kv_block_bytes == 0) return bound;  // a stage without attention layers holds any block id
+  return static_cast<uint32_t>(std::min<uint64_t>(bound, left / c.kv_block_bytes));
+}
+
+void check_request(const PoolRequest& r) {
+  const CacheGeometry& g = r.limit;
+  if (g.block_size == 0) throw ConfigError("KV block size must be positive");
+  if (g.num_blocks == 0) throw ConfigError("pool sizing needs a KV block count (the bound, or the exact number)");
+  if (g.max_seqs == 0) throw ConfigError("pool sizing needs at least one state slot");
+  if (g.num_blocks > max_blocks_for(g.block_size)) {
+    throw ConfigError(std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) +
+                      " rows exceed the 2^31 pool rows block tables can address");
+  }
+}
+
+PoolSizing exact_pools(const PoolCosts& c, const CacheGeometry& g, uint64_t budget) {
+  const uint64_t need = pool_bytes(c, g);
+  if (need > budget) {
+    const uint64_t state = state_bytes(c, g.max_seqs, g.num_snapshots);
+    const uint32_t fit = state > budget ? 0 : blocks_within(c, budget - state, g.num_blocks);
+    throw ConfigError("the pools (" + describe(g) + ") need " + format_bytes(need) + " but the memory budget is " +
+                      format_bytes(budget) + ": with these slots and snapshots only " + std::to_string(fit) +
+                      " KV blocks fit");
+  }
+  return PoolSizing{g, need};
+}
+
+}  // namespace
+
+// Mirrors what the stage allocates (Qwen35Stage::cache_shapes in worker/models/qwen35.cpp, the
+// KvCache and StatePool layouts): keep the two in step when either changes.
+PoolCosts stage_pool_costs(const ModelConfig& cfg, uint32_t first, uint32_t last, uint32_t block_size) {
+  uint64_t attn = 0, gdn = 0;
+  for (uint32_t l = first; l < last && l < cfg.layer_kinds.size(); ++l) {
+    (cfg.layer_kinds[l] == LayerKind::kFullAttention ? attn : gdn) += 1;
+  }
+  if (last == cfg.n_layer && cfg.n_nextn > 0) attn += 1;  // the MTP block's own KV pool
+  const uint64_t kv_row = uint64_t{cfg.n_head_kv} * cfg.head_dim * sizeof(float);
+  const uint64_t record = (uint64_t{cfg.ssm_conv_kernel} - 1) * cfg.ssm_conv_channels() +
+                          uint64_t{cfg.ssm_dt_rank} * cfg.ssm_d_state * cfg.ssm_head_v_dim();
+  PoolCosts c;
+  c.kv_block_bytes = attn * 2 * block_size * kv_row;  // K and V
+  c.state_record_bytes = gdn * record * sizeof(float);
+  return c;
+}
+
+uint64_t pool_bytes(const PoolCosts& c, const CacheGeometry& g) {
+  return add_sat(mul_sat(g.num_blocks, c.kv_block_bytes), state_bytes(c, g.max_seqs, g.num_snapshots));
+}
+
+PoolSizing size_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget) {
+  check_request(r);
+  const CacheGeometry& limit = r.limit;
+  if (r.exact) return exact_pools(c, limit, budget);
+  const uint32_t min_blocks = std::clamp<uint32_t>(r.min_blocks, 1, limit.num_blocks);
+  const uint64_t min_kv = mul_sat(min_blocks, c.kv_block_bytes);
+  auto fits = [&](uint32_t slots) { return add_sat(state_bytes(c, slots, snapshots_for(limit, slots)), min_kv) <= budget; };
+  if (!fits(1)) {
+    throw ConfigError("the memory budget of " + format_bytes(budget) + " cannot hold one sequence: one state slot " +
+                      "and " + std::to_string(min_blocks) + " KV blocks (one max_context sequence) need " +
+                      format_bytes(add_sat(state_bytes(c, 1, snapshots_for(limit, 1)), min_kv)) +
+                      " (raise the budget, lower --max-context, or spread the layers over more workers)");
+  }
+  // The largest slot count that fits (fits() is monotone in the slot count).
+  uint32_t lo = 1, hi = limit.max_seqs;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  PoolSizing out;
+  out.geometry = limit;
+  out.geometry.max_seqs = lo;
+  out.geometry.num_snapshots = snapshots_for(limit, lo);
+  const uint64_t state = state_bytes(c, lo, out.geometry.num_snapshots);
+  out.geometry.num_blocks = blocks_within(c, budget - state, limit.num_blocks);
+  out.bytes = pool_bytes(c, out.geometry);
+  return out;
+}
+
+}  // namespace ds

@@ -1,0 +1,51 @@
+// How many KV blocks, GDN state slots and snapshots a stage allocates from a memory budget.
+// Pure arithmetic (no backend, no allocation), so the policy is unit-tested on its own; the
+// worker's loader (worker/daemon/stage_loader.cpp) supplies the budget and allocates the
+// result once, at load.
+//
+// Policy (CACHE_SIZING_FIT_BUDGET; the request's numbers are upper bounds):
+//  1. keep every state slot asked for, unless the slots, their snapshots and the KV blocks of
+//     one max_context sequence (min_blocks) do not fit: then as many slots as fit that way
+//     (snapshots keep their share per slot), at least one;
+//  2. give every remaining byte to KV blocks, up to the bound.
+// CACHE_SIZING_EXACT allocates exactly the request, or fails with what fits instead.
+#pragma once
+
+#include <cstdint>
+
+#include "worker/stage_model.h"  // CacheGeometry
+
+namespace ds {
+
+struct ModelConfig;
+
+// Bytes of one pool element across every layer the stage runs.
+struct PoolCosts {
+  uint64_t kv_block_bytes = 0;      // one KV block: K + V rows of every attention pool (MTP included)
+  uint64_t state_record_bytes = 0;  // one GDN state slot or snapshot: conv + recurrent state of every GDN layer
+};
+
+// The costs of the stage [first_layer, last_layer) of `config` with f32 pools (the last stage
+// also runs the MTP block, which has its own KV pool).
+PoolCosts stage_pool_costs(const ModelConfig& config, uint32_t first_layer, uint32_t last_layer, uint32_t block_size);
+
+// Bytes the pools of `geometry` take (saturates at UINT64_MAX instead of wrapping).
+uint64_t pool_bytes(const PoolCosts& costs, const CacheGeometry& geometry);
+
+struct PoolRequest {
+  CacheGeometry limit;      // block_size is exact; the counts are exact or upper bounds
+  uint32_t min_blocks = 0;  // fit: fewest KV blocks worth serving (one max_context sequence)
+  bool exact = false;       // allocate exactly `limit`, or throw
+};
+
+struct PoolSizing {
+  CacheGeometry geometry;  // what to allocate
+  uint64_t bytes = 0;      // pool_bytes(costs, geometry)
+};
+
+// Sizes managed pools (limit.num_blocks > 0) within `budget_bytes`. Throws ConfigError with
+// the numbers (needed, budget, what would fit) when even the minimum does not fit, or when
+// the request itself is malformed (no slots, no block bound, a zero block size).
+PoolSizing size_pools(const PoolCosts& costs, const PoolRequest& request, uint64_t budget_bytes);
+
+}  // namespace ds
