@@ -38,6 +38,12 @@ struct LogitDigest {
 
 constexpr uint32_t kDigestTopK = 16;
 
+// What a row's digest needs besides its logits: the sequence's rule and the row's uniform u.
+struct DigestRequest {
+  SamplingRule rule;
+  double u = 0.0;
+};
+
 LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u,
                           uint32_t top_k = kDigestTopK);
 

@@ -10,7 +10,8 @@
 // Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
 // per step, llama-bench's ubatch; --chunk is the old name), timed from submission to logits on
 // the host; decode: --gen greedy steps of one token right after the prompt (so "tg128 at
-// context n"; --gen 0 skips it). Every forward ends by downloading logits, which waits for the
+// context n"; --gen 0 skips it). Every forward ends by downloading logits (on cuda, decode steps
+// download a greedy digest computed on the device instead; --host-digest: the full logits), which waits for the
 // device stream, so host wall time is device time plus the host's share. A short warm-up run
 // goes first (module load, first allocations).
 // Each table figure is the best of --repeat runs (METHOD.md: report best-of with the spread);
@@ -64,6 +65,13 @@ struct Options {
   bool bf16_prefill = true;  // cuda prefill products on bf16 tensor cores; --f32-prefill: f32 SIMT
   bool mma_gemm = false;      // --prefill-gemm mma: our mma.sync kernel instead of cuBLASLt
   bool bf16_weights = false;  // --bf16-weights: persistent bf16 weight copies (no per-call dequant)
+  bool gdn_prep_v3 = true;    // --gdn-prep v2: the chunked GDN prefill's previous prep kernel
+  bool dequant_v2 = true;     // --dequant v1: the previous Q8_0 -> bf16 kernel
+  bool prefill_fusions = true;  // --prefill-fusion off: SwiGLU + down projection, GDN head norms unfused
+  bool device_digest = true;  // --host-digest: decode downloads full logits (no device digest)
+  bool fused_ops = true;      // --no-fused-ops: residual add + RMSNorm, conv + L2 as separate launches
+  bool stacked = true;        // --no-stacked-weights: alpha/beta, qkv/gate, gate/up as separate GEMVs
+  bool small_batch_mma = true;  // --no-small-batch-mma: 2..64-token products on the f32 GEMV / prefill paths
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -76,7 +84,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -144,6 +152,26 @@ Options parse(int argc, char** argv) {
       o.mma_gemm = v == "mma";
     } else if (a == "--bf16-weights") {
       o.bf16_weights = true;
+    } else if (a == "--gdn-prep") {
+      const std::string v = args.value();
+      if (v != "v2" && v != "v3") kUsage.fail("--gdn-prep must be v2 or v3, got '" + v + "'");
+      o.gdn_prep_v3 = v == "v3";
+    } else if (a == "--dequant") {
+      const std::string v = args.value();
+      if (v != "v1" && v != "v2") kUsage.fail("--dequant must be v1 or v2, got '" + v + "'");
+      o.dequant_v2 = v == "v2";
+    } else if (a == "--prefill-fusion") {
+      const std::string v = args.value();
+      if (v != "on" && v != "off") kUsage.fail("--prefill-fusion must be on or off, got '" + v + "'");
+      o.prefill_fusions = v == "on";
+    } else if (a == "--host-digest") {
+      o.device_digest = false;
+    } else if (a == "--no-fused-ops") {
+      o.fused_ops = false;
+    } else if (a == "--no-stacked-weights") {
+      o.stacked = false;
+    } else if (a == "--no-small-batch-mma") {
+      o.small_batch_mma = false;
     } else {
       args.unknown();
     }
@@ -218,6 +246,13 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.prefill_gemm = o.mma_gemm ? ds::CudaBackendOptions::PrefillGemm::kMmaSync
                               : ds::CudaBackendOptions::PrefillGemm::kCublasLt;
   c.bf16_weight_copy = o.bf16_weights;
+  c.gdn_prep_v3 = o.gdn_prep_v3;
+  c.dequant_v2 = o.dequant_v2;
+  c.prefill_fusions = o.prefill_fusions;
+  c.device_logit_digest = o.device_digest;
+  c.fused_decode_ops = o.fused_ops;
+  c.stacked_weights = o.stacked;
+  c.small_batch_mma = o.small_batch_mma;
   return c;
 }
 #endif

@@ -62,10 +62,15 @@ class StageRunner final : public BenchRunner {
     for (size_t i = 0; i < n; ++i) {
       StepInput in;
       in.seqs.push_back({seq, static_cast<uint32_t>(start + i), {tok}, {0}});
+      in.digest_rows.push_back({});  // greedy, like the server: a device digest where the backend has one
       StepOutput out;
       model_.forward(in, &out);
-      const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
-      tok = static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
+      if (!out.digests.empty()) {
+        tok = out.digests[0].token;
+      } else {
+        const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
+        tok = static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
+      }
       ++r.tokens;
       ++r.steps;
     }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/sampling.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/matmul.h"
@@ -36,6 +37,11 @@ class Backend {
   virtual void zero(float* dst, size_t n) = 0;
   // A weight matrix in its GGUF type, resident on the device (CPU: the mmap itself).
   virtual WeightView weight(const GgufTensor& t) = 0;
+  // One device matrix of `parts` stacked row-wise (same type and width), so products that share
+  // an input run as one matmul; each part is a row range of it (its rows are not uploaded a
+  // second time). Empty view (data == nullptr) when the backend cannot or need not (the CPU
+  // backend reads the file mapping in place): the caller keeps the separate matrices.
+  virtual WeightView weight_stack(const GgufTensor* const* /*parts*/, size_t /*n_parts*/) { return {}; }
   // A small tensor (norm gains, conv taps, biases) as f32 on the device; lives with the backend.
   virtual const float* f32_tensor(const GgufTensor& t) = 0;
 
@@ -49,6 +55,14 @@ class Backend {
                               float* y) = 0;
   virtual void l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y,
                        size_t y_stride) = 0;
+  // In place, the L2 norm of n_heads heads of `dim` floats per token, contiguous inside token rows
+  // `token_stride` apart (the GDN q and k heads). Default: one l2_norm per head (the CPU
+  // reference); the CUDA backend runs them all in one launch.
+  virtual void l2_norm_heads(float* x, size_t token_stride, size_t n_tokens, size_t n_heads, size_t dim, float eps) {
+    for (size_t h = 0; h < n_heads; ++h) {
+      l2_norm(x + h * dim, token_stride, eps, n_tokens, dim, x + h * dim, token_stride);
+    }
+  }
   virtual void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride,
                          size_t head_dim, size_t n_rot, const int32_t* host_positions,
                          std::array<int32_t, 4> sections, float theta) = 0;
@@ -59,20 +73,52 @@ class Backend {
   virtual void gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
                          const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g,
                          float* beta) = 0;
+  // One token of a GDN front end: causal_conv1d_silu of x [channels] (state updated), then the
+  // first n_norm_heads heads of head_dim channels of y L2-normalized in place. Default: the two
+  // ops (the CPU reference); backends may fuse them.
+  virtual void conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
+                                  size_t n_norm_heads, size_t head_dim, float eps, float* y) {
+    causal_conv1d_silu(x, channels, 1, channels, weight, kernel, state, y);
+    l2_norm(y, head_dim, eps, n_norm_heads, head_dim, y, head_dim);
+  }
   virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out) = 0;
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;
   virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
+  // The FFN's SwiGLU and down projection: y = w (silu(gate) * up), gate and up [n_rows][w.cols]
+  // contiguous; `gate` may be overwritten. Default: the two ops (the CPU reference); the CUDA
+  // backend rounds the product straight into its bf16 GEMM operand in prefill steps.
+  virtual void swiglu_matmul(float* gate, const float* up, size_t n_rows, const WeightView& w, float* y,
+                             size_t y_stride) {
+    swiglu(gate, up, n_rows * w.cols, gate);
+    matmul(w, gate, w.cols, n_rows, y, y_stride);
+  }
   virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride,
                             size_t n_rows, size_t dim, float* y, size_t y_stride) = 0;
   virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  // The residual step: x += delta, then y = rms_norm(x; w) (rows contiguous, y != x). Default:
+  // the two ops (the CPU reference); backends may fuse them into one pass.
+  virtual void add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim,
+                            float* y) {
+    add_inplace(x, delta, n_rows * dim);
+    rms_norm(x, dim, w, eps, n_rows, dim, y, dim);
+  }
   // Copies rows: dst[i] = src[rows[i]] (row length `dim`, host row indices).
   virtual void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   // Copies rows: dst[rows[i]] = src[i] (distinct host row indices); KV cache writes into the pools.
   virtual void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   virtual void synchronize() = 0;
+
+  // Digests logits rows [n_rows, n_vocab] (device) where they are, downloading only the
+  // digests (out[0, n_rows)); same values as ds::digest_logits up to the log-sum-exp's
+  // summation order. Returns false, doing nothing, when this backend cannot (the default; the
+  // CPU backend's logits are already on the host) or a row's rule needs the whole sorted row.
+  virtual bool digest_logits_rows(const float* /*logits*/, size_t /*n_rows*/, size_t /*n_vocab*/,
+                                  const DigestRequest* /*requests*/, LogitDigest* /*out*/) {
+    return false;
+  }
 };
 
 // CPU backend over kernels/cpu with `n_threads` worker threads.

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,13 +23,17 @@
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv1d.h"
+#include "kernels/cuda/conv_l2_decode.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gdn.h"
 #include "kernels/cuda/gdn_chunked.h"
+#include "kernels/cuda/l2_norm_heads.h"
+#include "kernels/cuda/logit_digest.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu_matmul.h"
 
 namespace ds {
 namespace {
@@ -61,6 +67,47 @@ class ControlBuffer {
   std::vector<uint8_t> last_;
 };
 
+// A grow-only device buffer (scratch of an op whose size varies with the step).
+class DeviceScratch {
+ public:
+  ~DeviceScratch() { cudaFree(dev_); }
+  void* get(size_t bytes, cudaStream_t stream) {
+    if (bytes > cap_) {
+      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
+      DS_CUDA_CHECK(cudaFree(dev_));
+      dev_ = nullptr;
+      cap_ = 0;
+      DS_CUDA_CHECK(cudaMalloc(&dev_, bytes));
+      cap_ = bytes;
+    }
+    return dev_;
+  }
+
+ private:
+  void* dev_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// A grow-only pinned host buffer: device-to-host copies into it are true async DMA, no staging.
+class PinnedScratch {
+ public:
+  ~PinnedScratch() { cudaFreeHost(host_); }
+  void* get(size_t bytes) {
+    if (bytes > cap_) {
+      DS_CUDA_CHECK(cudaFreeHost(host_));  // callers synchronize before reusing: nothing in flight
+      host_ = nullptr;
+      cap_ = 0;
+      DS_CUDA_CHECK(cudaMallocHost(&host_, bytes));
+      cap_ = bytes;
+    }
+    return host_;
+  }
+
+ private:
+  void* host_ = nullptr;
+  size_t cap_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options)
@@ -68,7 +115,16 @@ class CudaBackend final : public Backend {
         precision_(options.bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32),
         tc_kernel_(options.prefill_gemm == CudaBackendOptions::PrefillGemm::kCublasLt ? cuda::TcGemmKernel::kCublasLt
                                                                                        : cuda::TcGemmKernel::kMmaSync),
-        bf16_weight_copy_(options.bf16_weight_copy) {
+        bf16_weight_copy_(options.bf16_weight_copy),
+        device_digest_(options.device_logit_digest),
+        fused_ops_(options.fused_decode_ops),
+        stacked_weights_(options.stacked_weights),
+        gdn_prep_(options.gdn_prep_v3 ? cuda::GdnPrep::kV3 : cuda::GdnPrep::kV2),
+        dequant_v2_(options.dequant_v2),
+        prefill_fusions_(options.prefill_fusions),
+        small_batch_mma_(options.small_batch_mma),
+        mma_min_(options.small_batch_mma_min),
+        mma_max_(options.small_batch_mma_max) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -108,6 +164,7 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), stream_));
   }
   WeightView weight(const GgufTensor& t) override;
+  WeightView weight_stack(const GgufTensor* const* parts, size_t n_parts) override;
   const float* f32_tensor(const GgufTensor& t) override;
 
   // ---- ops ------------------------------------------------------------------------------------
@@ -126,6 +183,14 @@ class CudaBackend final : public Backend {
   void l2_norm(const float* x, size_t xs, float eps, size_t rows, size_t dim, float* y, size_t ys) override {
     on_device();
     DS_CUDA_CHECK(cuda::l2_norm(x, xs, eps, rows, dim, y, ys, stream_));
+  }
+  void l2_norm_heads(float* x, size_t token_stride, size_t n_tokens, size_t n_heads, size_t dim, float eps) override {
+    if (!prefill_fusions_ || dim > cuda::kL2HeadsMaxDim) {
+      Backend::l2_norm_heads(x, token_stride, n_tokens, n_heads, dim, eps);
+      return;
+    }
+    on_device();
+    DS_CUDA_CHECK(cuda::l2_norm_heads(x, token_stride, n_tokens, n_heads, dim, eps, stream_));
   }
   void rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim, size_t n_rot,
                  const int32_t* host_positions, std::array<int32_t, 4> sections, float theta) override;
@@ -147,6 +212,19 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cuda::swiglu(gate, up, n, y, stream_));
   }
+  // Prefill steps on the bf16 tensor cores: the SwiGLU rounded straight into the GEMM's operand
+  // (kernels/cuda/swiglu_matmul.h, same bits); everything else: the two ops.
+  void swiglu_matmul(float* gate, const float* up, size_t n, const WeightView& w, float* y, size_t ys) override {
+    // In the small-batch kernel's range the unfused ops win: the down projection then streams
+    // Q8_0 on that kernel instead of a bf16 dequantization pass.
+    if (!prefill_fusions_ || precision_ != cuda::MatmulPrecision::kBf16TensorCores ||
+        !cuda::swiglu_matmul_applies(w, n) || (small_batch_mma_ && n >= mma_min_ && n <= mma_max_)) {
+      Backend::swiglu_matmul(gate, up, n, w, y, ys);
+      return;
+    }
+    on_device();
+    DS_CUDA_CHECK(cuda::swiglu_matmul(w, gate, up, n, y, ys, tc_options(w, n), stream_));
+  }
   void sigmoid_gate(const float* x, size_t xs, const float* gate, size_t gs, size_t rows, size_t dim, float* y,
                     size_t ys) override {
     on_device();
@@ -156,23 +234,50 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cuda::add_inplace(y, x, n, stream_));
   }
+  void add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim,
+                    float* y) override {
+    if (!fused_ops_) return Backend::add_rms_norm(x, delta, w, eps, n_rows, dim, y);
+    on_device();
+    DS_CUDA_CHECK(cuda::add_rms_norm(x, delta, w, eps, n_rows, dim, y, stream_));
+  }
+  void conv_silu_l2_token(const float* x, size_t channels, const float* w, size_t kernel, float* state,
+                          size_t n_norm_heads, size_t head_dim, float eps, float* y) override {
+    if (!fused_ops_ || !cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) {
+      return Backend::conv_silu_l2_token(x, channels, w, kernel, state, n_norm_heads, head_dim, eps, y);
+    }
+    on_device();
+    DS_CUDA_CHECK(cuda::conv_silu_l2_token(x, channels, w, kernel, state, n_norm_heads, head_dim, eps, y, stream_));
+  }
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void synchronize() override {
     on_device();
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  bool digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
+                          LogitDigest* out) override;
 
  private:
   // Several backends (pipeline stages, devices) may share a host thread: make ours current.
   void on_device() const { DS_CUDA_CHECK(cudaSetDevice(device_)); }
   const void* device_copy(const void* host, size_t bytes);
   const void* bf16_weights(const WeightView& w);
+  cuda::TcGemmOptions tc_options(const WeightView& w, size_t n);
 
   int device_;
   cuda::MatmulPrecision precision_;  // how prefill products run (bf16 tensor cores unless f32 asked for)
   cuda::TcGemmKernel tc_kernel_;     // which GEMM runs the bf16 products
   bool bf16_weight_copy_;            // keep persistent bf16 copies of the prefill weights
+  bool device_digest_;               // digest logits on the device when a step asks for digests
+  bool fused_ops_;                   // add_rms_norm, conv_silu_l2_token as one kernel each
+  bool stacked_weights_;             // weight_stack uploads stacked matrices
+  cuda::GdnPrep gdn_prep_;           // which prep kernel the chunked GDN prefill runs
+  bool dequant_v2_;                  // Q8_0 -> bf16 with the coalesced v2 kernel
+  bool prefill_fusions_;             // swiglu_matmul and l2_norm_heads fused (else the default ops)
+  bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
+  size_t mma_min_, mma_max_;
+  DeviceScratch digest_scratch_, digest_rows_;
+  PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
   cudaStream_t stream_ = nullptr;
   std::unordered_set<float*> allocations_;
@@ -234,6 +339,36 @@ WeightView CudaBackend::weight(const GgufTensor& t) {
   return w;
 }
 
+// The parts' bytes back to back in one allocation (rows of one type and width, so the stacked
+// rows are just the parts' rows in order). Owned like the single uploads.
+WeightView CudaBackend::weight_stack(const GgufTensor* const* parts, size_t n_parts) {
+  if (!stacked_weights_ || n_parts == 0) return {};
+  size_t bytes = 0, rows = 0;
+  for (size_t i = 0; i < n_parts; ++i) {
+    const GgufTensor& t = *parts[i];
+    if (t.type != parts[0]->type || t.ne[0] != parts[0]->ne[0] || t.row_bytes() != parts[0]->row_bytes()) return {};
+    bytes += t.nbytes;
+    rows += t.n_rows();
+  }
+  on_device();
+  void* dev = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&dev, bytes == 0 ? 1 : bytes));
+  uploads_.emplace(dev, dev);  // keyed by itself: freed with the other uploads
+  size_t offset = 0;
+  for (size_t i = 0; i < n_parts; ++i) {
+    DS_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + offset, parts[i]->data, parts[i]->nbytes,
+                             cudaMemcpyHostToDevice));
+    offset += parts[i]->nbytes;
+  }
+  WeightView w;
+  w.type = parts[0]->type;
+  w.data = dev;
+  w.cols = parts[0]->ne[0];
+  w.rows = rows;
+  w.row_bytes = parts[0]->row_bytes();
+  return w;
+}
+
 // Small tensors are dequantized on the host (any GGUF type the CPU can read), then uploaded; the
 // cache key is the mapped tensor, like the CPU backend's.
 const float* CudaBackend::f32_tensor(const GgufTensor& t) {
@@ -261,13 +396,22 @@ void CudaBackend::embed_rows(const WeightView& table, const int32_t* host_ids, s
   DS_CUDA_CHECK(cuda::embed_rows(table, ids, n, out, stream_));
 }
 
-void CudaBackend::matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) {
-  on_device();
-  cuda::TcGemmOptions tc{tc_kernel_, nullptr};
+// The tensor-core GEMM's options for an n-token product with w (its persistent bf16 copy when on).
+cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
+  cuda::TcGemmOptions tc{tc_kernel_, nullptr, dequant_v2_};
+  tc.small_batch_mma = small_batch_mma_;
+  tc.small_batch_mma_min = mma_min_;
+  tc.small_batch_mma_max = mma_max_;
   if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && w.type == GgmlType::Q8_0 &&
       w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
     tc.bf16_weights = bf16_weights(w);
   }
+  return tc;
+}
+
+void CudaBackend::matmul(const WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys) {
+  on_device();
+  const cuda::TcGemmOptions tc = tc_options(w, n);
   const cudaError_t e = cuda::matmul(w, x, xs, n, y, ys, precision_, tc, stream_);
   if (e == cudaErrorNotSupported) {  // same error as the CPU backend
     throw FormatError(std::string("matmul: unsupported weight type ") + ggml_type_name(w.type));
@@ -289,7 +433,7 @@ const void* CudaBackend::bf16_weights(const WeightView& w) {
     return nullptr;
   }
   bf16_weights_.emplace(w.data, dev);
-  DS_CUDA_CHECK(cuda::dequantize_q8_to_bf16(w, dev, stream_));
+  DS_CUDA_CHECK(cuda::dequantize_q8_to_bf16(w, dev, stream_, dequant_v2_));
   return dev;
 }
 
@@ -311,7 +455,7 @@ void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const f
                       const float* beta, float* state, float* out) {
   on_device();
   if (s.n_tokens >= kGdnChunkedMinTokens && cuda::gdn_chunked_applies(s)) {
-    DS_CUDA_CHECK(cuda::gdn_chunked(s, q, k, v, g, beta, state, out, stream_));
+    DS_CUDA_CHECK(cuda::gdn_chunked_with_prep(gdn_prep_, s, q, k, v, g, beta, state, out, stream_));
   } else if (s.n_tokens >= 2) {
     DS_CUDA_CHECK(cuda::gdn_prefill(s, q, k, v, g, beta, state, out, stream_));
   } else {
@@ -346,6 +490,39 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
     }
   }
   DS_CUDA_CHECK(cuda::attention_causal(s, q, dev, scale, out, stream_));
+}
+
+// One sync per step: the digests come back in one small copy; a row the device flags (NaN,
+// +inf, nothing finite) is downloaded whole and digested by the CPU code, whose order it follows.
+bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab,
+                                     const DigestRequest* requests, LogitDigest* out) {
+  if (!device_digest_ || n_rows > 65535 || n_vocab == 0 || n_vocab > size_t{INT32_MAX}) return false;
+  uint32_t k = 1;
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (!cuda::digest_on_device_applies(requests[r].rule)) return false;
+    k = std::max(k, cuda::digest_candidates(requests[r].rule));
+  }
+  if (n_rows == 0) return true;
+  on_device();
+  void* scratch = digest_scratch_.get(cuda::logit_digest_scratch_bytes(n_rows, n_vocab, k), stream_);
+  const size_t row_bytes = n_rows * sizeof(cuda::DigestRow);
+  auto* dev_rows = static_cast<cuda::DigestRow*>(digest_rows_.get(row_bytes, stream_));
+  auto* host_rows = static_cast<cuda::DigestRow*>(digest_host_.get(row_bytes));
+  DS_CUDA_CHECK(cuda::logit_digest_rows(logits, n_rows, n_vocab, k, scratch, dev_rows, stream_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(host_rows, dev_rows, row_bytes, cudaMemcpyDeviceToHost, stream_));
+  DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> full;
+  for (size_t r = 0; r < n_rows; ++r) {
+    const DigestRequest& q = requests[r];
+    if (host_rows[r].irregular == 0) {
+      out[r] = cuda::finish_digest(host_rows[r], n_vocab, q.rule, q.u);
+      continue;
+    }
+    full.resize(n_vocab);
+    download(full.data(), logits + r * n_vocab, n_vocab);
+    out[r] = ds::digest_logits(full.data(), n_vocab, q.rule, q.u);
+  }
+  return true;
 }
 
 void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {

@@ -25,6 +25,35 @@ struct CudaBackendOptions {
   // weight: ~18 GB more for 9B), instead of dequantizing it on every call. Off by default; when
   // the copy does not fit, that matrix keeps the per-call dequantization.
   bool bf16_weight_copy = false;
+  // Decode steps digest the logits on the device (kernels/cuda/logit_digest.h) and download the
+  // digest only, when the step asks for digests and every row's rule allows it (greedy, or
+  // top_k <= 64); false: the logits are always downloaded and digested on the host.
+  bool device_logit_digest = true;
+  // Fused decode ops, one kernel each: Backend::add_rms_norm (residual add + the next RMSNorm,
+  // norm.cu) and Backend::conv_silu_l2_token (GDN conv + SiLU + q/k L2 norm of one token,
+  // conv_l2_decode.cu); false: the separate ops.
+  bool fused_decode_ops = true;
+  // Backend::weight_stack: matrices that share an input (GDN alpha+beta, qkv+gate, FFN gate+up)
+  // uploaded as one stacked matrix so decode runs one GEMV for them; false: separate uploads.
+  bool stacked_weights = true;
+  // Chunked GDN prefill prep (kernels/cuda/gdn_chunked.h, GdnPrep): the v3 kernel (default; two
+  // blocks per SM, batched 16-byte loads) or the v2 one. Same f32 arithmetic; v3 takes dk = dv =
+  // 128 with aligned rows and falls back to v2 elsewhere.
+  bool gdn_prep_v3 = true;
+  // Q8_0 -> bf16 dequantization of the prefill weights (per call, and the persistent copy) with
+  // the coalesced v2 kernel (kernels/cuda/dequant_q8.h; default) or v1. Bit-identical results.
+  bool dequant_v2 = true;
+  // Prefill fusions, each bit-identical to the ops it replaces (false runs those): the FFN's SwiGLU
+  // rounded straight into the down projection's bf16 operand (kernels/cuda/swiglu_matmul.h), and
+  // the GDN q/k head L2 norms in one launch (kernels/cuda/l2_norm_heads.h).
+  bool prefill_fusions = true;
+  // Q8_0 products of small_batch_mma_min..max tokens (multi-token decode, speculative verify) on
+  // the small-batch tensor-core kernel (kernels/cuda/gemv_q8_mma.h: f32-level accuracy,
+  // batch-invariant bits; it takes 1..64 tokens); false: the f32 GEMV (<= 8 tokens) and the
+  // prefill paths (more). The default range 8..16 is where it measured faster on the H200
+  // (docs/PERFORMANCE.md, "Small-batch tensor-core GEMV").
+  bool small_batch_mma = true;
+  size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling.h"  // DigestRequest, LogitDigest
+
 namespace ds {
 
 class GgufFile;
@@ -62,6 +64,10 @@ struct StepInput {
   bool all_final_hidden = false;
   // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.
   std::vector<SeqCache> cache;
+  // Last stage, optional: one entry per logit row (seqs order, then row order). When given and
+  // the backend can digest those rows on its device, forward() returns StepOutput::digests and
+  // no logits (a decode step then downloads a digest, not the vocabulary); otherwise logits.
+  std::vector<DigestRequest> digest_rows;
 };
 
 struct StepOutput {
@@ -71,6 +77,10 @@ struct StepOutput {
   std::vector<float> logits;         // [n_rows, n_vocab]
   std::vector<float> final_hidden;   // [n_rows, n_embd], post output_norm (the MTP input);
                                      // [total_tokens, n_embd] with StepInput::all_final_hidden
+  // Instead of logits, when StepInput::digest_rows was honoured: one digest per logit row, and
+  // the vocabulary size they were taken over.
+  std::vector<LogitDigest> digests;
+  uint32_t digest_n_vocab = 0;
 };
 
 struct StageRange {
@@ -85,6 +95,9 @@ struct CacheGeometry {
   uint32_t num_blocks = 0;     // KV blocks per attention layer; 0 = self-managed (pools grow)
   uint32_t max_seqs = 0;       // GDN state slots (managed)
   uint32_t num_snapshots = 0;  // GDN state snapshot buffers (managed; 0 = no prefix cache)
+  // Speculation (worker side, from Assign.spec_k): GDN rollback records per state slot,
+  // allocated with the pools (managed); 0 = grown on first use, as tools without a budget do.
+  uint32_t captures_per_slot = 0;
   bool managed() const { return num_blocks > 0; }
   bool operator==(const CacheGeometry&) const = default;
 };

@@ -6,6 +6,7 @@
 // waits for) the workers, runs the continuous-batching engine, and serves the OpenAI API
 // until SIGTERM/SIGINT; then it stops accepting, finishes or cancels in-flight requests,
 // shuts the workers down and exits 0.
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -101,8 +102,10 @@ int serve(int argc, char** argv) {
   // plans with the minimum over the workers. An explicit --kv-blocks must fit every worker.
   ds::BatchEngineOptions bo;
   bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
+  bo.max_plans_in_flight = o.pipeline_depth ? o.pipeline_depth : std::min<uint32_t>(o.engine.n_workers + 1, 4);
   o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
   o.engine.cache_sizing = ds::CacheSizing::kFitBudget;
+  o.engine.spec_k = bo.scheduler.spec_k;  // the workers budget each slot's rollback records
   o.engine.require_num_blocks = o.kv_blocks != 0;
   ds::log::info("deltaserve", ds::log::Msg() << "worker memory: up to " << o.engine.cache.num_blocks << " KV blocks of "
                                              << o.engine.cache.block_size << " tokens, " << o.engine.cache.max_seqs

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "common/byte_size.h"
@@ -42,7 +43,8 @@ constexpr const char* kUsage =
     "  --max-body BYTES       request body limit (default 33554432)\n"
     "  --io-threads N         HTTP I/O threads (default 2)\n"
     "  --max-queue N          answer 429 while N requests wait in the engine (default 256, 0 = no limit)\n"
-    "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9)\n"
+    "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9),\n"
+    "                         split by layer count among workers on one GPU (--devices 0,0)\n"
     "  --memory-budget SIZE   each worker's KV/state pools at most SIZE, e.g. 8G (default: cpu\n"
     "                         min(4G, RAM/4); cuda: what the GPU share leaves after the weights)\n"
     "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
@@ -50,8 +52,13 @@ constexpr const char* kUsage =
     "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
     "  --micro-batches N      cut each batched step into up to N micro-batches in flight across the\n"
     "                         stages (default 1 = off; for stages on different GPUs)\n"
+    "  --pipeline-depth N     plans in flight while they only prefill, so a long prompt's chunks\n"
+    "                         pipeline over the workers (default 0 = min(workers + 1, 4); 1 = off)\n"
     "  --prefill-precision bf16|f32  cuda workers' prefill products + attention: bf16 tensor cores\n"
     "                         (the workers' default) or f32 SIMT; cpu workers always compute f32\n"
+    "  --prefill-gemm cublaslt|mma  cuda workers' bf16 prefill GEMM (workers' default: cublaslt)\n"
+    "  --bf16-weight-copy off|on|auto  cuda workers: persistent bf16 weight copies for prefill,\n"
+    "                         paid from the pool budget (auto: only when the pools lose nothing)\n"
     "  --log-format text|json\n"
     "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
 
@@ -130,7 +137,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"gpu-memory-fraction", [e](const std::string& v) {
          double f = 0;
          if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
-         e->worker_extra_args.insert(e->worker_extra_args.end(), {"--gpu-memory-fraction", v});
+         e->gpu_memory_fraction = f;  // the engine splits it among workers sharing a GPU (gpu_share.h)
          return true;
        }},
       {"memory-budget", [e](const std::string& v) {  // validated here, applied by each worker
@@ -141,9 +148,18 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
        }},
       {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
       {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
+      {"pipeline-depth", [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }},
       {"prefill-precision", [o](const std::string& v) {  // passed to the workers by parse_serve_options
          o->prefill_precision = v;
          return v == "bf16" || v == "f32";
+       }},
+      {"prefill-gemm", [o](const std::string& v) {  // passed to the workers by parse_serve_options
+         o->prefill_gemm = v;
+         return v == "cublaslt" || v == "mma";
+       }},
+      {"bf16-weight-copy", [o](const std::string& v) {  // passed to the workers by parse_serve_options
+         o->bf16_weight_copy = v;
+         return v == "off" || v == "on" || v == "auto";
        }},
       {"startup-timeout", [e](const std::string& v) {
          uint32_t s = 0;
@@ -264,9 +280,12 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
   }
   // Appended once the layers are merged (one flag, the winning value); as a flag it also beats
   // DELTASERVE_WORKER_PREFILL_PRECISION in the environment the workers inherit.
-  if (out->prefill_precision) {
-    out->engine.worker_extra_args.insert(out->engine.worker_extra_args.end(),
-                                         {"--prefill-precision", *out->prefill_precision});
+  const std::pair<const char*, const std::optional<std::string>*> passed[] = {
+      {"--prefill-precision", &out->prefill_precision},
+      {"--prefill-gemm", &out->prefill_gemm},
+      {"--bf16-weight-copy", &out->bf16_weight_copy}};
+  for (const auto& [flag, value] : passed) {
+    if (*value) out->engine.worker_extra_args.insert(out->engine.worker_extra_args.end(), {flag, **value});
   }
   return check_consistency(*out, error);
 }
@@ -277,13 +296,15 @@ std::string describe(const ServeOptions& o) {
   s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
     << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
-    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches
+    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches << " pipeline_depth=" << o.pipeline_depth
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
     << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))
     << " prefix_cache_snapshots="
     << (o.prefix_cache_snapshots ? std::to_string(*o.prefix_cache_snapshots) : std::string("auto"))
     << " spec_k=" << o.spec_k << " prefill_precision=" << o.prefill_precision.value_or("(worker default)")
+    << " prefill_gemm=" << o.prefill_gemm.value_or("(worker default)")
+    << " bf16_weight_copy=" << o.bf16_weight_copy.value_or("(worker default)")
     << " http=" << o.http.host
     << ":" << o.http.port << " api_key=" << (o.http.api_key.empty() ? "(none)" : "***")
     << " served_model_name=" << o.http.served_model_name << " max_body=" << o.http.max_body_bytes

@@ -27,11 +27,18 @@ struct ServeOptions {
   // MTP speculative decoding: drafts per step, 0..4 (0 = off). Default off: the speed-up is
   // not measured yet on a GPU (tools/bench --spec-k), and CPU timings say nothing about it.
   uint32_t spec_k = 0;
+  // Plans the engine keeps in flight while they only compute prefill chunks (BatchEngineOptions::
+  // max_plans_in_flight); 0 = auto: min(workers + 1, 4) (the workers' ring slots), 1 = off.
+  uint32_t pipeline_depth = 0;
   // cuda workers' prefill: "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT); cpu workers
   // accept both and always compute in f32. Unset: not passed, so a worker keeps its own default
   // (bf16, or DELTASERVE_WORKER_PREFILL_PRECISION). Set: the workers this process starts get
   // --prefill-precision (external workers must be given it themselves).
   std::optional<std::string> prefill_precision;
+  // cuda workers' prefill GEMM ("cublaslt" | "mma") and persistent bf16 weight copy ("off" | "on"
+  // | "auto"); unset: not passed, like prefill_precision (worker defaults: cublaslt, off).
+  std::optional<std::string> prefill_gemm;
+  std::optional<std::string> bf16_weight_copy;
   std::string log_format = "text";   // text | json
 };
 

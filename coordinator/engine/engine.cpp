@@ -10,6 +10,7 @@
 #include <map>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 
 #include "common/byte_size.h"
 #include "common/error.h"
@@ -19,6 +20,7 @@
 #include "common/ipc/shm_ring.h"
 #include "common/model_config.h"
 #include "coordinator/engine/capacity.h"
+#include "coordinator/engine/gpu_share.h"
 #include "coordinator/engine/layout.h"
 #include "coordinator/engine/micro_batch.h"
 #include "coordinator/engine/registry.h"
@@ -70,6 +72,7 @@ struct PipelineEngine::Impl {
 
   void load_model_layout();
   void start_workers();
+  std::vector<std::string> worker_gpu_fractions() const;
   void remove_shm_rings() const;
   void handle(const ipc::Received& msg);
   void on_hello(const ipc::Received& msg);
@@ -90,7 +93,7 @@ struct PipelineEngine::Impl {
   StepOutcome run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released);
   std::vector<StepOutcome> run_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t window,
                                          const std::function<void(size_t)>& on_step_done,
-                                         const std::vector<uint64_t>& released_first = {});
+                                         const std::vector<std::vector<uint64_t>>& released = {});
 };
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -108,12 +111,14 @@ void PipelineEngine::Impl::load_model_layout() {
 void PipelineEngine::Impl::start_workers() {
   if (opt.external_workers) return;
   std::string binary = opt.worker_binary.empty() ? executable_dir() + "/deltaserve-worker" : opt.worker_binary;
-  auto args = [this](uint32_t rank) {
+  const std::vector<std::string> fractions = worker_gpu_fractions();
+  auto args = [this, fractions](uint32_t rank) {
     std::vector<std::string> a{"--coordinator", endpoint, "--rank", std::to_string(rank), "--backend", opt.backend,
                                "--threads", std::to_string(opt.threads_per_worker)};
     if (opt.backend == "cuda") {
       const int device = rank < opt.devices.size() ? opt.devices[rank] : static_cast<int>(rank);
       a.insert(a.end(), {"--device", std::to_string(device)});
+      if (!fractions.empty()) a.insert(a.end(), {"--gpu-memory-fraction", fractions[rank]});
     }
     if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
@@ -121,6 +126,17 @@ void PipelineEngine::Impl::start_workers() {
   };
   supervisor = std::make_unique<LocalSupervisor>(binary, opt.n_workers, args);
   supervisor->start_all();
+}
+
+// Each local CUDA worker's --gpu-memory-fraction (gpu_share.h), or none.
+std::vector<std::string> PipelineEngine::Impl::worker_gpu_fractions() const {
+  const std::vector<std::string> flags =
+      gpu_fraction_flags(opt.backend, opt.gpu_memory_fraction, opt.devices, layout, config.n_nextn > 0);
+  const std::vector<int> devices = device_of_each_rank(opt.devices, opt.n_workers);
+  for (size_t r = 0; r < flags.size(); ++r) {
+    ds::log::info("engine", ds::log::Msg() << "rank " << r << " on GPU " << devices[r] << ": --gpu-memory-fraction " << flags[r]);
+  }
+  return flags;
 }
 
 // Workers unlink their hidden-state rings on a clean exit; this clears what a killed one left.
@@ -159,6 +175,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_max_seqs(opt.cache.max_seqs);
   a.set_num_snapshots(opt.cache.num_snapshots);
   a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET : v1::CACHE_SIZING_EXACT);
+  a.set_spec_k(opt.spec_k);
   return a;
 }
 
@@ -403,13 +420,14 @@ StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs, 
 std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
                                                              uint32_t window,
                                                              const std::function<void(size_t)>& on_step_done,
-                                                             const std::vector<uint64_t>& released_first) {
+                                                             const std::vector<std::vector<uint64_t>>& released) {
   if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
+  if (released.size() > steps.size()) throw std::invalid_argument("more release lists than pipelined steps");
   std::vector<v1::StepPlan> plans;
-  for (const std::vector<SeqRequest>& seqs : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
     static const std::vector<uint64_t> kNone;
-    const std::vector<uint64_t>& released = plans.empty() ? released_first : kNone;  // releases go first
-    plans.push_back(encode_plan(seqs, released, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling));
+    const std::vector<uint64_t>& gone = i < released.size() ? released[i] : kNone;  // ride on their own plan
+    plans.push_back(encode_plan(steps[i], gone, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling));
   }
   const auto t0 = std::chrono::steady_clock::now();
   pending_error.clear();
@@ -480,18 +498,19 @@ void PipelineEngine::start() {
 StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
   if (impl_->opt.micro_batches > 1 && seqs.size() > 1) {
     const std::vector<std::vector<SeqRequest>> parts = split_micro_batches(seqs, impl_->opt.micro_batches);
-    return merge_micro_batches(impl_->run_pipelined(parts, static_cast<uint32_t>(parts.size()), {}, released));
+    return merge_micro_batches(impl_->run_pipelined(parts, static_cast<uint32_t>(parts.size()), {}, {released}));
   }
   return impl_->run_step(seqs, released);
 }
 
 std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
                                                         uint32_t max_in_flight,
-                                                        const std::function<void(size_t)>& on_step_done) {
+                                                        const std::function<void(size_t)>& on_step_done,
+                                                        const std::vector<std::vector<uint64_t>>& released) {
   // Default: enough plans to keep every stage busy, within the 4 slots of the workers' default
   // hidden-state rings (more in flight would make a stage wait for a slot).
   const uint32_t window = max_in_flight != 0 ? max_in_flight : std::min<uint32_t>(impl_->opt.n_workers + 1, 4);
-  return impl_->run_pipelined(steps, window, on_step_done);
+  return impl_->run_pipelined(steps, window, on_step_done, released);
 }
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {

@@ -31,6 +31,11 @@ struct EngineOptions {
   uint32_t n_workers = 1;               // pipeline stages
   std::string backend = "cpu";          // cpu | cuda
   std::vector<int> devices;             // cuda: GPU of each rank (local workers); empty = rank r on GPU r
+  // cuda: share of each GPU's memory its local workers may use (weights + pools), split among
+  // the workers on one GPU by layer count (gpu_share.h) and passed as each one's
+  // --gpu-memory-fraction. Unset: a worker alone on its GPU keeps its own default; workers
+  // sharing a GPU split kDefaultGpuMemoryFraction.
+  std::optional<double> gpu_memory_fraction;
   std::vector<uint32_t> layer_split;    // layers per stage; empty = balance by weight bytes
   int threads_per_worker = 1;
   bool external_workers = false;        // workers are started by someone else (systemd, by hand)
@@ -56,6 +61,9 @@ struct EngineOptions {
   // Otherwise every step must place every sequence, with exactly these pool sizes.
   CacheGeometry cache;
   CacheSizing cache_sizing = CacheSizing::kExact;
+  // MTP drafts per step the scheduler may plan (Assign.spec_k): managed workers size and
+  // allocate each slot's speculation rollback records with their pools. 0 = no speculation.
+  uint32_t spec_k = 0;
   bool require_num_blocks = false;      // kFitBudget: start() fails unless every worker holds all cache.num_blocks
 };
 
@@ -158,9 +166,11 @@ class PipelineEngine {
   // for bit. At most `max_in_flight` plans are in flight (0 = min(stages + 1, 4)). `on_step_done(i)`
   // runs when step i's result is in (later steps may still be in flight). Throws WorkerLost
   // or StepFailed like step(); after either, the sequences of all these steps are in an
-  // unknown state (drop or re-prefill them).
+  // unknown state (drop or re-prefill them). `released[i]` (optional) rides on step i, as
+  // step()'s `released` does: the workers forget those sequences just before that step.
   std::vector<StepOutcome> step_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t max_in_flight = 0,
-                                          const std::function<void(size_t)>& on_step_done = {});
+                                          const std::function<void(size_t)>& on_step_done = {},
+                                          const std::vector<std::vector<uint64_t>>& released = {});
   // Frees the sequences' state on every worker.
   void drop_sequences(const std::vector<uint64_t>& seq_ids);
   // After WorkerLost: waits until every stage is Ready again and drops all sequence state on

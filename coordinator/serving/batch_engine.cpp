@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
+#include "common/log.h"
 #include "coordinator/engine/engine.h"
 
 namespace ds {
@@ -35,6 +37,12 @@ SeqCache placement_of(const ScheduledSeq& s) {
 bool workers_hold(const CacheGeometry& workers, const CacheGeometry& plan) {
   return workers.block_size == plan.block_size && workers.num_blocks >= plan.num_blocks &&
          workers.max_seqs >= plan.max_seqs && workers.num_snapshots >= plan.num_snapshots;
+}
+
+// A plan none of whose rows is sampled (prefill chunks only): nothing it returns changes what
+// the scheduler plans next, so the next plan can be made before its result is in.
+bool samples_nothing(const StepPlan& plan) {
+  return std::none_of(plan.seqs.begin(), plan.seqs.end(), [](const ScheduledSeq& s) { return s.needs_logits; });
 }
 
 }  // namespace
@@ -263,15 +271,52 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   return r;
 }
 
+// Plans the next steps: one, or while a plan only computes prefill chunks, up to
+// opt_.max_plans_in_flight of them, so a long prompt's chunks pipeline over the stages (stage k
+// computes chunk i + 1 while stage k + 1 computes chunk i). A prefill-only plan is applied to
+// the scheduler as soon as it is made (its "result" is known: no token), which is what lets the
+// scheduler plan the next one; every stage runs the plans in order, so the workers compute
+// exactly what the one-plan-at-a-time loop computes. Only the last plan may sample.
+BatchEngine::Window BatchEngine::plan_window() {
+  Window w;
+  while (w.plans.size() < std::max<uint32_t>(opt_.max_plans_in_flight, 1)) {
+    StepPlan plan = scheduler_.schedule();
+    note_released(plan);
+    if (plan.empty()) break;  // the releases ride on the next step
+    std::vector<SeqRequest> reqs;
+    for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
+    w.steps.push_back(std::move(reqs));
+    w.released.push_back(std::exchange(to_release_, {}));
+    w.plans.push_back(std::move(plan));
+    if (!samples_nothing(w.plans.back())) break;
+    deliver(StepOutcome{}, w.plans.back());  // no tokens: only the scheduler's bookkeeping
+  }
+  w.last_delivered = !w.plans.empty() && samples_nothing(w.plans.back());
+  return w;
+}
+
 void BatchEngine::run_step() {
-  StepPlan plan = scheduler_.schedule();
-  note_released(plan);
-  if (plan.empty()) return;  // the releases ride on the next step
-  std::vector<SeqRequest> reqs;
-  for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
-  const StepOutcome outcome = pipeline_.step(reqs, to_release_);
-  to_release_.clear();
-  deliver(outcome, plan);
+  Window w = plan_window();
+  if (w.plans.empty()) return;
+  std::vector<StepOutcome> outcomes;
+  try {
+    if (w.plans.size() == 1) {
+      outcomes.push_back(pipeline_.step(w.steps[0], w.released[0]));
+    } else {
+      if (!pipelined_once_) {  // told once, so an operator (and the e2e test) can see it happen
+        pipelined_once_ = true;
+        log::info("engine", log::Msg() << "prefill pipelining: " << w.plans.size()
+                                       << " plans in flight (the first such window; --pipeline-depth "
+                                       << opt_.max_plans_in_flight << ")");
+      }
+      outcomes = pipeline_.step_pipelined(w.steps, opt_.max_plans_in_flight, {}, w.released);
+    }
+  } catch (...) {
+    // Releases are idempotent on the workers: after a failed step they are simply sent again.
+    for (const std::vector<uint64_t>& r : w.released) to_release_.insert(to_release_.end(), r.begin(), r.end());
+    throw;
+  }
+  if (!w.last_delivered) deliver(outcomes.back(), w.plans.back());
   recoveries_in_a_row_ = 0;
 }
 

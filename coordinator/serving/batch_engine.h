@@ -5,7 +5,9 @@
 // Each loop turn: take new requests and cancellations, plan a step, run it on the workers
 // (with the scheduler's memory placement: state slots, block tables, snapshots, and the
 // sequences released since the last step), feed the sampled tokens back, and report tokens
-// and finishes to the request sinks. A lost worker triggers recovery: the pipeline waits
+// and finishes to the request sinks. While plans only compute prefill chunks, one turn plans
+// and sends up to max_plans_in_flight of them at once (plan_window), so a long prompt's chunks
+// pipeline over the stages. A lost worker triggers recovery: the pipeline waits
 // for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
 // and clients only see a pause.
 #pragma once
@@ -41,6 +43,10 @@ struct BatchEngineOptions {
   SchedulerConfig scheduler;
   int idle_pump_ms = 50;         // control-traffic polling while idle
   uint32_t max_recoveries = 16;  // worker losses tolerated in a row before failing requests
+  // Plans in flight at once while they only compute prefill chunks (a long prompt's chunks
+  // pipeline over the stages); a plan that samples is always the last of such a window and
+  // waits for its result. 1 = one plan at a time.
+  uint32_t max_plans_in_flight = 1;
 };
 
 class BatchEngine final : public Engine {
@@ -71,8 +77,17 @@ class BatchEngine final : public Engine {
     uint32_t top_logprobs = 0;
   };
 
+  // Plans made in one go (plan_window): sent together, results in order.
+  struct Window {
+    std::vector<StepPlan> plans;
+    std::vector<std::vector<SeqRequest>> steps;  // parallel to plans
+    std::vector<std::vector<uint64_t>> released;  // seq ids the workers forget before each plan
+    bool last_delivered = false;                  // the last plan samples nothing and was applied
+  };
+
   void loop();
   void take_inbox();
+  Window plan_window();
   void run_step();
   void deliver(const StepOutcome& outcome, const StepPlan& plan);
   void finish(const std::string& id, FinishReason reason, const std::string& error);
@@ -91,6 +106,7 @@ class BatchEngine final : public Engine {
   std::vector<uint64_t> to_release_;
   uint64_t next_seq_id_ = 1;
   uint32_t recoveries_in_a_row_ = 0;
+  bool pipelined_once_ = false;  // a window of several plans went out (logged once)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -33,7 +33,19 @@ inline constexpr size_t kGdnChunkedScratchBytes = size_t{128} << 20;
 
 bool gdn_chunked_applies(const GdnShape& s);
 
+// Which kernel runs the prep (the per-chunk part). Both are f32 with the same arithmetic, so the
+// same results up to f32 summation order (the state pass is shared).
+//   kV2: 3 operand tiles in shared memory (133 KB: one block, 8 warps per SM), element-wise loads.
+//   kV3 (default): dk = dv = 128 and 16-byte aligned q/k/v rows only (other calls run kV2): 100 KB
+//     of shared memory (two blocks per SM), 16-byte loads issued together, Kd and e^gam Q written
+//     straight from the loaded registers; the prep was latency-bound (~0.14 ms per block at 9B
+//     shapes against ~0.02 ms of arithmetic), so residency and fewer round trips are the levers.
+enum class GdnPrep { kV2, kV3 };
+
+// With GdnPrep::kV3 (not an overload of gdn_chunked, so its address stays unambiguous).
 cudaError_t gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, float* state, float* out, cudaStream_t stream);
+cudaError_t gdn_chunked_with_prep(GdnPrep prep, const GdnShape& s, const float* q, const float* k, const float* v,
+                                  const float* g, const float* beta, float* state, float* out, cudaStream_t stream);
 
 }  // namespace ds::cuda

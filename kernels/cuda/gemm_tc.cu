@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dequant_q8.h"
 #include "kernels/cuda/gemm_cublas.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
@@ -167,6 +168,17 @@ __global__ void dequant_q8_bf16_kernel(const uint8_t* __restrict__ w, size_t row
   }
 }
 
+// [n][cols] bf16 = silu(gate) * up rounded, two elements per thread (gate, up: [n][cols] f32). The
+// f32 product is swiglu_kernel's (activation.cu), so this equals x_to_bf16 of swiglu's output bit
+// for bit without the f32 round trip through memory (swiglu_matmul.h).
+__global__ void swiglu_to_bf16_kernel(const float* __restrict__ gate, const float* __restrict__ up, size_t n,
+                                      size_t cols, __nv_bfloat162* __restrict__ out) {
+  for (size_t e = global_thread(); e < n * cols / 2; e += global_threads()) {
+    const size_t i = 2 * e;  // rows are contiguous and cols is even: pairs never straddle rows
+    out[e] = __floats2bfloat162_rn(silu(gate[i]) * up[i], silu(gate[i + 1]) * up[i + 1]);
+  }
+}
+
 // x [n][xs] f32 -> [n][cols] bf16, two elements per thread (cols is even).
 __global__ void x_to_bf16_kernel(const float* __restrict__ x, size_t xs, size_t n, size_t cols,
                                  __nv_bfloat162* __restrict__ out) {
@@ -241,16 +253,34 @@ cudaError_t gemm_bf16(TcGemmKernel kernel, const __nv_bfloat16* a, const __nv_bf
   return cudaGetLastError();
 }
 
+// v2 (dequant_q8.cu) for the whole groups of 32 blocks when the rows are packed and aligned, v1
+// for the rest (and everything when v2 is off or does not apply). Bit-identical outputs.
 void launch_dequant(const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool v2) {
+  if (v2 && dequant_v2_applies(wq, row_bytes, K, out)) {
+    const size_t done = launch_dequant_v2(wq, rows, K, out, stream);
+    const size_t left = rows * (K / kQ8Block) - done;
+    if (left == 0) return;
+    wq += done * kQ8BlockBytes;  // the tail as one packed row of `left` blocks
+    out += done * kQ8Block;
+    rows = 1;
+    K = left * kQ8Block;
+    row_bytes = left * kQ8BlockBytes;
+  }
   dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(wq, row_bytes, rows,
                                                                                               K, out);
 }
 
-}  // namespace
+// Where the GEMM's bf16 activations come from: f32 rows x (stride xs), or, with `up`, the SwiGLU
+// silu(x) * up of contiguous rows (swiglu_matmul).
+struct Activations {
+  const float* x;
+  size_t xs;
+  const float* up;
+};
 
-cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                       const TcGemmOptions& tc, cudaStream_t stream) {
+cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, size_t n, float* y, size_t ys,
+                            const TcGemmOptions& tc, cudaStream_t stream) {
   const size_t K = w.cols;
   const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
   // A persistent copy is one slab; otherwise the weights are dequantized in row chunks.
@@ -264,23 +294,39 @@ cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size
   if (ws == nullptr) return e;
   auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
   auto* wb = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes);
-  x_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(x, xs, n, K,
-                                                                           reinterpret_cast<__nv_bfloat162*>(xb));
+  auto* xb2 = reinterpret_cast<__nv_bfloat162*>(xb);
+  if (act.up != nullptr) {
+    swiglu_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(act.x, act.up, n, K, xb2);
+  } else {
+    x_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(act.x, act.xs, n, K, xb2);
+  }
   const auto* wq = static_cast<const uint8_t*>(w.data);
   for (size_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
     const size_t rows = std::min(chunk_rows, w.rows - r0);
     const __nv_bfloat16* a = persistent != nullptr ? persistent + r0 * K : wb;
-    if (persistent == nullptr) launch_dequant(wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream);
+    if (persistent == nullptr) launch_dequant(wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, tc.dequant_v2);
     if ((e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream)) != cudaSuccess) return e;
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                       const TcGemmOptions& tc, cudaStream_t stream) {
+  return gemm_q8_tc_from(w, Activations{x, xs, nullptr}, n, y, ys, tc, stream);
+}
+
+cudaError_t swiglu_gemm_q8_tc(const cpu::WeightView& w, const float* gate, const float* up, size_t n, float* y,
+                              size_t ys, const TcGemmOptions& tc, cudaStream_t stream) {
+  return gemm_q8_tc_from(w, Activations{gate, w.cols, up}, n, y, ys, tc, stream);
 }
 
 }  // namespace ds::cuda::detail
 
 namespace ds::cuda {
 
-cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream) {
+cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream, bool v2) {
   if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;
   if (w.data == nullptr || out == nullptr || w.cols % detail::kQ8Block != 0 || !detail::aligned_to(out, 16) ||
       !detail::aligned_to(w.data, 2) || w.row_bytes % 2 != 0 || w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
@@ -288,7 +334,7 @@ cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t s
   }
   if (w.rows == 0) return cudaSuccess;
   detail::launch_dequant(static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols,
-                         static_cast<__nv_bfloat16*>(out), stream);
+                         static_cast<__nv_bfloat16*>(out), stream, v2);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/cuda/matmul.h"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
@@ -164,7 +165,12 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
-  // Q8_0 fast paths (matmul_fast.h): bf16 tensor cores for prefill (opt-in), streaming GEMV for decode.
+  // Q8_0 fast paths (matmul_fast.h): small batches on the tensor-core GEMV (opt-in), bf16 tensor
+  // cores for prefill (opt-in), streaming GEMV for decode.
+  if (tc.small_batch_mma && n_tokens >= tc.small_batch_mma_min && n_tokens <= tc.small_batch_mma_max &&
+      detail::gemv_q8_mma_applies(w, x, x_stride, y, y_stride, n_tokens)) {
+    return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
+  }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);
   }

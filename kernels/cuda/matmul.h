@@ -50,6 +50,18 @@ struct TcGemmOptions {
   // Optional persistent bf16 copy of the Q8_0 weights ([rows][cols] row-major, device memory,
   // made by dequantize_q8_to_bf16): skips the per-call dequantization. nullptr: dequantize per call.
   const void* bf16_weights = nullptr;
+  // Per-call dequantization with the v2 kernel (kernels/cuda/dequant_q8.h: coalesced, warp per 32
+  // blocks) where it applies; false: the v1 kernel. Bit-identical outputs.
+  bool dequant_v2 = true;
+  // Q8_0 batches of small_batch_mma_min..small_batch_mma_max tokens (multi-token decode, small
+  // concurrent batches) on the small-batch tensor-core kernel (kernels/cuda/gemv_q8_mma.h: f32-level
+  // accuracy, batch-invariant bits, any precision) where it applies (it takes 1..64 tokens).
+  // false (the default here; the CUDA backend turns it on): the GEMV / GEMM paths above. The
+  // default range is where the H200 lab run of 2026-11-29 measured it faster than those paths
+  // (9B decode-step matrices: 8 tokens 11.0 vs 13.3 ms, 16 tokens 12.5 vs 14.8 ms; slower at
+  // 1..4 and 32..64 tokens, docs/PERFORMANCE.md).
+  bool small_batch_mma = false;
+  size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
 };
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
@@ -67,7 +79,8 @@ inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, 
 
 // Writes W (Q8_0, device) as bf16 [rows][cols] to `out` (rows * cols * 2 bytes, 16-byte aligned):
 // each weight d * q rounded to nearest even, exactly what the tensor-core GEMM uses per call.
-cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream);
+// v2: the faster kernel where it applies (TcGemmOptions::dequant_v2); same bits either way.
+cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream, bool v2 = true);
 
 // Creates the GEMM library's handle and the stream's fixed workspace now (call at start-up).
 cudaError_t prepare_tc_gemm(cudaStream_t stream);

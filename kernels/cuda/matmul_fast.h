@@ -27,6 +27,10 @@ bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens);
 // tc picks the GEMM kernel (cuBLASLt or mma.sync) and an optional persistent bf16 weight copy.
 cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                        const TcGemmOptions& tc, cudaStream_t stream);
+// y = W (silu(gate) * up) with gate, up contiguous [n][w.cols] f32: the SwiGLU product rounded
+// straight to the bf16 operand (swiglu_matmul.h). Same preconditions as gemm_q8_tc.
+cudaError_t swiglu_gemm_q8_tc(const cpu::WeightView& w, const float* gate, const float* up, size_t n, float* y,
+                              size_t ys, const TcGemmOptions& tc, cudaStream_t stream);
 // The mma.sync kernel with per-call dequantization (the tests' and the lab's reference path).
 inline cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                               cudaStream_t stream) {

@@ -112,6 +112,32 @@ __global__ void __launch_bounds__(kWideThreads)
   for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = xr[i] * s;
 }
 
+// x += delta, then y = rms_norm(x): a block per row for every width (the decode rows are
+// 4096-5120 wide; the prefill rows as many blocks). Each thread writes x[i] and reads it back
+// itself, and reads delta[i] before writing y[i], so y == delta is safe.
+__global__ void __launch_bounds__(kWideThreads)
+    add_rms_norm_kernel(float* x, const float* delta, const float* w, float eps, size_t dim, float* y) {
+  __shared__ float warp_part[kWideThreads / kWarp];
+  const size_t row = blockIdx.x;
+  float* xr = x + row * dim;
+  const float* dr = delta + row * dim;
+  float* yr = y + row * dim;
+  float sq = 0.0f;
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) {
+    const float v = xr[i] + dr[i];
+    xr[i] = v;
+    sq += v * v;
+  }
+  sq = detail::warp_sum(sq);
+  if (threadIdx.x % kWarp == 0) warp_part[threadIdx.x / kWarp] = sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWideThreads / kWarp; ++k) total += warp_part[k];
+  const float s = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
 // Shared argument checks of the strided row ops.
 cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, size_t n_rows, size_t dim) {
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
@@ -151,6 +177,16 @@ cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float
   } else {
     gated_rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(o, z, w, eps, n_rows, dim, y);
   }
+  return detail::launch_status();
+}
+
+cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim, float* y,
+                         cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (const cudaError_t e = check_rows(x, dim, y, dim, n_rows, dim); e != cudaSuccess) return e;
+  if (delta == nullptr || y == x) return cudaErrorInvalidValue;
+  if (!detail::f32_ok(delta) || (w != nullptr && !detail::aligned_to(w, 4))) return cudaErrorMisalignedAddress;
+  add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, delta, w, eps, dim, y);
   return detail::launch_status();
 }
 

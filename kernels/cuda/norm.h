@@ -19,6 +19,12 @@ cudaError_t rms_norm(const float* x, size_t x_stride, const float* w, float eps,
 cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,
                            float* y, cudaStream_t stream);
 
+// The residual step of a decoder block in one launch: x += delta, then y = rms_norm(x; w) (all
+// rows contiguous, stride = dim). Same result as add_inplace then rms_norm up to f32 summation
+// order. y may equal delta, not x (y != x: x keeps the sum).
+cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim, float* y,
+                         cudaStream_t stream);
+
 // y = x / sqrt(sum(x^2) + eps).
 cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride,
                     cudaStream_t stream);

@@ -38,6 +38,21 @@ TEST(PrefillPrecisionE2E, ServePassesItToEveryWorkerItStarts) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
+// --prefill-gemm / --bf16-weight-copy (cuda workers' GEMM and persistent bf16 copy) travel the
+// same way; cpu workers accept and ignore them (the copy's budget check is cuda-only).
+TEST(PrefillPrecisionE2E, PrefillGemmAndBf16WeightCopyReachEveryWorker) {
+  ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--prefill-gemm", "mma",
+                        "--bf16-weight-copy", "auto"});
+  const std::vector<std::string> starts = worker_start_lines(server.log());
+  ASSERT_EQ(starts.size(), 2u) << server.log();
+  for (const std::string& line : starts) {
+    EXPECT_NE(line.find("prefill_gemm=mma bf16_weight_copy=auto"), std::string::npos) << line;
+  }
+  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
+                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
 TEST(PrefillPrecisionE2E, BadValueIsRejectedBeforeAnythingStarts) {
   try {
     ServerProcess server({"--model", tiny_model_path(), "--port", "0", "--prefill-precision", "fp16"});

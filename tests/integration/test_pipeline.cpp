@@ -221,6 +221,46 @@ TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
   expect_bit_equal(got[1], ref);
 }
 
+// Releases ride on their own plan of a pipelined window (BatchEngine sends a preempted
+// sequence's release with the plan made after it): with scheduler-placed memory, seq 1 prefills
+// 0..64 in slot 0 over two plans; the third releases it and starts seq 2 in the same slot and
+// block, so seq 2's logits are those of a fresh 8-token prompt. Released before the first plan
+// instead, slot 0 would still be held by seq 1 at the third plan, which the workers refuse.
+TEST(Pipeline, PipelinedReleasesApplyBeforeTheirOwnPlan) {
+  const std::vector<int32_t> rand = test::random_prompt(64, 151936);
+  const auto ref = reference_logits(rand, {{0, 8, {7}}});
+  EngineOptions o = test::engine_options(2);
+  o.cache.block_size = 16;
+  o.cache.num_blocks = 8;
+  o.cache.max_seqs = 2;
+  PipelineEngine engine(o);
+  engine.start();
+  auto chunk = [&](uint64_t seq, size_t begin, size_t end, bool is_new, std::vector<uint32_t> blocks) {
+    SeqRequest r;
+    r.seq_id = seq;
+    r.start_pos = static_cast<uint32_t>(begin);
+    r.tokens.assign(rand.begin() + static_cast<long>(begin), rand.begin() + static_cast<long>(end));
+    r.cache = SeqCache{};
+    r.cache->state_slot = 0;
+    r.cache->is_new = is_new;
+    r.cache->block_ids = std::move(blocks);
+    if (seq == 2) {
+      r.logit_rows = {static_cast<uint32_t>(end - begin - 1)};
+      r.random_u = {0.0};
+      r.return_full_logits = true;
+    }
+    return std::vector<SeqRequest>{r};
+  };
+  const std::vector<StepOutcome> outs = engine.step_pipelined(
+      {chunk(1, 0, 32, true, {0, 1}), chunk(1, 32, 64, false, {2, 3}), chunk(2, 0, 8, true, {0})}, 3, {},
+      {{}, {}, {1}});
+  ASSERT_EQ(outs.size(), 3u);
+  ASSERT_EQ(outs[2].rows.size(), 1u);
+  expect_bit_equal({outs[2].rows[0].logits}, ref);
+  EXPECT_THROW(engine.step_pipelined({chunk(1, 0, 8, true, {1})}, 1, {}, {{2}, {}}), std::invalid_argument)
+      << "more release lists than steps";
+}
+
 // Issue 12's correctness bar: greedy tokens after a pipelined chunked prefill equal those after
 // a sequential one, for every prompt length from 1 to 33 (chunks of 4: up to 9 in flight).
 TEST(Pipeline, PipelinedPrefillGivesSequentialTokensForEveryPromptLength) {

@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "tests/testutil/reference.h"
 #include "tests/worker/model_harness.h"
+#include "worker/backend.h"
+#include "worker/cache/stage_cache.h"
 
 namespace ds::test {
 namespace {
@@ -56,6 +58,24 @@ SeqCache placement(uint32_t slot, bool is_new, std::vector<uint32_t> blocks) {
   c.is_new = is_new;
   c.block_ids = std::move(blocks);
   return c;
+}
+
+// A speculating server's pools (CacheGeometry::captures_per_slot, from Assign.spec_k) hold every
+// slot's rollback records from creation, so none is allocated while serving; any other count
+// than the layout's kMaxCaptures is refused.
+TEST(PagedCache, SpeculatingPoolsHoldRollbackRecordsFromCreation) {
+  const std::unique_ptr<Backend> be = make_cpu_backend(1);
+  const CacheShapes shapes{1, 8, 2, 6, 10};  // 1 attention layer, 2 GDN layers of 6 + 10 floats
+  CacheGeometry g = kGeometry;
+  StageCache plain(*be, g, shapes);
+  EXPECT_EQ(plain.states().capture_slots(), 0u) << "grown on first use only";
+  g.captures_per_slot = StatePool::kMaxCaptures;
+  StageCache spec(*be, g, shapes);
+  EXPECT_EQ(spec.states().capture_slots(), g.max_seqs);
+  // slots + snapshots + 4 records per slot, each 2 * (6 + 10) floats.
+  EXPECT_EQ(spec.states().bytes(), (4u + 3u + 4u * 4u) * 32u * sizeof(float));
+  g.captures_per_slot = 2;
+  EXPECT_THROW(StageCache(*be, g, shapes), ConfigError);
 }
 
 TEST(PagedCache, ScatteredBlocksEqualSelfManaged) {

@@ -2,7 +2,7 @@
 # One device call: CUDA parity tests, kernel lab, 9B synthetic model + bench; short table last.
 #   tools/kernel_lab/device_run.sh BUNDLE_DIR [PROMPTS] [BENCH_FLAGS...]
 # BUNDLE_DIR is a deploy/bundle.sh folder (carried) holding test_cuda_kernels,
-# test_cuda_matmul_gdn, test_cuda_model, deltaserve-kernel-lab, deltaserve-synth and
+# test_cuda_matmul_gdn, test_cuda_model, test_cuda_decode_ops, deltaserve-kernel-lab, deltaserve-synth and
 # deltaserve-bench, built in build-perf. Logs go to $OUT (when set). The model test reads testdata
 # from the absolute path baked in at build time (TD below): it is decompressed there from the
 # tracked tests/data/*.gz, so the testdata need not travel.
@@ -20,7 +20,8 @@ if [ ! -e "$TD/tiny-qwen35-q8_0.gguf" ]; then
   done)
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-for t in test_cuda_kernels test_cuda_matmul_gdn test_cuda_model; do
+for t in test_cuda_kernels test_cuda_matmul_gdn test_cuda_model test_cuda_decode_ops; do
+  [ -e "$B/bin/$t" ] || { echo "$t: not in the bundle, skipped"; continue; }
   timeout 120 "$R" "$t" > "$O/$t.log" 2>&1
   echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$O/$t.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|Expected|Which is|worst|typical" "$O/$t.log" | head -20

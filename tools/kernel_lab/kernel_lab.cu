@@ -2,6 +2,8 @@
 // Qwen3.5 9B shapes, against the measured H200 ceilings (4.3 TB/s copy, 790 TFLOP/s bf16 dense).
 //
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
+//   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN prep v2/v3 and dequant v1/v2: prefill_ops.cu)
+//   deltaserve-kernel-lab [--reps N] --gemv-mma       (only the small-batch tensor-core GEMV vs today's paths)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -15,12 +17,19 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/conv1d.h"
+#include "kernels/cuda/conv_l2_decode.h"
 #include "kernels/cuda/gdn.h"
 #include "kernels/cuda/gdn_chunked.h"
+#include "kernels/cuda/gemv_q8_mma.h"
+#include "kernels/cuda/logit_digest.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/norm.h"
+#include "tools/kernel_lab/prefill_ops.h"
 
 namespace {
 
@@ -153,14 +162,147 @@ void gemm_paths(int reps) {
   }
 }
 
+// ---- Small-batch tensor-core GEMV (issue 14/10, kernels/cuda/gemv_q8_mma.h) against the current
+// decode dispatch (cuda::matmul with the backend's precision: f32 GEMV for <= 8 tokens, SIMT GEMM
+// for 9..15, dequantization + cuBLASLt for >= 16) at the 9B shapes; bytes = Q8_0 weights + x + y.
+// The step line sums one 9B decode step's matrices (per_token of each shape). ----
+void gemv_mma(int reps) {
+  struct StepShape {
+    const char* name;
+    size_t rows, cols, per_step;
+  };
+  const StepShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
+                              {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
+                              {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
+                              {"lm_head 248320x4096", 248320, 4096, 1}};
+  const size_t ns[] = {1, 2, 4, 8, 16, 32, 64};
+  double cur_step[7] = {}, mma_step[7] = {}, mma1_step[7] = {};
+  for (const StepShape& sh : shapes) {
+    const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
+    float* x = device_f32(64 * sh.cols, 3);
+    float* y = device_f32(64 * sh.rows, 4);
+    for (int k = 0; k < 7; ++k) {
+      const size_t n = ns[k];
+      const double cur = median_ms(reps, [&](int i) {
+        LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
+                                   nullptr));
+      });
+      const double mma = median_ms(reps, [&](int i) {
+        LAB_CHECK(ds::cuda::detail::gemv_q8_mma(w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
+      });
+      // Variant 1 (activation prefetch) only where it differs from variant 0 (<= 16 tokens).
+      const double mma1 = n > 16 ? mma : median_ms(reps, [&](int i) {
+        LAB_CHECK(ds::cuda::detail::gemv_q8_mma_variant(1, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
+      });
+      cur_step[k] += cur * static_cast<double>(sh.per_step);
+      mma_step[k] += mma * static_cast<double>(sh.per_step);
+      mma1_step[k] += mma1 * static_cast<double>(sh.per_step);
+      const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
+      const double gbs = bytes / (mma * 1e-3) / 1e9, cur_gbs = bytes / (cur * 1e-3) / 1e9;
+      std::printf("gemv-mma n=%-2zu %-23s cur %8.1f us %5.1f%% | mma %8.1f us %6.0f GB/s %5.1f%% | v1 %8.1f us %5.1f%%\n",
+                  n, sh.name, cur * 1e3, 100 * cur_gbs * 1e9 / kHbm, mma * 1e3, gbs, 100 * gbs * 1e9 / kHbm,
+                  mma1 * 1e3, 100 * bytes / (mma1 * 1e-3) / kHbm);
+    }
+    LAB_CHECK(cudaFree(x));
+    LAB_CHECK(cudaFree(y));
+  }
+  for (int k = 0; k < 7; ++k) {
+    std::printf("gemv-mma 9B step n=%-2zu (sum of matrices)  cur %7.2f ms | mma %7.2f ms (x%.2f of n=1 cur) | v1 %7.2f ms\n",
+                ns[k], cur_step[k], mma_step[k], mma_step[k] / cur_step[0], mma1_step[k]);
+  }
+}
+
 }  // namespace
+
+// ---- Decode-step overheads (issue 14 round 2), 9B shapes: the logit digest against the full
+// logits download it replaces, the fused residual add + RMSNorm against the two launches, and
+// the stacked GEMVs (one launch over [a ; b]) against the separate ones. ----
+void decode_step_ops(int reps) {
+  const size_t V = 248320, D = 4096;
+  float* logits = device_f32(4 * V, 21, -10.0f, 10.0f);
+  const uint32_t k = ds::kDigestTopK;
+  void* scratch = nullptr;
+  ds::cuda::DigestRow* rows = nullptr;
+  LAB_CHECK(cudaMalloc(&scratch, ds::cuda::logit_digest_scratch_bytes(4, V, ds::cuda::kDigestMaxCandidates)));
+  LAB_CHECK(cudaMalloc(&rows, 4 * sizeof(ds::cuda::DigestRow)));
+  std::vector<float> host(4 * V);
+  for (size_t n : {size_t{1}, size_t{4}}) {
+    for (uint32_t kk : {k, ds::cuda::kDigestMaxCandidates}) {
+      const double ms = median_ms(reps, [&](int) {
+        LAB_CHECK(ds::cuda::logit_digest_rows(logits, n, V, kk, scratch, rows, nullptr));
+      });
+      std::printf("logit digest %zu row(s) k=%-2u            %10.1f\n", n, kk, ms * 1e3);
+    }
+    // What the digest replaces: the rows downloaded to pageable host memory (then a host scan).
+    const double ms = median_ms(reps, [&](int) {
+      LAB_CHECK(cudaMemcpy(host.data(), logits, n * V * sizeof(float), cudaMemcpyDeviceToHost));
+    });
+    std::printf("logits download %zu row(s) (pageable)  %10.1f\n", n, ms * 1e3);
+  }
+  float* x = device_f32(D, 22);
+  float* delta = device_f32(D, 23);
+  float* w = device_f32(D, 24, 0.5f, 1.5f);
+  float* y = device_f32(D, 25);
+  const double fused = median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::add_rms_norm(x, delta, w, 1e-6f, 1, D, y, nullptr)); });
+  const double apart = median_ms(reps, [&](int) {
+    LAB_CHECK(ds::cuda::add_inplace(x, delta, D, nullptr));
+    LAB_CHECK(ds::cuda::rms_norm(x, D, w, 1e-6f, 1, D, y, D, nullptr));
+  });
+  std::printf("add+rms_norm 1x4096 fused / 2 launches %7.1f / %.1f\n", fused * 1e3, apart * 1e3);
+  {  // one GDN layer's decode front end: 8192 channels (32 q/k heads of 128 normed), 4 taps
+    const size_t C = 8192, Kc = 4, dk = 128;
+    float* cx = device_f32(C, 27);
+    float* cw = device_f32(C * Kc, 28);
+    float* cs = device_f32((Kc - 1) * C, 29);
+    float* cy = device_f32(C, 30);
+    const double one = median_ms(reps, [&](int) {
+      LAB_CHECK(ds::cuda::conv_silu_l2_token(cx, C, cw, Kc, cs, 32, dk, 1e-6f, cy, nullptr));
+    });
+    const double three = median_ms(reps, [&](int) {
+      LAB_CHECK(ds::cuda::causal_conv1d_silu(cx, C, 1, C, cw, Kc, cs, cy, nullptr));
+      LAB_CHECK(ds::cuda::l2_norm(cy, dk, 1e-6f, 32, dk, cy, dk, nullptr));
+    });
+    std::printf("conv+silu+l2 1x8192 fused / 3 launches %7.1f / %.1f\n", one * 1e3, three * 1e3);
+    for (float* p : {cx, cw, cs, cy}) LAB_CHECK(cudaFree(p));
+  }
+  struct Stack {
+    const char* name;
+    size_t a, b;
+  };
+  for (const Stack& st : {Stack{"ssm alpha+beta 32+32", 32, 32}, Stack{"gdn qkv+gate 8192+4096", 8192, 4096},
+                          Stack{"ffn gate+up 12288+12288", 12288, 12288}}) {
+    const Q8Matrix both(st.a + st.b, D, size_t{256} << 20);
+    float* out = device_f32(st.a + st.b, 26);
+    const double one = median_ms(reps, [&](int i) {
+      LAB_CHECK(ds::cuda::matmul(both.view(i), x, D, 1, out, st.a + st.b, nullptr));
+    });
+    const double two = median_ms(reps, [&](int i) {
+      const ds::cuda::WeightView v = both.view(i);
+      ds::cuda::WeightView a = v, b = v;
+      a.rows = st.a;
+      b.rows = st.b;
+      b.data = static_cast<const uint8_t*>(v.data) + st.a * v.row_bytes;
+      LAB_CHECK(ds::cuda::matmul(a, x, D, 1, out, st.a, nullptr));
+      LAB_CHECK(ds::cuda::matmul(b, x, D, 1, out + st.a, st.b, nullptr));
+    });
+    std::printf("gemv %-24s stacked / apart %7.1f / %.1f\n", st.name, one * 1e3, two * 1e3);
+    LAB_CHECK(cudaFree(out));
+  }
+  for (float* p : {logits, x, delta, w, y}) LAB_CHECK(cudaFree(p));
+  LAB_CHECK(cudaFree(scratch));
+  LAB_CHECK(cudaFree(rows));
+}
 
 int main(int argc, char** argv) {
   int reps = 20;
   bool only_gemm_paths = false;  // --gemm-paths: just the prefill GEMM comparison (short device runs)
+  bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
+  bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
+    if (std::strcmp(argv[i], "--prefill-ops") == 0) only_prefill_ops = true;
+    if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
   }
   cudaDeviceProp prop{};
   LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -168,6 +310,14 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10s %8s\n", "kernel", "time_us", "rate", "roofline");
   if (only_gemm_paths) {
     gemm_paths(reps);
+    return 0;
+  }
+  if (only_gemv_mma) {
+    gemv_mma(reps);
+    return 0;
+  }
+  if (only_prefill_ops) {
+    prefill_ops(reps);
     return 0;
   }
 
@@ -248,6 +398,8 @@ int main(int argc, char** argv) {
     for (float* p : {kp, vp, q, out}) LAB_CHECK(cudaFree(p));
     LAB_CHECK(cudaFree(dt));
   }
+
+  decode_step_ops(reps);
 
   // ---- GEMM (prefill) on tensor cores ----
   const Shape gemm_shapes[] = {{"ffn_up 12288x4096", 12288, 4096}, {"ffn_down 4096x12288", 4096, 12288}};

@@ -28,7 +28,9 @@ uint32_t max_blocks_for(uint32_t block_size) {
 
 std::string describe(const CacheGeometry& g) {
   return std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) + " tokens, " +
-         std::to_string(g.max_seqs) + " state slots, " + std::to_string(g.num_snapshots) + " snapshots";
+         std::to_string(g.max_seqs) + " state slots" +
+         (g.captures_per_slot ? " with " + std::to_string(g.captures_per_slot) + " speculation rollback records each" : "") +
+         ", " + std::to_string(g.num_snapshots) + " snapshots";
 }
 
 // Snapshots keep their share per slot when slots shrink (2 per slot stays 2 per slot).
@@ -36,8 +38,10 @@ uint32_t snapshots_for(const CacheGeometry& limit, uint32_t slots) {
   return static_cast<uint32_t>(uint64_t{limit.num_snapshots} * slots / limit.max_seqs);
 }
 
-uint64_t state_bytes(const PoolCosts& c, uint64_t slots, uint64_t snapshots) {
-  return mul_sat(add_sat(slots, snapshots), c.state_record_bytes);
+// A slot is its live state plus its speculation rollback records; a snapshot is one record.
+uint64_t state_bytes(const PoolCosts& c, uint64_t slots, uint64_t snapshots, uint32_t captures_per_slot) {
+  const uint64_t records = add_sat(mul_sat(slots, add_sat(1, captures_per_slot)), snapshots);
+  return mul_sat(records, c.state_record_bytes);
 }
 
 // KV blocks the bytes left after the state pools buy, capped by `bound`.
@@ -60,7 +64,7 @@ void check_request(const PoolRequest& r) {
 PoolSizing exact_pools(const PoolCosts& c, const CacheGeometry& g, uint64_t budget) {
   const uint64_t need = pool_bytes(c, g);
   if (need > budget) {
-    const uint64_t state = state_bytes(c, g.max_seqs, g.num_snapshots);
+    const uint64_t state = state_bytes(c, g.max_seqs, g.num_snapshots, g.captures_per_slot);
     const uint32_t fit = state > budget ? 0 : blocks_within(c, budget - state, g.num_blocks);
     throw ConfigError("the pools (" + describe(g) + ") need " + format_bytes(need) + " but the memory budget is " +
                       format_bytes(budget) + ": with these slots and snapshots only " + std::to_string(fit) +
@@ -89,7 +93,8 @@ PoolCosts stage_pool_costs(const ModelConfig& cfg, uint32_t first, uint32_t last
 }
 
 uint64_t pool_bytes(const PoolCosts& c, const CacheGeometry& g) {
-  return add_sat(mul_sat(g.num_blocks, c.kv_block_bytes), state_bytes(c, g.max_seqs, g.num_snapshots));
+  return add_sat(mul_sat(g.num_blocks, c.kv_block_bytes),
+                 state_bytes(c, g.max_seqs, g.num_snapshots, g.captures_per_slot));
 }
 
 PoolSizing size_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget) {
@@ -98,11 +103,14 @@ PoolSizing size_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget)
   if (r.exact) return exact_pools(c, limit, budget);
   const uint32_t min_blocks = std::clamp<uint32_t>(r.min_blocks, 1, limit.num_blocks);
   const uint64_t min_kv = mul_sat(min_blocks, c.kv_block_bytes);
-  auto fits = [&](uint32_t slots) { return add_sat(state_bytes(c, slots, snapshots_for(limit, slots)), min_kv) <= budget; };
+  auto slot_state = [&](uint32_t slots) {
+    return state_bytes(c, slots, snapshots_for(limit, slots), limit.captures_per_slot);
+  };
+  auto fits = [&](uint32_t slots) { return add_sat(slot_state(slots), min_kv) <= budget; };
   if (!fits(1)) {
     throw ConfigError("the memory budget of " + format_bytes(budget) + " cannot hold one sequence: one state slot " +
                       "and " + std::to_string(min_blocks) + " KV blocks (one max_context sequence) need " +
-                      format_bytes(add_sat(state_bytes(c, 1, snapshots_for(limit, 1)), min_kv)) +
+                      format_bytes(add_sat(slot_state(1), min_kv)) +
                       " (raise the budget, lower --max-context, or spread the layers over more workers)");
   }
   // The largest slot count that fits (fits() is monotone in the slot count).
@@ -119,10 +127,18 @@ PoolSizing size_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget)
   out.geometry = limit;
   out.geometry.max_seqs = lo;
   out.geometry.num_snapshots = snapshots_for(limit, lo);
-  const uint64_t state = state_bytes(c, lo, out.geometry.num_snapshots);
+  const uint64_t state = slot_state(lo);
   out.geometry.num_blocks = blocks_within(c, budget - state, limit.num_blocks);
   out.bytes = pool_bytes(c, out.geometry);
   return out;
+}
+
+bool fits_beside_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget, uint64_t budget_with_extra) {
+  try {
+    return size_pools(c, r, budget_with_extra).geometry == size_pools(c, r, budget).geometry;
+  } catch (const ConfigError&) {
+    return false;  // the pools do not fit with the extra bytes set aside (or at all)
+  }
 }
 
 }  // namespace ds

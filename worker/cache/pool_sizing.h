@@ -8,6 +8,9 @@
 //     one max_context sequence (min_blocks) do not fit: then as many slots as fit that way
 //     (snapshots keep their share per slot), at least one;
 //  2. give every remaining byte to KV blocks, up to the bound.
+// A speculating server's slot also holds `captures_per_slot` GDN rollback records
+// (StatePool::kMaxCaptures when Assign.spec_k > 0), so a slot costs 1 + captures_per_slot state
+// records in both steps; snapshots hold none.
 // CACHE_SIZING_EXACT allocates exactly the request, or fails with what fits instead.
 #pragma once
 
@@ -29,11 +32,11 @@ struct PoolCosts {
 // also runs the MTP block, which has its own KV pool).
 PoolCosts stage_pool_costs(const ModelConfig& config, uint32_t first_layer, uint32_t last_layer, uint32_t block_size);
 
-// Bytes the pools of `geometry` take (saturates at UINT64_MAX instead of wrapping).
+// Bytes the pools of `geometry` take, captures included (saturates at UINT64_MAX instead of wrapping).
 uint64_t pool_bytes(const PoolCosts& costs, const CacheGeometry& geometry);
 
 struct PoolRequest {
-  CacheGeometry limit;      // block_size is exact; the counts are exact or upper bounds
+  CacheGeometry limit;      // block_size, captures_per_slot are exact; the counts are exact or upper bounds
   uint32_t min_blocks = 0;  // fit: fewest KV blocks worth serving (one max_context sequence)
   bool exact = false;       // allocate exactly `limit`, or throw
 };
@@ -47,5 +50,12 @@ struct PoolSizing {
 // the numbers (needed, budget, what would fit) when even the minimum does not fit, or when
 // the request itself is malformed (no slots, no block bound, a zero block size).
 PoolSizing size_pools(const PoolCosts& costs, const PoolRequest& request, uint64_t budget_bytes);
+
+// Whether memory taken from the pools' budget before they are sized (the CUDA worker's
+// persistent bf16 weight copy) costs them nothing: the pools sized from `budget_with_extra`
+// (what is left once the extra bytes are set aside) equal those sized from `budget_bytes`, i.e.
+// the request's bounds, not the memory, limited them. False when either sizing fails.
+bool fits_beside_pools(const PoolCosts& costs, const PoolRequest& request, uint64_t budget_bytes,
+                       uint64_t budget_with_extra);
 
 }  // namespace ds

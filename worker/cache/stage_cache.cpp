@@ -37,6 +37,12 @@ StageCache::StageCache(Backend& backend, const CacheGeometry& geometry, const Ca
   kv_.reserve(geo_.num_blocks);
   states_.reserve_slots(geo_.max_seqs);
   states_.reserve_snapshots(geo_.num_snapshots);
+  // Sized into the budget by pool_sizing (Assign.spec_k > 0): allocated now, not mid-serving.
+  if (geo_.captures_per_slot != 0 && geo_.captures_per_slot != StatePool::kMaxCaptures) {
+    throw ConfigError("GDN rollback records come " + std::to_string(StatePool::kMaxCaptures) + " per state slot, not " +
+                      std::to_string(geo_.captures_per_slot));
+  }
+  if (geo_.captures_per_slot > 0) states_.reserve_captures(geo_.max_seqs);
   snapshot_pos_.assign(geo_.num_snapshots, -1);
 }
 

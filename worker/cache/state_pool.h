@@ -37,8 +37,9 @@ class StatePool {
 
   // Speculative decoding: per slot, kMaxCaptures records of per-position state written while
   // the drafts of a verify step run (capture j = the state after verify row j), so the next
-  // step can roll the slot back to any accepted position without recomputing. Grown on first
-  // use only: servers that never speculate pay nothing.
+  // step can roll the slot back to any accepted position without recomputing. A server that
+  // speculates reserves them with its pools at load (CacheGeometry::captures_per_slot, counted
+  // in pool_sizing); otherwise they grow on first use, so tools that never speculate pay nothing.
   static constexpr size_t kMaxCaptures = 4;
   void reserve_captures(size_t slots);  // capture records for slots [0, slots)
   size_t capture_slots() const { return captures_.count / kMaxCaptures; }

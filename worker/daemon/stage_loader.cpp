@@ -2,14 +2,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "common/gguf.h"          // GgufFile::open, tensors
 #include "common/byte_size.h"     // format_bytes
+#include "common/log.h"
 #include "common/model_config.h"  // load_model_config
 #include "worker/cache/pool_sizing.h"
+#include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
 #include "worker/daemon/worker_daemon.h"
 #if DS_HAVE_CUDA_BACKEND
 #include "kernels/cuda/device_info.h"
@@ -19,19 +22,36 @@
 namespace ds {
 namespace {
 
-// Bytes of the tensors this stage reads: its blocks, plus the embedding (first stage) or the
-// final norm, LM head and MTP blocks (last stage).
+// Whether the stage [first, last) reads tensor `t`: its blocks, plus the embedding (first stage)
+// or the final norm, LM head and MTP blocks (last stage). `as_matrix`: only as a matmul weight
+// (the embedding table of an untied model is only gathered).
+bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, uint32_t first, uint32_t last, bool as_matrix) {
+  uint32_t layer = 0;
+  if (std::sscanf(t.name.c_str(), "blk.%u.", &layer) == 1) {
+    return (layer >= first && layer < last) || (last == cfg.n_layer && layer >= cfg.n_layer);
+  }
+  if (t.name.rfind("token_embd", 0) == 0) {
+    return (first == 0 && !as_matrix) || (last == cfg.n_layer && cfg.tied_embeddings);
+  }
+  return last == cfg.n_layer;  // output_norm, output
+}
+
 uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, uint32_t first, uint32_t last) {
   uint64_t total = 0;
   for (const GgufTensor& t : gguf.tensors()) {
-    uint32_t layer = 0;
-    if (std::sscanf(t.name.c_str(), "blk.%u.", &layer) == 1) {
-      const bool mine = (layer >= first && layer < last) || (last == cfg.n_layer && layer >= cfg.n_layer);
-      if (mine) total += t.nbytes;
-    } else if (t.name.rfind("token_embd", 0) == 0) {
-      if (first == 0 || (last == cfg.n_layer && cfg.tied_embeddings)) total += t.nbytes;
-    } else if (last == cfg.n_layer) {
-      total += t.nbytes;  // output_norm, output
+    if (stage_reads(t, cfg, first, last, false)) total += t.nbytes;
+  }
+  return total;
+}
+
+// Device bytes of the CUDA backend's persistent bf16 copies (CudaBackendOptions::bf16_weight_copy):
+// 2 per weight of every Q8_0 matrix the stage multiplies. An upper bound: a matrix only gets its
+// copy once a >= 16-token product uses it (the LM head rarely does).
+uint64_t stage_bf16_copy_bytes(const GgufFile& gguf, const ModelConfig& cfg, uint32_t first, uint32_t last) {
+  uint64_t total = 0;
+  for (const GgufTensor& t : gguf.tensors()) {
+    if (t.type == GgmlType::Q8_0 && t.n_rows() > 1 && stage_reads(t, cfg, first, last, true)) {
+      total += 2 * t.n_elements();
     }
   }
   return total;
@@ -40,7 +60,8 @@ uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, uint32
 // Device memory the pools may take on a CUDA worker: the share of the GPU the operator allows
 // (never more than is free now), less the slice's weights and the workspace reserve. Weights,
 // pools and workspace are all allocated at load, so nothing later competes for this memory.
-uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights) {
+// `copy`: the bf16 weight copies' bytes (0 when off), set aside like the weights.
+uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights, uint64_t copy = 0) {
 #if DS_HAVE_CUDA_BACKEND
   size_t free_bytes = 0, total = 0;
   if (!cuda::device_memory(o.device < 0 ? 0 : o.device, &free_bytes, &total)) {
@@ -49,9 +70,11 @@ uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights) {
   }
   const auto share = static_cast<uint64_t>(o.gpu_memory_fraction * static_cast<double>(total));
   const uint64_t usable = std::min<uint64_t>(share, free_bytes);
-  const uint64_t taken = weights + o.gpu_workspace_reserve_bytes;
+  const uint64_t taken = weights + copy + o.gpu_workspace_reserve_bytes;
   if (taken >= usable) {
-    throw std::runtime_error("the slice needs " + format_bytes(weights) + " of weights + " +
+    const std::string copy_text =
+        copy == 0 ? "" : " + " + format_bytes(copy) + " of bf16 weight copies (--bf16-weight-copy off frees them)";
+    throw std::runtime_error("the slice needs " + format_bytes(weights) + " of weights" + copy_text + " + " +
                              format_bytes(o.gpu_workspace_reserve_bytes) + " of workspace reserve, but the budget is " +
                              format_bytes(usable) + " (--gpu-memory-fraction " + std::to_string(o.gpu_memory_fraction) +
                              " of " + format_bytes(total) + ", " + format_bytes(free_bytes) +
@@ -59,17 +82,19 @@ uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights) {
   }
   return usable - taken;
 #else
-  (void)o;
+  (void)o, (void)copy;
   throw std::runtime_error("this build has no CUDA backend (the slice has " + format_bytes(weights) + " of weights)");
 #endif
 }
 
 // The bytes this worker's pools may take: its backend's budget, capped by --memory-budget and
-// by Assign.memory_budget_bytes (weights + state) when those are set.
-uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t weights) {
+// by Assign.memory_budget_bytes (weights + state) when those are set. `copy` (bf16 weight
+// copies) counts as weights.
+uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t weights, uint64_t copy = 0) {
   uint64_t budget = 0;
   if (o.backend == "cuda") {
-    budget = gpu_pool_budget(o, weights);
+    budget = gpu_pool_budget(o, weights, copy);
+    weights += copy;
     if (o.memory_budget_bytes != 0) budget = std::min(budget, o.memory_budget_bytes);
   } else {
     budget = o.memory_budget_bytes != 0 ? o.memory_budget_bytes : default_cpu_pool_budget(physical_ram_bytes());
@@ -90,11 +115,39 @@ PoolRequest pool_request(const ipc::v1::Assign& a, const ModelConfig& cfg) {
   r.limit.num_blocks = a.num_blocks();
   r.limit.max_seqs = a.max_seqs();
   r.limit.num_snapshots = a.num_snapshots();
+  // Speculation's GDN rollback records are sized and allocated with the pools (state_pool.h).
+  if (a.spec_k() > StatePool::kMaxCaptures) {
+    throw std::runtime_error("spec_k " + std::to_string(a.spec_k()) + " in Assign exceeds the " +
+                             std::to_string(StatePool::kMaxCaptures) + " drafts a GDN slot can roll back");
+  }
+  r.limit.captures_per_slot = a.spec_k() > 0 ? static_cast<uint32_t>(StatePool::kMaxCaptures) : 0;
   r.exact = a.cache_sizing() == ipc::v1::CACHE_SIZING_EXACT;
   const uint64_t context = a.max_context() != 0 ? a.max_context() : cfg.context_length;
   r.min_blocks = static_cast<uint32_t>(
       std::min<uint64_t>((context + r.limit.block_size - 1) / r.limit.block_size, UINT32_MAX));
   return r;
+}
+
+// --bf16-weight-copy on / auto / off, resolved against the pools' budget: "on" sets the copy's
+// bytes aside before the pools are sized (failing with the numbers when they do not fit);
+// "auto" keeps it only when the pools come out the same without those bytes; off / f32 prefill
+// / a non-cuda backend: no copy. Self-managed pools (grow on demand) leave nothing to compare
+// against, so "auto" is off there and "on" only needs the weights and the copy to fit.
+struct CopyPlan {
+  bool keep = false;
+  uint64_t bytes = 0;  // set aside (0 unless keep)
+};
+
+CopyPlan plan_bf16_copy(const WorkerOptions& o, uint64_t copy_bytes, const std::function<uint64_t(uint64_t)>& budget,
+                        const std::function<bool(uint64_t, uint64_t)>& pools_unchanged) {
+  if (o.backend != "cuda" || o.prefill_precision != "bf16" || o.bf16_weight_copy == "off" || copy_bytes == 0) return {};
+  if (o.bf16_weight_copy == "on") return {true, copy_bytes};
+  try {
+    const uint64_t with = budget(copy_bytes);
+    return pools_unchanged(budget(0), with) ? CopyPlan{true, copy_bytes} : CopyPlan{};
+  } catch (const std::exception&) {
+    return {};  // the copy does not fit beside the weights and the workspace reserve
+  }
 }
 
 }  // namespace
@@ -130,18 +183,38 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   const PoolRequest request = pool_request(assign, config);
   // Pools are sized here, once per worker start: from the budget (FIT_BUDGET, reported in
   // Ready) or exactly as negotiated (EXACT); num_blocks == 0 leaves them to grow on demand.
+  const uint64_t copy_bytes = worker.backend == "cuda" && worker.bf16_weight_copy != "off"
+                                  ? stage_bf16_copy_bytes(*gguf, config, range.first_layer, range.last_layer)
+                                  : 0;
+  CopyPlan copy;
   if (request.limit.managed() || !request.exact) {
-    out.pool_budget_bytes = pool_budget(assign, worker, out.weight_bytes);
     const PoolCosts costs = stage_pool_costs(config, range.first_layer, range.last_layer, request.limit.block_size);
+    copy = plan_bf16_copy(
+        worker, copy_bytes, [&](uint64_t c) { return pool_budget(assign, worker, out.weight_bytes, c); },
+        [&](uint64_t without, uint64_t with) { return fits_beside_pools(costs, request, without, with); });
+    out.pool_budget_bytes = pool_budget(assign, worker, out.weight_bytes, copy.bytes);
     out.pools = size_pools(costs, request, out.pool_budget_bytes);
     options.cache = out.pools.geometry;
   } else {
     options.cache.block_size = request.limit.block_size;
-    if (worker.backend == "cuda") gpu_pool_budget(worker, out.weight_bytes);  // the weights alone must fit
+    if (worker.bf16_weight_copy == "on") {
+      copy = plan_bf16_copy(worker, copy_bytes, nullptr, nullptr);
+    }
+    if (worker.backend == "cuda") gpu_pool_budget(worker, out.weight_bytes, copy.bytes);  // weights (+ copy) must fit
   }
   if (worker.backend == "cuda") {
 #if DS_HAVE_CUDA_BACKEND
-    const CudaBackendOptions cuda_options{.bf16_prefill = worker.prefill_precision == "bf16"};  // else "f32"
+    if (worker.bf16_weight_copy != "off") {
+      log::info("worker", log::Msg() << "bf16 weight copy (" << worker.bf16_weight_copy << "): "
+                                     << (copy.keep ? "kept, " + format_bytes(copy.bytes) + " set aside from the pools"
+                                                   : std::string("off (") + format_bytes(copy_bytes) +
+                                                         " would shrink the pools, or prefill is f32)"));
+    }
+    const CudaBackendOptions cuda_options{
+        .bf16_prefill = worker.prefill_precision == "bf16",  // else "f32"
+        .prefill_gemm = worker.prefill_gemm == "mma" ? CudaBackendOptions::PrefillGemm::kMmaSync
+                                                     : CudaBackendOptions::PrefillGemm::kCublasLt,
+        .bf16_weight_copy = copy.keep};
     const int device = worker.device < 0 ? 0 : worker.device;
     out.model = load_stage(gguf, config, range, options, make_cuda_backend(device, cuda_options));
     return out;

@@ -163,7 +163,11 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
   for (uint64_t id : plan.released_seq_ids()) forget(id);
   std::vector<float> hidden_storage;
-  const StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
+  StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
+  if (model_->is_last()) {
+    remember_sampling(plan);  // the digest requests need this plan's rules
+    if (!plan_speculates(plan)) in.digest_rows = digest_requests(plan);
+  }
   StepOutput out;
   const auto t0 = std::chrono::steady_clock::now();
   model_->forward(in, &out);
@@ -185,7 +189,6 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, msg.bulk.size(), fwd->mutable_hidden());
     return msg;
   }
-  remember_sampling(plan);
   v1::StepResult* result = msg.env.mutable_step_result();
   pack_result(plan, out, result, &msg.bulk);
   if (plan_speculates(plan)) {
@@ -202,11 +205,29 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   return msg;
 }
 
+// One request per logit row, so the model may digest on its device; none (full logits) when a
+// sequence of the plan wants its full logits row.
+std::vector<DigestRequest> StageRunner::digest_requests(const v1::StepPlan& plan) const {
+  std::vector<DigestRequest> req;
+  int row = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    const auto it = sampling_.find(plan.seq_ids(i));
+    const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
+    if (sampling.full_logits && plan.n_logit_rows(i) > 0) return {};
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) req.push_back({sampling.params, plan.random_u(row)});
+  }
+  return req;
+}
+
 void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v1::StepResult* result,
                               std::vector<uint8_t>* bulk) const {
   const size_t n_rows = static_cast<size_t>(plan.logit_rows_size());
-  const size_t n_vocab = n_rows == 0 ? 0 : out.logits.size() / n_rows;
-  if (n_rows != 0 && (n_vocab == 0 || out.logits.size() != n_rows * n_vocab)) {
+  const bool digested = !out.digests.empty();  // the model digested on its device
+  if (digested && out.digests.size() != n_rows) {
+    throw FormatError("model returned " + std::to_string(out.digests.size()) + " digests for " + std::to_string(n_rows) + " rows");
+  }
+  const size_t n_vocab = digested ? out.digest_n_vocab : n_rows == 0 ? 0 : out.logits.size() / n_rows;
+  if (!digested && n_rows != 0 && (n_vocab == 0 || out.logits.size() != n_rows * n_vocab)) {
     throw FormatError("model returned " + std::to_string(out.logits.size()) + " logits for " + std::to_string(n_rows) + " rows");
   }
   result->set_plan_id(plan.plan_id());
@@ -219,8 +240,9 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
     const auto it = sampling_.find(plan.seq_ids(i));
     const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
     for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
-      const float* logits = out.logits.data() + static_cast<size_t>(row) * n_vocab;
-      const LogitDigest d = digest_logits(logits, n_vocab, sampling.params, plan.random_u(row));
+      const float* logits = digested ? nullptr : out.logits.data() + static_cast<size_t>(row) * n_vocab;
+      const LogitDigest d = digested ? out.digests[static_cast<size_t>(row)]
+                                     : digest_logits(logits, n_vocab, sampling.params, plan.random_u(row));
       result->add_seq_ids(plan.seq_ids(i));
       result->add_rows(plan.logit_rows(row));
       result->add_tokens(d.token);
@@ -230,7 +252,7 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
         result->add_top_ids(d.top_ids[k]);
         result->add_top_logprobs(d.top_logprobs[k]);
       }
-      if (sampling.full_logits) {
+      if (sampling.full_logits && logits != nullptr) {  // digest_requests never digests such a plan
         result->add_full_logit_rows(static_cast<uint32_t>(row));
         full.insert(full.end(), logits, logits + n_vocab);
       }

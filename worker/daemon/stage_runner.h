@@ -55,6 +55,7 @@ class StageRunner {
   void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
   StepInput build_input(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                         std::vector<float>* hidden_storage) const;
+  std::vector<DigestRequest> digest_requests(const ipc::v1::StepPlan& plan) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
 

@@ -25,7 +25,8 @@ constexpr const char* kUsage =
     "usage: deltaserve-worker --coordinator ENDPOINT --rank R [--backend cpu|cuda] [--device N]\n"
     "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
     "                         [--memory-budget SIZE] [--gpu-workspace-reserve SIZE] [--log-format text|json]\n"
-    "                         [--prefill-precision bf16|f32]\n"
+    "                         [--prefill-precision bf16|f32] [--prefill-gemm cublaslt|mma]\n"
+    "                         [--bf16-weight-copy off|on|auto]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
@@ -42,6 +43,10 @@ constexpr const char* kUsage =
     "  --hidden-transport  auto (default: shared-memory ring to a next stage on this host) or inline\n"
     "  --prefill-precision  cuda: bf16 (default: tensor cores, f32 accumulation) or f32 (SIMT);\n"
     "                  the cpu backend accepts both and always computes in f32\n"
+    "  --prefill-gemm  cuda: GEMM of the bf16 prefill products: cublaslt (default) or mma\n"
+    "  --bf16-weight-copy  cuda: keep bf16 copies of the Q8_0 matrices for bf16 prefill (~1.9x\n"
+    "                  their bytes, taken from the pool budget): off (default), on, or auto (on\n"
+    "                  only when the KV/state pools lose nothing to it)\n"
     "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"
     "precedence: flag > environment > config file > default.\n";
 
@@ -71,6 +76,11 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
       {"hidden-transport", [o](const std::string& v) { o->hidden_transport = v; return v == "auto" || v == "inline"; }},
       {"prefill-precision", [o](const std::string& v) { o->prefill_precision = v; return v == "bf16" || v == "f32"; }},
+      {"prefill-gemm", [o](const std::string& v) { o->prefill_gemm = v; return v == "cublaslt" || v == "mma"; }},
+      {"bf16-weight-copy", [o](const std::string& v) {
+         o->bf16_weight_copy = v;
+         return v == "off" || v == "on" || v == "auto";
+       }},
       {"memory-budget", [o](const std::string& v) { return parse_byte_size(v, &o->memory_budget_bytes) && o->memory_budget_bytes > 0; }},
       {"gpu-workspace-reserve", [o](const std::string& v) { return parse_byte_size(v, &o->gpu_workspace_reserve_bytes); }},
       {"gpu-memory-fraction", [o](const std::string& v) {
@@ -181,7 +191,8 @@ std::string describe(const WorkerOptions& o) {
   s << "rank=" << o.rank << " coordinator=" << o.coordinator << " backend=" << o.backend << " device=" << o.device
     << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " memory_budget="
     << (o.memory_budget_bytes ? format_bytes(o.memory_budget_bytes) : std::string("default")) << " log_format=" << o.log_format
-    << " hidden_transport=" << o.hidden_transport << " prefill_precision=" << o.prefill_precision;
+    << " hidden_transport=" << o.hidden_transport << " prefill_precision=" << o.prefill_precision
+    << " prefill_gemm=" << o.prefill_gemm << " bf16_weight_copy=" << o.bf16_weight_copy;
   return s.str();
 }
 

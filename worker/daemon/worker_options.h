@@ -29,6 +29,14 @@ struct WorkerOptions {
   // cores with f32 accumulation; "f32" keeps them on f32 SIMT (CudaBackendOptions::bf16_prefill).
   // The cpu backend accepts both and always computes in f32.
   std::string prefill_precision = "bf16";
+  // cuda: which GEMM runs the bf16 prefill products: "cublaslt" (default) or "mma" (our
+  // mma.sync kernel; CudaBackendOptions::prefill_gemm).
+  std::string prefill_gemm = "cublaslt";
+  // cuda: persistent bf16 copies of the Q8_0 matrices for bf16 prefill products instead of
+  // dequantizing per call (CudaBackendOptions::bf16_weight_copy; ~1.9x the Q8_0 bytes).
+  // "off" (default); "on": its bytes are taken from the pool budget before the pools are sized;
+  // "auto": on only when the pools still get everything they would get without it.
+  std::string bf16_weight_copy = "off";
 };
 
 // Parses argv. Returns false and fills `error` (usage included) on bad flags; `help` is set

@@ -9,8 +9,10 @@
 // K/V through its block table.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/gguf.h"
@@ -37,6 +39,9 @@ struct GdnWeights {
   const float* dt_bias = nullptr;   // [nv]
   const float* a = nullptr;         // [nv], = -exp(A_log)
   const float* ssm_norm = nullptr;  // [dv], shared by all value heads
+  // Stacked copies (Backend::weight_stack; data == nullptr when the backend keeps them apart):
+  // [qkv ; gate] and [alpha ; beta]; qkv/gate/alpha/beta are then row ranges of these.
+  WeightView qkv_gate, alpha_beta;
 };
 
 struct LayerWeights {
@@ -46,6 +51,7 @@ struct LayerWeights {
   AttentionWeights attn;
   GdnWeights gdn;
   WeightView ffn_gate, ffn_up, ffn_down;
+  WeightView ffn_gate_up;  // stacked [gate ; up] when the backend stacks (see GdnWeights)
 };
 
 struct MtpWeights {
@@ -106,6 +112,7 @@ class Qwen35Stage final : public StageModel {
   void bind_weights();
   LayerWeights bind_layer(uint32_t il, LayerKind kind);
   WeightView w(const std::string& name) const { return be_->weight(gguf_->tensor(name)); }
+  WeightView stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const;
   const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
 
   CacheShapes cache_shapes();
@@ -116,10 +123,12 @@ class Qwen35Stage final : public StageModel {
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
                        size_t local);
-  void ffn(const LayerWeights& lw, size_t T);
-  void run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T, bool mtp);
+  void ffn(const LayerWeights& lw, size_t T, const float* next_norm);
+  void run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
+                 bool normed = false, const float* next_norm = nullptr);
   void lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head, std::vector<float>* logits,
-               std::vector<float>* normed_out);
+               std::vector<float>* normed_out, const DigestRequest* digest_rows = nullptr,
+               std::vector<LogitDigest>* digests = nullptr);
 
   std::shared_ptr<const GgufFile> gguf_;
   ModelConfig cfg_;
@@ -146,6 +155,31 @@ class Qwen35Stage final : public StageModel {
 
 // ---- loading ---------------------------------------------------------------------------------------
 
+// Rows [first, first + n) of a matrix, as a matrix of its own.
+WeightView row_range(const WeightView& m, size_t first, size_t n) {
+  WeightView r = m;
+  r.data = static_cast<const uint8_t*>(m.data) + first * m.row_bytes;
+  r.rows = n;
+  return r;
+}
+
+// Matrices that share an input, stacked row-wise when the backend can (one product for all at
+// decode); `parts` get their own views either way (row ranges of the stack, or separate).
+// A stack and its first part share a data pointer; the stacks run at T == 1 only (GEMV), except
+// alpha_beta whose parts then never run, so a cache keyed by that pointer (CudaBackend's bf16
+// prefill copies) never meets two shapes at one address.
+WeightView Qwen35Stage::stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const {
+  std::vector<const GgufTensor*> tensors;
+  for (const std::string& n : names) tensors.push_back(&gguf_->tensor(n));
+  const WeightView all = be_->weight_stack(tensors.data(), tensors.size());
+  size_t first = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    *parts[i] = all.data != nullptr ? row_range(all, first, tensors[i]->n_rows()) : w(names[i]);
+    first += tensors[i]->n_rows();
+  }
+  return all;
+}
+
 LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
   const std::string p = "blk." + std::to_string(il) + ".";
   LayerWeights lw;
@@ -156,12 +190,12 @@ LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
     lw.attn = {w(p + "attn_q.weight"), w(p + "attn_k.weight"), w(p + "attn_v.weight"), w(p + "attn_output.weight"),
                f(p + "attn_q_norm.weight"), f(p + "attn_k_norm.weight")};
   } else {
-    lw.gdn = {w(p + "attn_qkv.weight"), w(p + "attn_gate.weight"), w(p + "ssm_alpha.weight"),
-              w(p + "ssm_beta.weight"), w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
-              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight")};
+    lw.gdn = {{}, {}, {}, {}, w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
+              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight"), {}, {}};
+    lw.gdn.qkv_gate = stacked({p + "attn_qkv.weight", p + "attn_gate.weight"}, {&lw.gdn.qkv, &lw.gdn.gate});
+    lw.gdn.alpha_beta = stacked({p + "ssm_alpha.weight", p + "ssm_beta.weight"}, {&lw.gdn.alpha, &lw.gdn.beta});
   }
-  lw.ffn_gate = w(p + "ffn_gate.weight");
-  lw.ffn_up = w(p + "ffn_up.weight");
+  lw.ffn_gate_up = stacked({p + "ffn_gate.weight", p + "ffn_up.weight"}, {&lw.ffn_gate, &lw.ffn_up});
   lw.ffn_down = w(p + "ffn_down.weight");
   return lw;
 }
@@ -276,29 +310,53 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   float* o = ws_.get(Slot::kMix, T * nv * dv);
   float* y = ws_.get(Slot::kGated, T * nv * dv);
 
-  be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
-  be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
-  be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
-  be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
-  be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
+    // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
+    qkv = ws_.get(Slot::kProjA, C + nv * dv);
+    z = qkv + C;
+    be_->matmul(lw.gdn.qkv_gate, x, D, 1, qkv, C + nv * dv);
+  } else {
+    be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
+    be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
+  }
+  if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
+    alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
+    be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
+    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  } else {
+    be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
+    be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
+    be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  }
   const size_t gl = cache_index_[local];
   StatePool& st = cache_->states();
   // Conv for all rows, then the recurrence: each captures its own state after every piece.
+  // When every piece is one token (decode), conv + SiLU + the q/k L2 norms go together
+  // (Backend::conv_silu_l2_token: one launch per sequence on CUDA).
+  bool single_tokens = true;
+  for (const SeqSpan& s : spans) {
+    for (const GdnPiece& p : gdn_pieces(s)) single_tokens = single_tokens && p.n_tokens == 1;
+  }
   for (const SeqSpan& s : spans) {
     for (const GdnPiece& p : gdn_pieces(s)) {
-      be_->causal_conv1d_silu(qkv + p.offset * C, C, p.n_tokens, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl),
-                              conv + p.offset * C);
+      if (single_tokens) {
+        be_->conv_silu_l2_token(qkv + p.offset * C, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk, dk,
+                                cfg_.rms_eps, conv + p.offset * C);
+      } else {
+        be_->causal_conv1d_silu(qkv + p.offset * C, C, p.n_tokens, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl),
+                                conv + p.offset * C);
+      }
       if (p.capture >= 0) st.capture_conv(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
     }
   }
-  // L2-normalize every q and k head in place: the 2*nk heads of a token are contiguous rows of
-  // dk, so decode steps (few tokens) take one launch per token instead of one per head.
-  if (T < 2 * nk) {
+  // Otherwise L2-normalize every q and k head in place: the 2*nk heads of a token are contiguous
+  // rows of dk, so short steps take one launch per token instead of one per head.
+  if (single_tokens) {
+    // normalized by conv_silu_l2_token above
+  } else if (T < 2 * nk) {
     for (size_t t = 0; t < T; ++t) be_->l2_norm(conv + t * C, dk, cfg_.rms_eps, 2 * nk, dk, conv + t * C, dk);
   } else {
-    for (size_t head = 0; head < 2 * nk; ++head) {
-      be_->l2_norm(conv + head * dk, C, cfg_.rms_eps, T, dk, conv + head * dk, C);
-    }
+    be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
   }
   for (const SeqSpan& s : spans) {
     for (const GdnPiece& p : gdn_pieces(s)) {
@@ -352,47 +410,73 @@ void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqS
   be_->matmul(lw.attn.o, y, H * d, T, mixed, D);
 }
 
-void Qwen35Stage::ffn(const LayerWeights& lw, size_t T) {
+// The FFN half of a block; kNorm holds RMSNorm(h) (post_norm) on entry. The residual add goes
+// with the next block's attn_norm (`next_norm`) when there is one: kNorm then holds its input.
+void Qwen35Stage::ffn(const LayerWeights& lw, size_t T, const float* next_norm) {
   const size_t D = cfg_.n_embd, F = cfg_.n_ff;
   float* x = ws_.get(Slot::kHidden, T * D);
   float* b = ws_.get(Slot::kNorm, T * D);
   float* gate = ws_.get(Slot::kProjA, T * F);
   float* up = ws_.get(Slot::kProjB, T * F);
   float* down = ws_.get(Slot::kOut, T * D);
-  be_->rms_norm(x, D, lw.post_norm, cfg_.rms_eps, T, D, b, D);
-  be_->matmul(lw.ffn_gate, b, D, T, gate, F);
-  be_->matmul(lw.ffn_up, b, D, T, up, F);
-  be_->swiglu(gate, up, T * F, gate);
-  be_->matmul(lw.ffn_down, gate, F, T, down, D);
-  be_->add_inplace(x, down, T * D);
+  if (T == 1 && lw.ffn_gate_up.data != nullptr) {  // one GEMV; the row splits into [gate | up]
+    gate = ws_.get(Slot::kProjA, 2 * F);
+    up = gate + F;
+    be_->matmul(lw.ffn_gate_up, b, D, 1, gate, 2 * F);
+  } else {
+    be_->matmul(lw.ffn_gate, b, D, T, gate, F);
+    be_->matmul(lw.ffn_up, b, D, T, up, F);
+  }
+  be_->swiglu_matmul(gate, up, T, lw.ffn_down, down, D);  // cols of ffn_down = F
+  if (next_norm != nullptr) {
+    be_->add_rms_norm(x, down, next_norm, cfg_.rms_eps, T, D, b);
+  } else {
+    be_->add_inplace(x, down, T * D);
+  }
 }
 
-// One decoder block: h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)).
+// One decoder block: h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)). Each residual add runs in one
+// pass with the norm after it (Backend::add_rms_norm: one launch on CUDA). `normed`: the previous
+// block already left RMSNorm(h; attn_norm) in kNorm; `next_norm`: see ffn().
 void Qwen35Stage::run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T,
-                            bool mtp) {
+                            bool mtp, bool normed, const float* next_norm) {
   const size_t D = cfg_.n_embd;
   float* x = ws_.get(Slot::kHidden, T * D);
-  be_->rms_norm(x, D, lw.attn_norm, cfg_.rms_eps, T, D, ws_.get(Slot::kNorm, T * D), D);
+  float* b = ws_.get(Slot::kNorm, T * D);
+  if (!normed) be_->rms_norm(x, D, lw.attn_norm, cfg_.rms_eps, T, D, b, D);
   if (lw.kind == LayerKind::kLinearAttention) {
     gdn_layer(lw, local, spans, T);
   } else {
     attention_layer(lw, spans, T, mtp, local);
   }
-  be_->add_inplace(x, ws_.get(Slot::kOut, T * D), T * D);
-  ffn(lw, T);
+  be_->add_rms_norm(x, ws_.get(Slot::kOut, T * D), lw.post_norm, cfg_.rms_eps, T, D, b);
+  ffn(lw, T, next_norm);
 }
 
 // ---- step ------------------------------------------------------------------------------------------
 
+// With `digest_rows` (one per row) the backend may digest the logits where they are: then
+// `digests` is filled and `logits` left empty; otherwise the logits come back as usual.
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
-                          std::vector<float>* logits, std::vector<float>* normed_out) {
+                          std::vector<float>* logits, std::vector<float>* normed_out,
+                          const DigestRequest* digest_rows, std::vector<LogitDigest>* digests) {
   const size_t D = cfg_.n_embd, V = head.rows;
   float* normed = ws_.get(Slot::kHeadNorm, n_rows * D);
   float* out = ws_.get(Slot::kLogits, n_rows * V);
   be_->rms_norm(rows, D, norm, cfg_.rms_eps, n_rows, D, normed, D);
   be_->matmul(head, normed, D, n_rows, out, V);
-  logits->resize(n_rows * V);
-  be_->download(logits->data(), out, n_rows * V);
+  bool digested = false;
+  if (digest_rows != nullptr && digests != nullptr) {
+    digests->resize(n_rows);
+    digested = be_->digest_logits_rows(out, n_rows, V, digest_rows, digests->data());
+    if (!digested) digests->clear();
+  }
+  if (digested) {
+    logits->clear();
+  } else {
+    logits->resize(n_rows * V);
+    be_->download(logits->data(), out, n_rows * V);
+  }
   if (normed_out != nullptr) {
     normed_out->resize(n_rows * D);
     be_->download(normed_out->data(), normed, n_rows * D);
@@ -413,7 +497,8 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   }
   layer_hidden_.clear();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    run_layer(layers_[l], l, spans, T, false);
+    const float* next_norm = l + 1 < layers_.size() ? layers_[l + 1].attn_norm : nullptr;
+    run_layer(layers_[l], l, spans, T, false, l > 0, next_norm);
     if (opt_.keep_all_hidden) {
       layer_hidden_.emplace_back(T * D);
       be_->download(layer_hidden_.back().data(), x, T * D);
@@ -424,6 +509,8 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   out->hidden.clear();
   out->logits.clear();
   out->final_hidden.clear();
+  out->digests.clear();
+  out->digest_n_vocab = 0;
   if (!is_last()) {
     out->hidden.resize(T * D);
     be_->download(out->hidden.data(), x, T * D);
@@ -442,7 +529,10 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   if (rows.empty()) return;
   float* picked = ws_.get(Slot::kPicked, rows.size() * D);
   be_->gather_rows(x, rows.data(), rows.size(), D, picked);
-  lm_head(picked, rows.size(), output_norm_, output_, &out->logits, in.all_final_hidden ? nullptr : &out->final_hidden);
+  const bool digest = in.digest_rows.size() == rows.size();  // else (absent or inconsistent): full logits
+  lm_head(picked, rows.size(), output_norm_, output_, &out->logits, in.all_final_hidden ? nullptr : &out->final_hidden,
+          digest ? in.digest_rows.data() : nullptr, digest ? &out->digests : nullptr);
+  if (!out->digests.empty()) out->digest_n_vocab = static_cast<uint32_t>(output_.rows);
 }
 
 // MTP rows: u = eh_proj([enorm(embed(token)) ; hnorm(hidden)]), one attention block with its

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/app/serve_options.h"
@@ -117,7 +118,49 @@ TEST(ServeOptions, WorkersAcceptThePrefillPrecisionServePasses) {
     bool help = false;
     ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
     EXPECT_EQ(w.prefill_precision, precision);
-    EXPECT_EQ(w.gpu_memory_fraction, 0.5);
+    // The fraction goes to the engine, which splits it among workers sharing a GPU and passes
+    // each its own share (tests/coordinator/engine/test_gpu_share.cpp).
+    EXPECT_EQ(serve.engine.gpu_memory_fraction, 0.5);
+    EXPECT_EQ(w.gpu_memory_fraction, 0.9) << "the worker keeps its default unless the engine passes a share";
+  }
+}
+
+// --prefill-gemm / --bf16-weight-copy: validated by serve, passed once each (the winning value)
+// to the workers it starts, which parse them back to the same values; unset: not passed.
+TEST(ServeOptions, PrefillGemmAndBf16WeightCopyArePassedToTheWorkers) {
+  ServeOptions unset;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &unset, &error)) << error;
+  EXPECT_TRUE(unset.engine.worker_extra_args.empty());
+  EXPECT_NE(describe(unset).find("prefill_gemm=(worker default) bf16_weight_copy=(worker default)"), std::string::npos)
+      << describe(unset);
+
+  ServeOptions serve;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-gemm", "mma", "--bf16-weight-copy=on"},
+                    {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}, {"DELTASERVE_PREFILL_GEMM", "cublaslt"}}, &serve, &error))
+      << error;
+  EXPECT_EQ(serve.engine.worker_extra_args,
+            (std::vector<std::string>{"--prefill-gemm", "mma", "--bf16-weight-copy", "on"}));
+  Argv worker({"deltaserve-worker", "--coordinator", "ipc:///tmp/x", "--rank", "0", "--backend", "cuda"},
+              serve.engine.worker_extra_args);
+  WorkerOptions w;
+  bool help = false;
+  ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
+  EXPECT_EQ(w.prefill_gemm, "mma");
+  EXPECT_EQ(w.bf16_weight_copy, "on");
+
+  ServeOptions from_env;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &from_env, &error)) << error;
+  EXPECT_EQ(from_env.engine.worker_extra_args, (std::vector<std::string>{"--bf16-weight-copy", "auto"}));
+}
+
+TEST(ServeOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
+  for (const auto& [flag, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"prefill-gemm", "cublas"}, {"prefill-gemm", ""}, {"bf16-weight-copy", "yes"}, {"bf16-weight-copy", "ON"}}) {
+    ServeOptions o;
+    std::string error;
+    EXPECT_FALSE(parse({"--model", "m.gguf", "--" + flag, bad}, {}, &o, &error)) << flag << " " << bad;
+    EXPECT_NE(error.find("--" + flag + ": bad value '" + bad + "' for " + flag), std::string::npos) << error;
   }
 }
 

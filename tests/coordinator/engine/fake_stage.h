@@ -21,6 +21,7 @@ class FakeStage : public StageModel {
 
   void forward(const StepInput& in, StepOutput* out) override {
     last_cache_ = in.cache;
+    last_digest_rows_ = in.digest_rows.size();
     for (const SeqStep& s : in.seqs) {
       auto it = held_.find(s.seq_id);
       if (s.start_pos != 0 && (it == held_.end() || it->second.first != s.start_pos)) {
@@ -52,7 +53,19 @@ class FakeStage : public StageModel {
       }
     }
     if (is_last()) out->hidden.clear();
+    out->digests.clear();
+    if (digest_in_model && !in.digest_rows.empty()) {  // like a device digest: digests, no logits
+      for (size_t r = 0; r < in.digest_rows.size(); ++r) {
+        const DigestRequest& q = in.digest_rows[r];
+        out->digests.push_back(digest_logits(out->logits.data() + r * kVocab, kVocab, q.rule, q.u));
+      }
+      out->digest_n_vocab = kVocab;
+      out->logits.clear();
+    }
   }
+  // Honour StepInput::digest_rows the way the CUDA backend does (tests of the digest path).
+  bool digest_in_model = false;
+  size_t last_digest_rows() const { return last_digest_rows_; }
   void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*,
                    std::vector<float>*) override {
     throw std::logic_error("fake stage has no MTP");
@@ -73,6 +86,7 @@ class FakeStage : public StageModel {
   std::map<uint64_t, std::pair<uint32_t, float>> held_;  // seq -> (positions held, accumulator)
   std::vector<std::vector<float>> none_;
   std::vector<SeqCache> last_cache_;
+  size_t last_digest_rows_ = 0;
   std::vector<uint64_t> dropped_;
 };
 

@@ -124,6 +124,64 @@ TEST(PoolSizing, HugeCostsSaturateInsteadOfWrapping) {
   EXPECT_NE(error_of(c, r, max - 1).find("only 1 KV blocks fit"), std::string::npos);
 }
 
+// bf16-weight-copy=auto: the copy is kept only when the pools lose nothing to it.
+TEST(PoolSizing, ExtraBytesFitBesidePoolsOnlyWhenThePoolsLoseNothing) {
+  const PoolCosts c{1000, 100};
+  const PoolRequest r = fit(geometry(16, 50, 4, 8), 10);  // full pools: 51200 B (test above)
+  EXPECT_TRUE(fits_beside_pools(c, r, 60000, 60000));
+  EXPECT_TRUE(fits_beside_pools(c, r, 60000, 51200));   // every pool still at its bound
+  EXPECT_FALSE(fits_beside_pools(c, r, 60000, 51199));  // one KV block fewer
+  EXPECT_FALSE(fits_beside_pools(c, r, 60000, 0));      // nothing left for the pools
+  EXPECT_FALSE(fits_beside_pools(c, r, 10000, 10000));  // one sequence (10 blocks + state) never fits
+  PoolRequest exact = r;
+  exact.exact = true;
+  EXPECT_TRUE(fits_beside_pools(c, exact, 60000, 51200));
+  EXPECT_FALSE(fits_beside_pools(c, exact, 60000, 51199));  // EXACT would fail: no copy
+}
+
+// Speculation (Assign.spec_k > 0): each slot also holds captures_per_slot rollback records.
+CacheGeometry speculating(CacheGeometry g, uint32_t captures) {
+  g.captures_per_slot = captures;
+  return g;
+}
+
+TEST(PoolSizing, RollbackRecordsAreCountedPerSlot) {
+  const PoolCosts c{1000, 100};
+  // Ample: state (4 * (1 + 4) + 8) * 100 = 2800 on top of 50 blocks.
+  const PoolSizing ample = size_pools(c, fit(speculating(geometry(16, 50, 4, 8), 4), 10), 1'000'000'000);
+  EXPECT_EQ(ample.geometry, speculating(geometry(16, 50, 4, 8), 4));
+  EXPECT_EQ(ample.bytes, 50u * 1000 + 2800);
+  // 30000 B: the records leave (30000 - 2800) / 1000 = 27 blocks (28 without speculation).
+  const PoolSizing tight = size_pools(c, fit(speculating(geometry(16, 50, 4, 8), 4), 10), 30000);
+  EXPECT_EQ(tight.geometry, speculating(geometry(16, 27, 4, 8), 4));
+  EXPECT_EQ(tight.bytes, 27u * 1000 + 2800);
+  EXPECT_EQ(pool_bytes(c, tight.geometry), tight.bytes);
+}
+
+TEST(PoolSizing, RollbackRecordsCanCostSlots) {
+  const PoolCosts c{1000, 1000};
+  // 10 blocks (one context) = 10000; a slot with 4 records + its 2 snapshots = 7000.
+  // 40000 B: (40000 - 10000) / 7000 -> 4 slots (without records: 3000 each -> all 8).
+  const PoolSizing s = size_pools(c, fit(speculating(geometry(16, 100, 8, 16), 4), 10), 40000);
+  EXPECT_EQ(s.geometry.max_seqs, 4u);
+  EXPECT_EQ(s.geometry.num_snapshots, 8u);
+  EXPECT_EQ(s.geometry.num_blocks, (40000u - 4 * 7000) / 1000);  // 12
+  EXPECT_EQ(size_pools(c, fit(geometry(16, 100, 8, 16), 10), 40000).geometry.max_seqs, 8u);
+  // Not even one speculating slot: 7000 + 10000 > 16000, though 3000 + 10000 fits.
+  EXPECT_NE(error_of(c, fit(speculating(geometry(16, 100, 8, 16), 4), 10), 16000).find("cannot hold one sequence"),
+            std::string::npos);
+  EXPECT_NO_THROW(size_pools(c, fit(geometry(16, 100, 8, 16), 10), 16000));
+}
+
+TEST(PoolSizing, ExactCountsRollbackRecords) {
+  const PoolCosts c{1000, 100};
+  PoolRequest r = fit(speculating(geometry(16, 20, 4, 8), 4), 10);
+  r.exact = true;
+  // 20 * 1000 + (4 * 5 + 8) * 100 = 22800.
+  EXPECT_EQ(size_pools(c, r, 22800).bytes, 22800u);
+  EXPECT_NE(error_of(c, r, 22799).find("only 19 KV blocks fit"), std::string::npos) << error_of(c, r, 22799);
+}
+
 // The tiny fixture's shapes: 2 KV heads of 64, conv kernel 4, 2 key groups of 32, 4 value heads of 32.
 ModelConfig small_config() {
   ModelConfig cfg;

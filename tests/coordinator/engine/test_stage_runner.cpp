@@ -56,6 +56,37 @@ TEST(StageRunner, TwoStagesProduceDigestsByTheSharedRule) {
   EXPECT_EQ(s1.n_sequences(), 0u);
 }
 
+// Digest requests reach the last stage's model (one per logit row, with the row's rule and u)
+// unless the sequence wants its full logits; digests the model returns are packed as they are,
+// and equal the host's digest of the same logits.
+TEST(StageRunner, LastStageAsksTheModelForDigests) {
+  auto host = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+  auto device = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+  device->digest_in_model = true;
+  FakeStage* dev = device.get();
+  StageRunner on_host(std::move(host), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+  StageRunner on_device(std::move(device), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+  SentSamplingMap sent_h, sent_d;
+  for (bool full : {false, true}) {
+    SeqRequest r = request(full ? 8 : 7, 0, {3, 4, 5}, 0.4);
+    r.sampling = SamplingRule{0.8f, 5, 0.9f};
+    r.return_full_logits = full;
+    const v1::StepPlan host_plan = encode_plan({r}, 1, 1, &sent_h);
+    const StageOutputMessage h = on_host.run(host_plan, {}, kNoTimings);
+    const StepOutcome a = decode_result(host_plan, h.env.step_result(), h.bulk);
+    const v1::StepPlan plan = encode_plan({r}, 1, 1, &sent_d);
+    const StageOutputMessage m = on_device.run(plan, {}, kNoTimings);
+    EXPECT_EQ(dev->last_digest_rows(), full ? 0u : 1u);
+    const StepOutcome b = decode_result(plan, m.env.step_result(), m.bulk);
+    ASSERT_EQ(b.rows.size(), 1u);
+    EXPECT_EQ(b.rows[0].token, a.rows[0].token);
+    EXPECT_EQ(b.rows[0].top_ids, a.rows[0].top_ids);
+    EXPECT_EQ(b.rows[0].logsumexp, a.rows[0].logsumexp);
+    EXPECT_EQ(b.rows[0].logits.size(), full ? FakeStage::kVocab : 0u);
+    EXPECT_EQ(a.rows[0].logits.size(), full ? FakeStage::kVocab : 0u);
+  }
+}
+
 // The scheduler's placement travels column-wise and reaches the model unchanged; releases are
 // applied before the step.
 TEST(StageRunner, PlacementAndReleasesReachTheModel) {

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/daemon/worker_options.h"
@@ -119,6 +120,58 @@ TEST(WorkerOptions, BadPrefillPrecisionIsRefusedWithItsSource) {
   EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error));
   EXPECT_NE(error.find("environment DELTASERVE_WORKER_PREFILL_PRECISION"), std::string::npos) << error;
   unsetenv("DELTASERVE_WORKER_PREFILL_PRECISION");
+}
+
+TEST(WorkerOptions, PrefillGemmAndBf16WeightCopyFromFlagEnvironmentAndConfigFile) {
+  WorkerOptions defaults;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &defaults, &error)) << error;
+  EXPECT_EQ(defaults.prefill_gemm, "cublaslt");  // CudaBackendOptions' defaults
+  EXPECT_EQ(defaults.bf16_weight_copy, "off");
+  const std::string path = ::testing::TempDir() + "/worker_gemm.conf";
+  {
+    std::ofstream f(path);
+    f << "coordinator = ipc:///x\nrank = 0\nprefill-gemm = mma\nbf16-weight-copy = auto\n";
+  }
+  WorkerOptions from_file;
+  ASSERT_TRUE(parse({"--config", path.c_str()}, &from_file, &error)) << error;
+  EXPECT_EQ(from_file.prefill_gemm, "mma");
+  EXPECT_EQ(from_file.bf16_weight_copy, "auto");
+  setenv("DELTASERVE_WORKER_PREFILL_GEMM", "cublaslt", 1);
+  setenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY", "on", 1);
+  WorkerOptions from_env;
+  ASSERT_TRUE(parse({"--config", path.c_str()}, &from_env, &error)) << error;
+  EXPECT_EQ(from_env.prefill_gemm, "cublaslt");  // environment beats file
+  EXPECT_EQ(from_env.bf16_weight_copy, "on");
+  WorkerOptions from_flag;
+  ASSERT_TRUE(parse({"--config", path.c_str(), "--prefill-gemm=mma", "--bf16-weight-copy", "off"}, &from_flag, &error))
+      << error;
+  EXPECT_EQ(from_flag.prefill_gemm, "mma");  // flag beats environment
+  EXPECT_EQ(from_flag.bf16_weight_copy, "off");
+  unsetenv("DELTASERVE_WORKER_PREFILL_GEMM");
+  unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
+  EXPECT_NE(describe(from_flag).find("prefill_gemm=mma bf16_weight_copy=off"), std::string::npos)
+      << describe(from_flag);
+}
+
+TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"prefill-gemm", "cublas"}, {"prefill-gemm", "MMA"}, {"prefill-gemm", ""},
+      {"bf16-weight-copy", "yes"}, {"bf16-weight-copy", "1"}, {"bf16-weight-copy", ""}};
+  for (const auto& [name, value] : bad) {
+    WorkerOptions o;
+    std::string error;
+    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", ("--" + name).c_str(), value.c_str()}, &o, &error))
+        << name << " " << value;
+    EXPECT_NE(error.find("--" + name + ": bad option or value: " + name + " '" + value + "'"), std::string::npos)
+        << error;
+  }
+  setenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY", "always", 1);
+  WorkerOptions o;
+  std::string error;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error));
+  EXPECT_NE(error.find("environment DELTASERVE_WORKER_BF16_WEIGHT_COPY"), std::string::npos) << error;
+  unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
 }
 
 }  // namespace

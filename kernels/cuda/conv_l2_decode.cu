@@ -1,0 +1,68 @@
+// Fused decode conv + SiLU + q/k L2 norm (see conv_l2_decode.h). A block per head of head_dim
+// channels, a thread per channel: the thread reads its channel's taps and state, writes y and
+// shifts its own state column (no other thread touches it), then the norm heads reduce y^2
+// over the block and scale.
+#include "kernels/cuda/conv_l2_decode.h"
+
+#include "kernels/cuda/common.cuh"
+
+namespace ds::cuda {
+namespace {
+
+constexpr size_t kMaxHeadDim = 1024;
+constexpr size_t kMaxKernel = 16;  // a sanity bound on the taps (Qwen3.5: 4)
+
+__global__ void conv_silu_l2_kernel(const float* __restrict__ x, size_t channels, const float* __restrict__ weight,
+                                    size_t kernel, float* __restrict__ state, size_t n_norm_heads, float eps,
+                                    float* __restrict__ y) {
+  __shared__ float warp_part[kMaxHeadDim / detail::kWarp];
+  const size_t head = blockIdx.x, c = head * blockDim.x + threadIdx.x;
+  const size_t hist = kernel - 1;
+  // Taps oldest first, the current token last (as the CPU sums them).
+  const float* wc = weight + c * kernel;
+  float acc = 0.0f;
+  for (size_t m = 0; m < hist; ++m) acc += wc[m] * state[m * channels + c];
+  const float xc = x[c];
+  acc += wc[hist] * xc;
+  for (size_t m = 0; m + 1 < hist; ++m) state[m * channels + c] = state[(m + 1) * channels + c];
+  if (hist > 0) state[(hist - 1) * channels + c] = xc;
+  const float v = detail::silu(acc);
+  if (head >= n_norm_heads) {  // a v head: no norm (block-uniform branch)
+    y[c] = v;
+    return;
+  }
+  const float part = detail::warp_sum(v * v);
+  const unsigned n_warps = (blockDim.x + detail::kWarp - 1) / detail::kWarp;
+  if (threadIdx.x % detail::kWarp == 0) warp_part[threadIdx.x / detail::kWarp] = part;
+  __syncthreads();
+  float total = 0.0f;
+  for (unsigned w = 0; w < n_warps; ++w) total += warp_part[w];
+  y[c] = v * (1.0f / sqrtf(total + eps));
+}
+
+}  // namespace
+
+bool conv_silu_l2_token_applies(size_t channels, size_t kernel, size_t n_norm_heads, size_t head_dim) {
+  // Whole warps per block (the shuffle reduction), whole heads over the channels.
+  return head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % detail::kWarp == 0 && kernel >= 1 &&
+         kernel <= kMaxKernel && channels > 0 && channels % head_dim == 0 && n_norm_heads * head_dim <= channels &&
+         channels / head_dim <= detail::kMaxGridX;
+}
+
+cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
+                               size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream) {
+  if (!conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) return cudaErrorInvalidValue;
+  if (x == nullptr || weight == nullptr || y == nullptr || (kernel > 1 && state == nullptr) || y == x ||
+      (state != nullptr && y == state)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!detail::f32_ok(x) || !detail::f32_ok(weight) || !detail::f32_ok(y) ||
+      (state != nullptr && !detail::aligned_to(state, 4))) {
+    return cudaErrorMisalignedAddress;
+  }
+  conv_silu_l2_kernel<<<static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(head_dim), 0, stream>>>(
+      x, channels, weight, kernel, state, n_norm_heads, eps, y);
+  return detail::launch_status();
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,23 @@
+// One decode token of a GDN layer's front end in one launch: the causal depthwise conv + SiLU of
+// kernels/cuda/conv1d.h for a single token (state updated in place), then the per-head L2 norm
+// of the q and k heads (the first n_norm_heads heads of head_dim channels). Replaces three
+// launches (conv, state shift, L2) per GDN layer and sequence at decode. Same formulas as
+// causal_conv1d_silu then l2_norm; only the L2 sum's f32 order differs.
+// x: [channels] raw projections; weight: [channels][kernel]; state: [kernel-1][channels];
+// y: [channels], must not alias x or state. channels a multiple of head_dim, head_dim <= 1024,
+// n_norm_heads * head_dim <= channels. Status codes as in kernels/cuda/norm.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace ds::cuda {
+
+// True when conv_silu_l2_token takes these sizes (else use the separate ops).
+bool conv_silu_l2_token_applies(size_t channels, size_t kernel, size_t n_norm_heads, size_t head_dim);
+
+cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
+                               size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream);
+
+}  // namespace ds::cuda

@@ -1,0 +1,172 @@
+// The v3 prep of the chunked GDN prefill (GdnPrep::kV3, gdn_chunked.h): the same per-(chunk,
+// value head) products as the v2 prep in gdn_chunked.cu, arranged for residency and fewer memory
+// round trips. The v2 prep was latency-bound: one 133 KB block (8 warps) per SM, every q/k/v
+// element loaded by a dependent round trip inside a loop with 64-bit index division, and k read
+// from global memory a second time for Kd. Here:
+//  - two operand tiles in shared memory instead of three (100 KB, two blocks per SM): q is only
+//    needed by the pairwise products, so v is loaded into its tile afterwards, and the e^gam Q
+//    term of Qp is written to the scratch straight from the loaded registers and read back at
+//    the end;
+//  - the gates first, then every k and q load of the thread in flight at once (16-byte loads, a
+//    warp per row), Kd written from those registers.
+// Arithmetic per output element is unchanged (same operands, same order of each sum), so the
+// results equal v2's up to the compiler's multiply-add contraction (an ulp here and there).
+#include <algorithm>
+
+#include "kernels/cuda/gdn_chunked_common.cuh"
+
+namespace ds::cuda::gdn_chunked_detail {
+namespace {
+
+constexpr int kD = 128;                         // dk = dv
+constexpr int kVec = kD / 4;                    // float4 per row: one warp per row
+constexpr int kRowsPerPass = kThreads / kVec;   // 8 rows per pass of the block
+constexpr int kPasses = kC / kRowsPerPass;      // 8 passes cover the chunk
+constexpr size_t kSmemFloats = 2 * kC * kLdk + 2 * kC * kLdc + 2 * kC;
+static_assert(kSmemFloats * sizeof(float) * 2 + 2 * 1024 <= 228 * 1024, "two blocks per SM");
+
+// float4 `c4` of row r (stride floats apart from `base`), zero past the chunk's L rows.
+__device__ __forceinline__ float4 load_row4(const float* base, size_t stride, int r, int L, int c4) {
+  if (r >= L) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  return *reinterpret_cast<const float4*>(base + r * stride + 4 * c4);
+}
+
+// Padded shared rows (kLdk floats) are not 16-byte aligned: four scalar stores.
+__device__ __forceinline__ void put4(float* row, int c4, float4 v) {
+  row[4 * c4] = v.x;
+  row[4 * c4 + 1] = v.y;
+  row[4 * c4 + 2] = v.z;
+  row[4 * c4 + 3] = v.w;
+}
+
+__device__ __forceinline__ float4 scale4(float4 v, float f) { return make_float4(v.x * f, v.y * f, v.z * f, v.w * f); }
+
+// gam = cumsum(g) (sequential, in the CPU's order; padded rows add 0), bet = beta.
+__device__ void load_gates(const Args& a, size_t t0, int L, size_t n, float* gam, float* bet) {
+  if (threadIdx.x < kC) {
+    const int r = static_cast<int>(threadIdx.x);
+    bet[r] = r < L ? a.beta[(t0 + r) * a.s.n_v_heads + n] : 0.0f;
+    gam[r] = r < L ? a.g[(t0 + r) * a.s.n_v_heads + n] : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int r = 0; r < kC; ++r) gam[r] = (sum += gam[r]);
+  }
+  __syncthreads();
+}
+
+// Ks = k, QVs = q / sqrt(dk); the scratch gets Kd = e^(gam_L - gam) k and Qp's first term
+// e^gam (q / sqrt(dk)), both from the same registers.
+__device__ void load_qk(const Args& a, size_t t0, int L, size_t n, size_t rec, const float* gam, float* Ks,
+                        float* QVs) {
+  const int lane = static_cast<int>(threadIdx.x) % kVec, row0 = static_cast<int>(threadIdx.x) / kVec;
+  const size_t off = t0 * a.s.qk_token_stride + (n % a.s.n_k_heads) * kD;
+  float4 kr[kPasses], qr[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = row0 + kRowsPerPass * p;
+    kr[p] = load_row4(a.k + off, a.s.qk_token_stride, r, L, lane);
+    qr[p] = load_row4(a.q + off, a.s.qk_token_stride, r, L, lane);
+  }
+  float* Kd = a.sc.Kd + rec * kC * kD;
+  float* Qp = a.sc.Qp + rec * kC * kD;
+  const float gl = gam[kC - 1];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = row0 + kRowsPerPass * p;
+    const float4 q = scale4(qr[p], a.q_scale);
+    put4(Ks + r * kLdk, lane, kr[p]);
+    put4(QVs + r * kLdk, lane, q);
+    reinterpret_cast<float4*>(Kd + r * kD)[lane] = scale4(kr[p], expf(gl - gam[r]));
+    reinterpret_cast<float4*>(Qp + r * kD)[lane] = scale4(q, expf(gam[r]));
+  }
+}
+
+// After the pairwise products: QVs = diag(beta) v and Ks scaled in place to diag(beta e^gam) k.
+// The v loads are issued before the barrier that frees the q tile, so their latency overlaps it.
+__device__ void load_v_scale_k(const Args& a, size_t t0, int L, size_t n, const float* gam, const float* bet,
+                               float* Ks, float* QVs) {
+  const int lane = static_cast<int>(threadIdx.x) % kVec, row0 = static_cast<int>(threadIdx.x) / kVec;
+  const float* vb = a.v + t0 * a.s.v_token_stride + n * kD;
+  float4 vr[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) vr[p] = load_row4(vb, a.s.v_token_stride, row0 + kRowsPerPass * p, L, lane);
+  __syncthreads();  // every pairwise read of raw k and q is done
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = row0 + kRowsPerPass * p;
+    put4(QVs + r * kLdk, lane, scale4(vr[p], bet[r]));
+    const float f = bet[r] * expf(gam[r]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) Ks[r * kLdk + 4 * lane + i] *= f;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) prep_v3_kernel(Args a) {
+  extern __shared__ float smem[];
+  float* Ks = smem;              // [kC][kLdk]: k, then diag(beta e^gam) k, then W
+  float* QVs = Ks + kC * kLdk;   // [kC][kLdk]: q / sqrt(dk), then diag(beta) v, then Ut
+  float* As = QVs + kC * kLdk;   // [kC][kLdc]: A, then P
+  float* Ts = As + kC * kLdc;    // [kC][kLdc]
+  float* gam = Ts + kC * kLdc;   // [kC]
+  float* bet = gam + kC;         // [kC]
+  const size_t chunk = blockIdx.x, n = blockIdx.y;
+  const size_t t0 = a.t0 + chunk * kC;
+  const int L = static_cast<int>(std::min<size_t>(kC, a.s.n_tokens - t0));
+  const size_t rec = record(a, chunk, n);
+  const int ty = static_cast<int>(threadIdx.x) / 16, tx = static_cast<int>(threadIdx.x) % 16;
+
+  load_gates(a, t0, L, n, gam, bet);
+  load_qk(a, t0, L, n, rec, gam, Ks, QVs);
+  __syncthreads();  // k and q tiles complete
+  float P[4][4];
+  pairwise(kD, Ks, QVs, gam, bet, As, P);
+  load_v_scale_k(a, t0, L, n, gam, bet, Ks, QVs);  // its barrier also completes A
+  invert_unit_lower(As, Ts);
+  __syncthreads();  // T complete, A no longer read; scaled k and v in place
+  store_p(P, As);
+  float acc[4][kMaxD / 16];
+  lower_times(Ts, Ks, acc);  // W = T diag(beta e^gam) K
+  __syncthreads();           // every read of the scaled k done
+  store_tile(acc, kD, Ks, kLdk);
+  store_tile(acc, kD, a.sc.W + rec * kC * kD, kD);
+  lower_times(Ts, QVs, acc);  // Ut = T diag(beta) V
+  __syncthreads();            // every read of the scaled v done; W and P in shared memory
+  store_tile(acc, kD, QVs, kLdk);
+  store_tile(acc, kD, a.sc.Ut + rec * kC * kD, kD);
+  __syncthreads();  // Ut in shared memory
+
+  // Qp = e^gam Q - P W: the first term was written by this block in load_qk (made visible to
+  // every thread of the block by the barriers since).
+  float* Qp = a.sc.Qp + rec * kC * kD;
+  lower_times(As, Ks, acc);
+#pragma unroll
+  for (int x = 0; x < 4; ++x)
+#pragma unroll
+    for (int b = 0; b < kMaxD / 16; ++b) acc[x][b] = Qp[(ty * 4 + x) * kD + tx + 16 * b] - acc[x][b];
+  store_tile(acc, kD, Qp, kD);
+  lower_times(As, QVs, acc);  // Op = P Ut
+  store_tile(acc, kD, a.sc.Op + rec * kC * kD, kD);
+  if (threadIdx.x == 0) a.sc.gl[rec] = gam[kC - 1];
+}
+
+}  // namespace
+
+bool prep_v3_applies(const Args& a) {
+  const GdnShape& s = a.s;
+  return s.dk == kD && s.dv == kD && s.qk_token_stride % 4 == 0 && s.v_token_stride % 4 == 0 &&
+         detail::aligned_to(a.q, 16) && detail::aligned_to(a.k, 16) && detail::aligned_to(a.v, 16);
+}
+
+cudaError_t launch_prep_v3(const Args& a, size_t n_chunks, cudaStream_t stream) {
+  // Per call, not once per process: the attribute belongs to the current device (a few us).
+  cudaError_t e = cudaFuncSetAttribute(prep_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmemFloats * sizeof(float)));
+  if (e != cudaSuccess) return e;
+  prep_v3_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(a.s.n_v_heads)), kThreads,
+                   kSmemFloats * sizeof(float), stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace ds::cuda::gdn_chunked_detail

@@ -1,0 +1,56 @@
+#!/bin/bash
+# One device call for issue 9 round 2 (GDN prep v3, Q8_0 -> bf16 dequant v2, fused prefill
+# SwiGLU + down projection, GDN head L2 norms in one launch): their parity tests, the bf16 model bound, the kernel lab's side by
+# side (--prefill-ops), then the 9B synthetic model with everything new on (default) and off.
+# Later benches are skipped when the call's time (LIMIT seconds) would run out.
+#   tools/kernel_lab/prefill2_run.sh DIR [LIMIT]   (DIR: bin/ and lib/ from deploy/bundle.sh, carried)
+# If a parity test fails, the bench lines say which switch turns that path off:
+#   GDN prep v3 -> --gdn-prep v2 (CudaBackendOptions::gdn_prep_v3 = false)
+#   dequant v2  -> --dequant v1 (CudaBackendOptions::dequant_v2 = false)
+#   fusions     -> --prefill-fusion off (CudaBackendOptions::prefill_fusions = false: SwiGLU +
+#                  down projection, GDN head L2 norms)
+set -u
+D=$1
+LIMIT=${2:-280}
+B=$D/bin
+O=${OUT:-/tmp/pf2_out}
+mkdir -p "$O"
+start=$(date +%s)
+left() { echo $((LIMIT - ($(date +%s) - start))); }
+lt_dir=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && lt_dir=$d && break
+done
+export LD_LIBRARY_PATH="$PWD/$D/lib${lt_dir:+:$lt_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+TD=/work/main/build-cuda/testdata
+if [ ! -e "$TD" ]; then
+  mkdir -p "$TD/reference" "$TD/tokenizer"
+  for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$TD/${gz%.gz}"; done
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+date -u
+"$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1 &
+synth_pid=$!
+for t in "test_cuda_prefill_ops:60:*" "test_cuda_matmul_gdn:40:*CudaGdnChunked*" "test_cuda_gemm_paths:40:*" \
+         "test_cuda_model:60:CudaModelBf16*"; do
+  IFS=: read -r name limit filter <<< "$t"
+  timeout "$limit" "$B/$name" --gtest_filter="$filter" > "$O/$name.log" 2>&1
+  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$name.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Expected|Which is|first mismatch|\[ gdn prep" "$O/$name.log" | head -24
+done
+timeout 60 "$B/deltaserve-kernel-lab" --prefill-ops --reps 10 > "$O/lab.log" 2>&1; echo "lab rc=$?"
+wait "$synth_pid"; echo "synth rc=$?"
+bench() {  # name, seconds it may take, flags...
+  local name=$1 need=$2; shift 2
+  if [ "$(left)" -lt "$need" ]; then echo "bench $name skipped (time)"; return; fi
+  timeout "$need" "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --gen 0 "$@" > "$O/bench_$name.log" 2>&1
+  echo "bench $name rc=$?"
+}
+bench new_default 75 --prompt 2048,8192,16384 --repeat 2
+bench all_off 60 --prompt 2048,8192,16384 --repeat 1 --gdn-prep v2 --dequant v1 --prefill-fusion off
+bench gdn_v2_only 40 --prompt 8192 --repeat 1 --gdn-prep v2
+bench b2048 40 --prompt 8192 --batch 2048 --repeat 2
+echo "==== lab"; cat "$O/lab.log"
+for f in new_default all_off gdn_v2_only b2048; do
+  [ -e "$O/bench_$f.log" ] && { echo "==== bench $f"; tail -5 "$O/bench_$f.log"; }
+done
