@@ -34,6 +34,22 @@ std::vector<int32_t> slice(const std::vector<int32_t>& ids, const Chunk& c) {
   return {ids.begin() + static_cast<std::ptrdiff_t>(c.begin), ids.begin() + static_cast<std::ptrdiff_t>(c.end)};
 }
 
+// Greedy decoding of `n` tokens, one per step, from token 1: `step(i, tok)` runs step i on
+// `tok` and returns the token it chose. Both runners time their decode this way.
+template <typename Step>
+RunStats timed_decode(size_t n, Step step) {
+  RunStats r;
+  int32_t tok = 1;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    tok = step(i, tok);
+    ++r.tokens;
+    ++r.steps;
+  }
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
 class StageRunner final : public BenchRunner {
  public:
   StageRunner(StageModel& model, size_t n_vocab) : model_(model), n_vocab_(n_vocab) {}
@@ -56,26 +72,16 @@ class StageRunner final : public BenchRunner {
   }
 
   RunStats decode(uint64_t seq, uint32_t start, size_t n) override {
-    RunStats r;
-    int32_t tok = 1;
-    const auto t0 = Clock::now();
-    for (size_t i = 0; i < n; ++i) {
+    return timed_decode(n, [&](size_t i, int32_t tok) -> int32_t {
       StepInput in;
       in.seqs.push_back({seq, static_cast<uint32_t>(start + i), {tok}, {0}});
       in.digest_rows.push_back({});  // greedy, like the server: a device digest where the backend has one
       StepOutput out;
       model_.forward(in, &out);
-      if (!out.digests.empty()) {
-        tok = out.digests[0].token;
-      } else {
-        const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
-        tok = static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
-      }
-      ++r.tokens;
-      ++r.steps;
-    }
-    r.seconds = seconds_since(t0);
-    return r;
+      if (!out.digests.empty()) return out.digests[0].token;
+      const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
+      return static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
+    });
   }
 
   void drop(uint64_t seq) override { model_.drop_sequence(seq); }
@@ -112,10 +118,7 @@ class PipelineRunner final : public BenchRunner {
   }
 
   RunStats decode(uint64_t seq, uint32_t start, size_t n) override {
-    RunStats r;
-    int32_t tok = 1;
-    const auto t0 = Clock::now();
-    for (size_t i = 0; i < n; ++i) {
+    return timed_decode(n, [&](size_t i, int32_t tok) -> int32_t {
       SeqRequest q;
       q.seq_id = seq;
       q.start_pos = static_cast<uint32_t>(start + i);
@@ -125,12 +128,8 @@ class PipelineRunner final : public BenchRunner {
       const StepOutcome out = engine_.step({q});
       if (out.rows.size() != 1)
         throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for 1");
-      tok = out.rows[0].token;
-      ++r.tokens;
-      ++r.steps;
-    }
-    r.seconds = seconds_since(t0);
-    return r;
+      return out.rows[0].token;
+    });
   }
 
   void drop(uint64_t seq) override { engine_.drop_sequences({seq}); }

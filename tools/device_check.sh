@@ -29,7 +29,7 @@ wait_listening() {  # $1 = log file; up to 120 s (a 27B load takes a while)
 
 if want tests; then
   echo "==== CUDA tests"
-  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_model test_cuda_speculation}; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_model test_cuda_speculation}; do
     timeout 150 "$B/bin/$t" > "$O/$t.log" 2>&1
     note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$O/$t.log" | head -10
@@ -79,6 +79,11 @@ if want 9b; then
   echo "==== 9B bench"
   bench 120 -m $M9 --backend cuda -p 512,2048,8192,16384 -n 128 -r 2 > "$O/bench9.log" 2>&1; note "bench9 rc=$?"
   bench 60 -m $M9 --backend cuda --bf16-weights -p 512,2048,8192 -n 8 -r 2 > "$O/bench9_bf16w.log" 2>&1; note "bench9 bf16-weights rc=$?"
+  # Ablations: the round-2 decode and prefill paths switched off (each has a CudaBackendOptions field).
+  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 2 ${DECODE_OFF:---host-digest --no-fused-ops --no-stacked-weights} \
+    > "$O/bench9_decode_off.log" 2>&1; note "bench9 decode paths off rc=$?"
+  bench 60 -m $M9 --backend cuda -p 2048,8192 -n 0 -r 2 --gdn-prep v2 --dequant v1 --prefill-fusion off \
+    > "$O/bench9_prefill_off.log" 2>&1; note "bench9 prefill paths off rc=$?"
 fi
 
 if want spec; then
@@ -100,7 +105,9 @@ if want http; then
     > "$O/serve9.log" 2>&1 &
   spid=$!
   if wait_listening "$O/serve9.log"; then
-    timeout 150 "$B/bin/deltaserve-bench-http" --port 18081 --concurrency 1,8,32,64 --requests 64 \
+    timeout 40 "$B/bin/deltaserve-bench-http" --port 18081 --concurrency 1 --requests 8 \
+      --prompt-tokens 128 --max-tokens 128 > "$O/http9_c1.log" 2>&1; note "http c=1 rc=$?"
+    timeout 150 "$B/bin/deltaserve-bench-http" --port 18081 --concurrency 8,32,64 --requests 64 \
       --prompt-tokens 128 --max-tokens 128 > "$O/http9.log" 2>&1; note "http batched rc=$?"
     timeout 60 "$B/bin/deltaserve-bench-http" --port 18081 --concurrency 1 --requests 4 \
       --prompt-tokens 8192 --max-tokens 2 > "$O/http9_ttft.log" 2>&1; note "http ttft8k rc=$?"
@@ -120,6 +127,6 @@ fi
 
 echo "==== summary"
 cat "$SUMMARY"
-for f in bench9 bench9_bf16w w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
+for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
-for f in http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done

@@ -182,4 +182,39 @@ std::vector<std::string> sse_events(const std::string& body) {
   return events;
 }
 
+HttpReply post_completion(int port, const std::string& body) {
+  return http_request(port, "POST", "/v1/completions", body);
+}
+
+std::string greedy_completion_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens,
+                                   bool stream) {
+  const std::vector<int32_t> ids(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(len));
+  return R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": )" + std::to_string(max_tokens) +
+         R"(, "temperature": 0, "ignore_eos": true, "logprobs": 1)" + (stream ? R"(, "stream": true})" : "}");
+}
+
+std::map<std::string, double> metric_samples(int port) {
+  std::map<std::string, double> out;
+  std::istringstream lines(http_request(port, "GET", "/metrics", "").body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line.find('{') != std::string::npos) continue;  // comments, labelled
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+double metric_value(int port, const std::string& name) {
+  const std::map<std::string, double> samples = metric_samples(port);
+  const auto it = samples.find(name);
+  return it == samples.end() ? -1 : it->second;
+}
+
+void stop_servers(std::initializer_list<ServerProcess**> servers) {
+  for (ServerProcess** s : servers) {
+    delete *s;
+    *s = nullptr;
+  }
+}
+
 }  // namespace ds::test

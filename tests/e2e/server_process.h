@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <cstdint>
 #include <string>
@@ -51,5 +52,23 @@ std::string ids_json(const std::vector<int32_t>& ids);
 
 // The `data:` payloads of an SSE body, in order.
 std::vector<std::string> sse_events(const std::string& body);
+
+// POST /v1/completions with `body` on a fresh connection.
+HttpReply post_completion(int port, const std::string& body);
+
+// A /v1/completions body for greedy decoding of the first `len` ids of `prompt`: temperature 0,
+// ignore_eos (every request runs its full `max_tokens`) and logprobs 1 (the reply names every
+// token, so replies can be compared token for token).
+std::string greedy_completion_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens,
+                                   bool stream = false);
+
+// The unlabelled samples ("name value" lines) of the server's /metrics, by name.
+std::map<std::string, double> metric_samples(int port);
+
+// One unlabelled sample of /metrics; -1 when absent (every gauge and counter tested is >= 0).
+double metric_value(int port, const std::string& name);
+
+// For TearDownTestSuite: stops (deletes) the suite's servers and clears the pointers.
+void stop_servers(std::initializer_list<ServerProcess**> servers);
 
 }  // namespace ds::test

@@ -15,7 +15,6 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -33,26 +32,17 @@ std::vector<std::string> args(const std::vector<std::string>& extra) {
   return a;
 }
 
-// The value of an unlabelled sample on /metrics (-1 when absent).
-double gauge(int port, const std::string& name) {
-  std::istringstream lines(http_request(port, "GET", "/metrics", "").body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
-}
-
 TEST(CapacityE2E, ServerPlansWithTheSmallestWorkersPools) {
   ServerProcess server(args({}));
-  EXPECT_EQ(gauge(server.port(), "deltaserve:kv_blocks_total"), 74);
-  EXPECT_EQ(gauge(server.port(), "deltaserve:gdn_slots_total"), 4);
+  EXPECT_EQ(metric_value(server.port(), "deltaserve:kv_blocks_total"), 74);
+  EXPECT_EQ(metric_value(server.port(), "deltaserve:gdn_slots_total"), 4);
   const std::string log = server.log();
   EXPECT_NE(log.find("worker rank 0 holds 149 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
   EXPECT_NE(log.find("worker rank 1 holds 74 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
   EXPECT_NE(log.find("KV capacity: 74 blocks of 16 tokens (1184 tokens in total)"), std::string::npos) << log;
   // And it serves within that capacity.
-  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
-                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 8, "temperature": 0})");
+  const HttpReply r =
+      post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 8, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
@@ -68,7 +58,7 @@ TEST(CapacityE2E, ExplicitKvBlocksAWorkerCannotHoldFailsStartup) {
   }
   // A count every worker holds is used as given.
   ServerProcess server(args({"--kv-blocks", "60"}));
-  EXPECT_EQ(gauge(server.port(), "deltaserve:kv_blocks_total"), 60);
+  EXPECT_EQ(metric_value(server.port(), "deltaserve:kv_blocks_total"), 60);
 }
 
 TEST(CapacityE2E, BadMemoryBudgetIsRejectedBeforeAnythingStarts) {

@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <sstream>
 #include <thread>
 
+#include "tests/e2e/completion_reply.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
 #include "tests/testutil/testutil.h"
@@ -23,27 +23,6 @@ namespace ds::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string greedy_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens, bool stream = false) {
-  const std::vector<int32_t> ids(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(len));
-  return R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": )" + std::to_string(max_tokens) +
-         R"(, "temperature": 0, "ignore_eos": true, "logprobs": 1)" + (stream ? R"(, "stream": true})" : "}");
-}
-
-// Text, finish reason, token count and every token (logprobs.tokens) of a non-streamed reply.
-std::string outcome(const HttpReply& r) {
-  if (r.status != 200) return "HTTP " + std::to_string(r.status) + ": " + r.body;
-  rapidjson::Document d;
-  d.Parse(r.body.c_str());
-  if (d.HasParseError() || !d.HasMember("choices")) return "bad body: " + r.body;
-  const auto& c = d["choices"][0];
-  std::ostringstream s;
-  s << c["text"].GetString() << "|" << c["finish_reason"].GetString() << "|" << d["usage"]["completion_tokens"].GetUint();
-  if (c.HasMember("logprobs") && c["logprobs"].IsObject() && c["logprobs"].HasMember("tokens")) {
-    for (const auto& t : c["logprobs"]["tokens"].GetArray()) s << "|" << t.GetString();
-  }
-  return s.str();
-}
 
 // The concatenated text of a streamed reply.
 std::string streamed_text(const std::string& body) {
@@ -62,7 +41,7 @@ std::vector<HttpReply> post_concurrently(int port, const std::vector<std::string
   std::vector<HttpReply> out(bodies.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < bodies.size(); ++i) {
-    threads.emplace_back([&, i] { out[i] = http_request(port, "POST", "/v1/completions", bodies[i]); });
+    threads.emplace_back([&, i] { out[i] = post_completion(port, bodies[i]); });
   }
   for (auto& t : threads) t.join();
   return out;
@@ -92,10 +71,7 @@ class PipelineE2E : public ::testing::Test {
     two_ = new ServerProcess(server_args("2", {"--max-batch-tokens", "32"}));  // default depth: 3
   }
   static void TearDownTestSuite() {
-    for (ServerProcess** s : {&sequential_, &three_, &two_}) {
-      delete *s;
-      *s = nullptr;
-    }
+    stop_servers({&sequential_, &three_, &two_});
   }
   static ServerProcess* sequential_;
   static ServerProcess* three_;
@@ -108,11 +84,11 @@ ServerProcess* PipelineE2E::two_ = nullptr;
 TEST_F(PipelineE2E, LongPromptsGiveTheSequentialTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_1500").ids;
   for (size_t len : {size_t{1}, size_t{31}, size_t{33}, size_t{200}, ids.size()}) {
-    const std::string body = greedy_body(ids, len, 12);
-    const HttpReply want = http_request(sequential_->port(), "POST", "/v1/completions", body);
+    const std::string body = greedy_completion_body(ids, len, 12);
+    const HttpReply want = post_completion(sequential_->port(), body);
     ASSERT_EQ(want.status, 200) << want.body;
-    EXPECT_EQ(outcome(http_request(three_->port(), "POST", "/v1/completions", body)), outcome(want)) << len;
-    EXPECT_EQ(outcome(http_request(two_->port(), "POST", "/v1/completions", body)), outcome(want)) << len;
+    EXPECT_EQ(completion_outcome(post_completion(three_->port(), body)), completion_outcome(want)) << len;
+    EXPECT_EQ(completion_outcome(post_completion(two_->port(), body)), completion_outcome(want)) << len;
   }
   // The pipelined path really ran (and the sequential server never took it).
   EXPECT_NE(three_->log().find(kPipelinedNote), std::string::npos) << three_->log();
@@ -127,13 +103,13 @@ TEST_F(PipelineE2E, ConcurrentRequestsGiveTheSequentialTokens) {
   for (int i = 0; i < 10; ++i) {
     const size_t len = 3 + static_cast<size_t>(i * 131 % 700);          // 3..700, mixed order
     const uint32_t max_tokens = 4 + static_cast<uint32_t>(i * 7 % 13);  // 4..16
-    bodies.push_back(greedy_body(ids, len, max_tokens));
+    bodies.push_back(greedy_completion_body(ids, len, max_tokens));
   }
   const std::vector<HttpReply> want = post_concurrently(sequential_->port(), bodies);
   const std::vector<HttpReply> got = post_concurrently(three_->port(), bodies);
   for (size_t i = 0; i < bodies.size(); ++i) {
     ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(outcome(got[i]), outcome(want[i])) << "request " << i;
+    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
   }
 }
 
@@ -145,7 +121,7 @@ TEST_F(PipelineE2E, ConcurrentRequestsGiveTheSequentialTokens) {
 TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   std::vector<int32_t> ids = load_reference_prompt("rand_1500").ids;
   std::reverse(ids.begin(), ids.end());
-  const std::string body = greedy_body(ids, ids.size(), 8, true);
+  const std::string body = greedy_completion_body(ids, ids.size(), 8, true);
   const auto t0 = Clock::now();
   std::atomic<int64_t> ttft_ms{-1};
   const HttpReply clean = http_request(sequential_->port(), "POST", "/v1/completions", body, {},
@@ -176,9 +152,9 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   EXPECT_NE(three_->log().find("worker rank 1 pid"), std::string::npos) << "the supervisor saw the kill";
   EXPECT_EQ(http_request(three_->port(), "GET", "/ready", "").status, 200);
   // Served again after the recovery, still the sequential tokens.
-  const std::string after = greedy_body(ids, 300, 6);
-  EXPECT_EQ(outcome(http_request(three_->port(), "POST", "/v1/completions", after)),
-            outcome(http_request(sequential_->port(), "POST", "/v1/completions", after)));
+  const std::string after = greedy_completion_body(ids, 300, 6);
+  EXPECT_EQ(completion_outcome(post_completion(three_->port(), after)),
+            completion_outcome(post_completion(sequential_->port(), after)));
 }
 
 // ---- --hidden-transport inline, --micro-batches 2 -----------------------------------------
@@ -191,10 +167,7 @@ class TransportE2E : public ::testing::Test {
     micro_ = new ServerProcess(server_args("2", {"--micro-batches", "2"}));
   }
   static void TearDownTestSuite() {
-    for (ServerProcess** s : {&default_, &inline_, &micro_}) {
-      delete *s;
-      *s = nullptr;
-    }
+    stop_servers({&default_, &inline_, &micro_});
   }
   static ServerProcess* default_;
   static ServerProcess* inline_;
@@ -206,10 +179,10 @@ ServerProcess* TransportE2E::micro_ = nullptr;
 
 TEST_F(TransportE2E, InlineHiddenStatesGiveTheDefaultTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
-  const std::string body = greedy_body(ids, ids.size(), 16);
-  const HttpReply want = http_request(default_->port(), "POST", "/v1/completions", body);
+  const std::string body = greedy_completion_body(ids, ids.size(), 16);
+  const HttpReply want = post_completion(default_->port(), body);
   ASSERT_EQ(want.status, 200) << want.body;
-  EXPECT_EQ(outcome(http_request(inline_->port(), "POST", "/v1/completions", body)), outcome(want));
+  EXPECT_EQ(completion_outcome(post_completion(inline_->port(), body)), completion_outcome(want));
   EXPECT_NE(inline_->log().find("hidden_transport=inline"), std::string::npos) << "the option reached the engine";
 }
 
@@ -217,12 +190,12 @@ TEST_F(TransportE2E, InlineHiddenStatesGiveTheDefaultTokens) {
 TEST_F(TransportE2E, MicroBatchesGiveTheDefaultTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
   std::vector<std::string> bodies;
-  for (size_t len : {5, 40, 90, 200}) bodies.push_back(greedy_body(ids, len, 10));
+  for (size_t len : {5, 40, 90, 200}) bodies.push_back(greedy_completion_body(ids, len, 10));
   const std::vector<HttpReply> want = post_concurrently(default_->port(), bodies);
   const std::vector<HttpReply> got = post_concurrently(micro_->port(), bodies);
   for (size_t i = 0; i < bodies.size(); ++i) {
     ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(outcome(got[i]), outcome(want[i])) << "request " << i;
+    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
   }
   EXPECT_NE(micro_->log().find("micro_batches=2"), std::string::npos) << "the option reached the engine";
 }

@@ -33,8 +33,8 @@ TEST(PrefillPrecisionE2E, ServePassesItToEveryWorkerItStarts) {
   for (const std::string& line : starts) {
     EXPECT_NE(line.find("prefill_precision=f32"), std::string::npos) << line;  // the workers' default is bf16
   }
-  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
-                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
+  const HttpReply r =
+      post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
@@ -48,8 +48,7 @@ TEST(PrefillPrecisionE2E, PrefillGemmAndBf16WeightCopyReachEveryWorker) {
   for (const std::string& line : starts) {
     EXPECT_NE(line.find("prefill_gemm=mma bf16_weight_copy=auto"), std::string::npos) << line;
   }
-  const HttpReply r = http_request(server.port(), "POST", "/v1/completions",
-                                   R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
+  const HttpReply r = post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 

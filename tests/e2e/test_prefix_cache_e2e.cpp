@@ -8,7 +8,6 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include <sstream>
 
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
@@ -35,18 +34,6 @@ std::string first_choice(const HttpReply& r) {
   return out.GetString();
 }
 
-// The value of counter `name` on the server's /metrics (0 when absent).
-double counter(int port, const std::string& name) {
-  const HttpReply r = http_request(port, "GET", "/metrics", "");
-  EXPECT_EQ(r.status, 200);
-  std::istringstream lines(r.body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  ADD_FAILURE() << name << " missing from /metrics";
-  return 0;
-}
-
 // usage.prompt_tokens_details.cached_tokens of a reply (-1 when absent).
 int64_t cached_tokens(const HttpReply& r) {
   rapidjson::Document d = parse(r.body);
@@ -55,7 +42,9 @@ int64_t cached_tokens(const HttpReply& r) {
 }
 
 double hit_tokens(int port) {
-  return counter(port, "deltaserve:prefix_cache_hit_tokens_total");
+  const double hits = metric_value(port, "deltaserve:prefix_cache_hit_tokens_total");
+  EXPECT_GE(hits, 0) << "deltaserve:prefix_cache_hit_tokens_total missing from /metrics";
+  return hits;
 }
 
 class PrefixCacheE2E : public ::testing::Test {
@@ -66,9 +55,7 @@ class PrefixCacheE2E : public ::testing::Test {
         {"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--prefix-cache-snapshots", "0"});
   }
   static void TearDownTestSuite() {
-    delete cached_;
-    delete plain_;
-    cached_ = plain_ = nullptr;
+    stop_servers({&cached_, &plain_});
   }
   static ServerProcess* cached_;
   static ServerProcess* plain_;
@@ -80,10 +67,10 @@ TEST_F(PrefixCacheE2E, ResentLongPromptHitsAndMatches) {
   const ReferencePrompt ref = load_reference_prompt("rand_1500");
   const std::string body = R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 24, "temperature": 0})";
   const double before = hit_tokens(cached_->port());
-  const HttpReply first_reply = http_request(cached_->port(), "POST", "/v1/completions", body);
+  const HttpReply first_reply = post_completion(cached_->port(), body);
   const std::string first = first_choice(first_reply);
   const double after_first = hit_tokens(cached_->port());
-  const HttpReply second_reply = http_request(cached_->port(), "POST", "/v1/completions", body);
+  const HttpReply second_reply = post_completion(cached_->port(), body);
   const std::string second = first_choice(second_reply);
   const double after_second = hit_tokens(cached_->port());
   EXPECT_EQ(cached_tokens(first_reply), 0);
@@ -92,14 +79,14 @@ TEST_F(PrefixCacheE2E, ResentLongPromptHitsAndMatches) {
   const std::string stream_body = R"({"prompt": )" + ids_json(ref.ids) +
                                   R"(, "max_tokens": 4, "temperature": 0, "stream": true,
                                       "stream_options": {"include_usage": true}})";
-  const HttpReply streamed = http_request(cached_->port(), "POST", "/v1/completions", stream_body);
+  const HttpReply streamed = post_completion(cached_->port(), stream_body);
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   const std::vector<std::string> events = sse_events(streamed.body);
   ASSERT_GE(events.size(), 2u);
   rapidjson::Document usage = parse(events[events.size() - 2]);
   ASSERT_TRUE(usage.IsObject() && usage.HasMember("usage")) << events[events.size() - 2];
   EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"].GetInt(), 1488);
-  const std::string uncached = first_choice(http_request(plain_->port(), "POST", "/v1/completions", body));
+  const std::string uncached = first_choice(post_completion(plain_->port(), body));
 
   EXPECT_EQ(after_first, before) << "nothing of this prompt was cached yet";
   // The prompt snapshot sits at the last block boundary before its end: 1500 -> 1488 (block 16).

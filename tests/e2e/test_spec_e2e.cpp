@@ -8,9 +8,9 @@
 #include <signal.h>
 
 #include <map>
-#include <sstream>
 #include <thread>
 
+#include "tests/e2e/completion_reply.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
 #include "tests/testutil/testutil.h"
@@ -20,38 +20,6 @@ namespace {
 
 std::string prefix_json(const std::vector<int32_t>& ids, size_t n) {
   return ids_json(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)));
-}
-
-std::string greedy_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens) {
-  return R"({"prompt": )" + prefix_json(prompt, len) + R"(, "max_tokens": )" + std::to_string(max_tokens) +
-         R"(, "temperature": 0, "ignore_eos": true, "logprobs": 1})";
-}
-
-// The generated text, finish reason, token count and per-token ids as the server reports them
-// (logprobs.tokens), so a difference in any token shows.
-std::string outcome(const HttpReply& r) {
-  if (r.status != 200) return "HTTP " + std::to_string(r.status) + ": " + r.body;
-  rapidjson::Document d;
-  d.Parse(r.body.c_str());
-  if (d.HasParseError() || !d.HasMember("choices")) return "bad body: " + r.body;
-  const auto& c = d["choices"][0];
-  std::ostringstream s;
-  s << c["text"].GetString() << "|" << c["finish_reason"].GetString() << "|" << d["usage"]["completion_tokens"].GetUint();
-  if (c.HasMember("logprobs") && c["logprobs"].IsObject() && c["logprobs"].HasMember("tokens")) {
-    for (const auto& t : c["logprobs"]["tokens"].GetArray()) s << "|" << t.GetString();
-  }
-  return s.str();
-}
-
-std::map<std::string, double> metrics(int port) {
-  std::map<std::string, double> out;
-  std::istringstream lines(http_request(port, "GET", "/metrics", "").body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] == '#' || line.find('{') != std::string::npos) continue;
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-  }
-  return out;
 }
 
 class SpecE2E : public ::testing::Test {
@@ -65,9 +33,7 @@ class SpecE2E : public ::testing::Test {
     spec_ = new ServerProcess(spec);
   }
   static void TearDownTestSuite() {
-    delete plain_;
-    delete spec_;
-    plain_ = spec_ = nullptr;
+    stop_servers({&plain_, &spec_});
   }
   static ServerProcess* plain_;
   static ServerProcess* spec_;
@@ -78,11 +44,11 @@ ServerProcess* SpecE2E::spec_ = nullptr;
 TEST_F(SpecE2E, GreedyFixturePromptsMatchWithoutSpeculation) {
   for (const char* name : {"chat_basic", "rand_200", "rand_1500"}) {
     const std::vector<int32_t> ids = load_reference_prompt(name).ids;
-    const std::string body = greedy_body(ids, ids.size(), 40);
-    const HttpReply want = http_request(plain_->port(), "POST", "/v1/completions", body);
-    const HttpReply got = http_request(spec_->port(), "POST", "/v1/completions", body);
+    const std::string body = greedy_completion_body(ids, ids.size(), 40);
+    const HttpReply want = post_completion(plain_->port(), body);
+    const HttpReply got = post_completion(spec_->port(), body);
     ASSERT_EQ(want.status, 200) << want.body;
-    EXPECT_EQ(outcome(got), outcome(want)) << name;
+    EXPECT_EQ(completion_outcome(got), completion_outcome(want)) << name;
     // The usage extension: only the speculating server reports it.
     rapidjson::Document d;
     d.Parse(got.body.c_str());
@@ -102,28 +68,28 @@ TEST_F(SpecE2E, SixteenConcurrentGreedyRequestsMatchWithoutSpeculation) {
   for (int i = 0; i < 16; ++i) {
     const size_t len = 5 + static_cast<size_t>(i * 37 % 596);            // 5..600, mixed order
     const uint32_t max_tokens = 8 + static_cast<uint32_t>(i * 13 % 41);  // 8..48
-    bodies.push_back(greedy_body(ids, len, max_tokens));
+    bodies.push_back(greedy_completion_body(ids, len, max_tokens));
   }
-  const auto before = metrics(spec_->port());
+  const auto before = metric_samples(spec_->port());
   std::vector<HttpReply> want(bodies.size()), got(bodies.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < bodies.size(); ++i) {
-    threads.emplace_back([&, i] { want[i] = http_request(plain_->port(), "POST", "/v1/completions", bodies[i]); });
-    threads.emplace_back([&, i] { got[i] = http_request(spec_->port(), "POST", "/v1/completions", bodies[i]); });
+    threads.emplace_back([&, i] { want[i] = post_completion(plain_->port(), bodies[i]); });
+    threads.emplace_back([&, i] { got[i] = post_completion(spec_->port(), bodies[i]); });
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < bodies.size(); ++i) {
     ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(outcome(got[i]), outcome(want[i])) << "request " << i;
+    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
   }
-  const auto after = metrics(spec_->port());
+  const auto after = metric_samples(spec_->port());
   const double drafted = after.at("deltaserve:spec_drafted_tokens_total") - before.at("deltaserve:spec_drafted_tokens_total");
   const double accepted =
       after.at("deltaserve:spec_accepted_tokens_total") - before.at("deltaserve:spec_accepted_tokens_total");
   EXPECT_GT(drafted, 0);
   EXPECT_LE(accepted, drafted);
   EXPECT_GE(after.at("deltaserve:spec_mean_accepted_length"), 1.0);
-  EXPECT_EQ(metrics(plain_->port()).at("deltaserve:spec_drafted_tokens_total"), 0);
+  EXPECT_EQ(metric_samples(plain_->port()).at("deltaserve:spec_drafted_tokens_total"), 0);
   std::fprintf(stderr, "[spec e2e] 16 requests: %.0f drafted, %.0f accepted\n", drafted, accepted);
 }
 
@@ -144,7 +110,7 @@ TEST_F(SpecE2E, SampledRequestsComplete) {
   std::vector<HttpReply> replies(6);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < replies.size(); ++i) {
-    threads.emplace_back([&, i] { replies[i] = http_request(spec_->port(), "POST", "/v1/completions", body(static_cast<int>(i))); });
+    threads.emplace_back([&, i] { replies[i] = post_completion(spec_->port(), body(static_cast<int>(i))); });
   }
   for (auto& t : threads) t.join();
   for (const HttpReply& r : replies) {
@@ -175,10 +141,10 @@ std::string streamed_text(const std::string& body) {
 TEST_F(SpecE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
   const std::string body = R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": 64, "temperature": 0, "stream": true})";
-  const HttpReply clean = http_request(plain_->port(), "POST", "/v1/completions", body);
+  const HttpReply clean = post_completion(plain_->port(), body);
   ASSERT_EQ(clean.status, 200);
   bool killed = false;
-  const HttpReply crashed = http_request(spec_->port(), "POST", "/v1/completions", body, {},
+  const HttpReply crashed = post_completion(spec_->port(), body, {},
                                          [&](const std::string& so_far) {
                                            if (!killed && sse_events(so_far).size() >= 8) {
                                              kill(spec_->worker_pids().at(1), SIGKILL);

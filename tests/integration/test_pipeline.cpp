@@ -158,6 +158,30 @@ TEST(Pipeline, ShmRingAndInlineTransportsGiveIdenticalResults) {
   for (size_t i = 0; i + 1 < tokens[0].size(); i += 2) EXPECT_EQ(tokens[0][i], tokens[0][i + 1]) << "chunked prefill";
 }
 
+// Where a test kills a worker: its rank, once that many prompt tokens are prefilled.
+struct PrefillKill {
+  uint32_t victim = 0;
+  size_t at_prefilled = 0;
+};
+
+// Greedy generation of `n` tokens with `options`, the `kill_point` worker SIGKILLed mid-prefill: the
+// tokens must equal `expected` (an uninterrupted run) and the engine must have restarted it.
+void expect_greedy_survives_kill(PipelineEngine& engine, const std::vector<int32_t>& prompt, size_t n,
+                                 GreedyOptions options, PrefillKill kill_point, const std::vector<int32_t>& expected) {
+  const std::vector<WorkerInfo> before = engine.workers();
+  const uint32_t victim = kill_point.victim;
+  bool killed = false;
+  options.on_prefill = [&](size_t prefilled) {
+    if (prefilled == kill_point.at_prefilled && !killed) {
+      killed = true;
+      ASSERT_EQ(kill(static_cast<pid_t>(before[victim].pid), SIGKILL), 0);
+    }
+  };
+  EXPECT_EQ(generate_greedy(engine, prompt, n, options), expected);
+  EXPECT_TRUE(killed);
+  EXPECT_NE(engine.workers()[victim].pid, before[victim].pid);
+}
+
 // A worker SIGKILLed between the chunks of a long prefill (each rank in turn: the first only
 // writes a ring, the middle one reads one and writes another, the last only reads): recovery
 // re-prefills and the tokens equal an uninterrupted run.
@@ -172,19 +196,9 @@ TEST(Pipeline, GreedySurvivesSigkillMidPrefillThroughTheRing) {
   ASSERT_EQ(stages_fed_by_shm(engine), 2u);
   for (uint32_t victim = 0; victim < 3; ++victim) {
     SCOPED_TRACE("victim rank " + std::to_string(victim));
-    const std::vector<WorkerInfo> before = engine.workers();
     GreedyOptions crashing = plain;
     crashing.seq_id = 2 + victim;
-    bool killed = false;
-    crashing.on_prefill = [&](size_t prefilled) {
-      if (prefilled == 96 && !killed) {
-        killed = true;
-        ASSERT_EQ(kill(static_cast<pid_t>(before[victim].pid), SIGKILL), 0);
-      }
-    };
-    EXPECT_EQ(generate_greedy(engine, prompt, 12, crashing), expected);
-    EXPECT_TRUE(killed);
-    EXPECT_NE(engine.workers()[victim].pid, before[victim].pid);
+    expect_greedy_survives_kill(engine, prompt, 12, crashing, {victim, 96}, expected);
     EXPECT_EQ(stages_fed_by_shm(engine), 2u) << "fresh rings after the recovery";
   }
 }
@@ -292,19 +306,10 @@ TEST(Pipeline, GreedySurvivesSigkillDuringPipelinedPrefill) {
   plain.prefill_chunk = 24;
   plain.pipeline_prefill = true;
   const std::vector<int32_t> expected = generate_greedy(engine, prompt, 10, plain);
-  const std::vector<WorkerInfo> before = engine.workers();
   GreedyOptions crashing = plain;
   crashing.seq_id = 2;
-  bool killed = false;
-  crashing.on_prefill = [&](size_t prefilled) {
-    if (prefilled == 48 && !killed) {  // chunk 2's result is in; later chunks are in flight
-      killed = true;
-      ASSERT_EQ(kill(static_cast<pid_t>(before[1].pid), SIGKILL), 0);
-    }
-  };
-  EXPECT_EQ(generate_greedy(engine, prompt, 10, crashing), expected);
-  EXPECT_TRUE(killed);
-  EXPECT_NE(engine.workers()[1].pid, before[1].pid);
+  // At 48 tokens chunk 2's result is in; later chunks are in flight.
+  expect_greedy_survives_kill(engine, prompt, 10, crashing, {1, 48}, expected);
   EXPECT_EQ(stages_fed_by_shm(engine), 2u);
 }
 

@@ -14,12 +14,9 @@ O=${OUT:-/tmp/lab_out}
 mkdir -p "$O"
 R="$B/run"
 TD=${TESTDATA:-/work/main/build-perf/testdata}
-if [ ! -e "$TD/tiny-qwen35-q8_0.gguf" ]; then
-  (cd tests/data && find . -name '*.gz' | while read -r f; do
-    mkdir -p "$TD/$(dirname "$f")" && gzip -dc "$f" > "$TD/${f%.gz}"
-  done)
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+. "$(dirname "$0")/lib.sh"
+kl_testdata "$TD"
+kl_gpu_header
 for t in test_cuda_kernels test_cuda_matmul_gdn test_cuda_model test_cuda_decode_ops; do
   [ -e "$B/bin/$t" ] || { echo "$t: not in the bundle, skipped"; continue; }
   timeout 120 "$R" "$t" > "$O/$t.log" 2>&1

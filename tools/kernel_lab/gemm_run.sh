@@ -11,31 +11,13 @@ LIMIT=${2:-230}
 B=$D/bin
 O=${OUT:-/tmp/gemm_out}
 mkdir -p "$O"
-lt_dir=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && lt_dir=$d && break
-done
-if [ -z "$lt_dir" ]; then  # the pip wheel of the image (nvidia-cublas), as a last resort
-  lt_dir=$(dirname "$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-fi
-echo "libcublasLt from: ${lt_dir:-NOT FOUND}"
-export LD_LIBRARY_PATH="$PWD/$D/lib:$lt_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-TD=/work/main/build-cuda/testdata
-if [ ! -e "$TD" ]; then
-  mkdir -p "$TD/reference" "$TD/tokenizer"
-  for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$TD/${gz%.gz}"; done
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-date -u
+. "$(dirname "$0")/lib.sh"
+kl_prepare "$D" /work/main/build-cuda/testdata
 # The 9B file is written on the CPU while the GPU tests run.
 "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1 &
 synth_pid=$!
-for t in "test_cuda_gemm_paths:30:*" "test_cuda_matmul_gdn:30:CudaMatmul*" "test_cuda_model:50:CudaModelBf16*"; do
-  IFS=: read -r name limit filter <<< "$t"
-  timeout "$limit" "$B/$name" --gtest_filter="$filter" > "$O/$name.log" 2>&1
-  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$name.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|Expected|Which is|worst|typical|beyond" "$O/$name.log" | head -20
-done
+kl_run_tests "$B" "$O" "^\[  FAILED|Failure|Expected|Which is|worst|typical|beyond" 20 \
+  "test_cuda_gemm_paths:30:*" "test_cuda_matmul_gdn:30:CudaMatmul*" "test_cuda_model:50:CudaModelBf16*"
 timeout 45 "$B/deltaserve-kernel-lab" --gemm-paths --reps 10 > "$O/lab.log" 2>&1; echo "lab rc=$?"
 wait "$synth_pid"; echo "synth rc=$?"
 bench() {  # bench NAME TIMEOUT ARGS...

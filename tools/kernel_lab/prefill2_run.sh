@@ -17,27 +17,13 @@ O=${OUT:-/tmp/pf2_out}
 mkdir -p "$O"
 start=$(date +%s)
 left() { echo $((LIMIT - ($(date +%s) - start))); }
-lt_dir=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && lt_dir=$d && break
-done
-export LD_LIBRARY_PATH="$PWD/$D/lib${lt_dir:+:$lt_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-TD=/work/main/build-cuda/testdata
-if [ ! -e "$TD" ]; then
-  mkdir -p "$TD/reference" "$TD/tokenizer"
-  for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$TD/${gz%.gz}"; done
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-date -u
+. "$(dirname "$0")/lib.sh"
+kl_prepare "$D" /work/main/build-cuda/testdata
 "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1 &
 synth_pid=$!
-for t in "test_cuda_prefill_ops:60:*" "test_cuda_matmul_gdn:40:*CudaGdnChunked*" "test_cuda_gemm_paths:40:*" \
-         "test_cuda_model:60:CudaModelBf16*"; do
-  IFS=: read -r name limit filter <<< "$t"
-  timeout "$limit" "$B/$name" --gtest_filter="$filter" > "$O/$name.log" 2>&1
-  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$name.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|Expected|Which is|first mismatch|\[ gdn prep" "$O/$name.log" | head -24
-done
+kl_run_tests "$B" "$O" "^\[  FAILED|Failure|Expected|Which is|first mismatch|\[ gdn prep" 24 \
+  "test_cuda_prefill_ops:60:*" "test_cuda_matmul_gdn:40:*CudaGdnChunked*" "test_cuda_gemm_paths:40:*" \
+  "test_cuda_model:60:CudaModelBf16*"
 timeout 60 "$B/deltaserve-kernel-lab" --prefill-ops --reps 10 > "$O/lab.log" 2>&1; echo "lab rc=$?"
 wait "$synth_pid"; echo "synth rc=$?"
 bench() {  # name, seconds it may take, flags...

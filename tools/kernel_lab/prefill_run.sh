@@ -9,22 +9,12 @@ set -u
 D=$1
 PROMPTS=${2:-512,2048,8192}
 B=$D/bin
-export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 O=${OUT:-/tmp/pf_out}
 mkdir -p "$O"
-TD=/work/main/build-cuda/testdata
-if [ ! -e "$TD" ]; then
-  mkdir -p "$TD/reference" "$TD/tokenizer"
-  for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$TD/${gz%.gz}"; done
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-date -u
-for t in test_cuda_matmul_gdn:50 test_cuda_kernels:25 test_cuda_model:80; do
-  limit=${t#*:} t=${t%:*}
-  timeout "$limit" "$B/$t" > "$O/$t.log" 2>&1
-  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|Expected|Which is|\[ cuda|\[ attn" "$O/$t.log" | head -30
-done
+. "$(dirname "$0")/lib.sh"
+kl_prepare "$D" /work/main/build-cuda/testdata
+kl_run_tests "$B" "$O" "^\[  FAILED|Failure|Expected|Which is|\[ cuda|\[ attn" 30 \
+  test_cuda_matmul_gdn:50 test_cuda_kernels:25 test_cuda_model:80
 timeout 50 "$B/deltaserve-kernel-lab" --reps 10 > "$O/lab.log" 2>&1; echo "lab rc=$?"
 "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1; echo "synth rc=$?"
 timeout 60 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prompt "$PROMPTS" --gen 8 --repeat 2 > "$O/bench.log" 2>&1

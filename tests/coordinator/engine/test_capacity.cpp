@@ -7,19 +7,13 @@
 #include <string>
 
 #include "coordinator/engine/capacity.h"
+#include "tests/testutil/cache_geometry.h"
 
 namespace ds {
 namespace {
 namespace v1 = ipc::v1;
 
-CacheGeometry geometry(uint32_t block_size, uint32_t blocks, uint32_t slots, uint32_t snapshots) {
-  CacheGeometry g;
-  g.block_size = block_size;
-  g.num_blocks = blocks;
-  g.max_seqs = slots;
-  g.num_snapshots = snapshots;
-  return g;
-}
+using test::cache_geometry;
 
 v1::Ready ready(uint32_t rank, const CacheGeometry& g) {
   v1::Ready r;
@@ -34,7 +28,7 @@ v1::Ready ready(uint32_t rank, const CacheGeometry& g) {
   return r;
 }
 
-const CacheGeometry kAsked = geometry(16, 100, 4, 8);
+const CacheGeometry kAsked = cache_geometry(16, 100, 4, 8);
 constexpr uint32_t kMinBlocks = 10;
 
 std::string error_of(const v1::Ready& r, bool exact) {
@@ -47,9 +41,9 @@ std::string error_of(const v1::Ready& r, bool exact) {
 }
 
 TEST(WorkerCapacity, ReadyWithinTheBoundsIsTaken) {
-  const WorkerCapacity w = ready_capacity(ready(1, geometry(16, 60, 3, 6)), kAsked, false, kMinBlocks);
+  const WorkerCapacity w = ready_capacity(ready(1, cache_geometry(16, 60, 3, 6)), kAsked, false, kMinBlocks);
   EXPECT_EQ(w.rank, 1u);
-  EXPECT_EQ(w.pools, geometry(16, 60, 3, 6));
+  EXPECT_EQ(w.pools, cache_geometry(16, 60, 3, 6));
   EXPECT_EQ(w.bytes, 12345u);
   EXPECT_EQ(w.budget_bytes, 3u << 20);
 }
@@ -62,14 +56,15 @@ TEST(WorkerCapacity, ImpossibleReadyValuesAreErrors) {
     return parsed;
   };
   const uint32_t absurd = std::numeric_limits<uint32_t>::max();
-  EXPECT_NE(error_of(wire(geometry(16, 0, 4, 8)), false).find("worker rank 2 reported kv_blocks = 0"), std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(16, absurd, 4, 8)), false).find("kv_blocks = 4294967295"), std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(16, 9, 4, 8)), false).find("kv_blocks = 9 in Ready (expected 10..100)"),
+  EXPECT_NE(error_of(wire(cache_geometry(16, 0, 4, 8)), false).find("worker rank 2 reported kv_blocks = 0"),
             std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(32, 60, 4, 8)), false).find("kv_block_size = 32"), std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(16, 60, 0, 8)), false).find("state_slots = 0"), std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(16, 60, 5, 8)), false).find("state_slots = 5"), std::string::npos);
-  EXPECT_NE(error_of(wire(geometry(16, 60, 4, absurd)), false).find("state_snapshots"), std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(16, absurd, 4, 8)), false).find("kv_blocks = 4294967295"), std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(16, 9, 4, 8)), false).find("kv_blocks = 9 in Ready (expected 10..100)"),
+            std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(32, 60, 4, 8)), false).find("kv_block_size = 32"), std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(16, 60, 0, 8)), false).find("state_slots = 0"), std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(16, 60, 5, 8)), false).find("state_slots = 5"), std::string::npos);
+  EXPECT_NE(error_of(wire(cache_geometry(16, 60, 4, absurd)), false).find("state_snapshots"), std::string::npos);
   // A Ready that says nothing about pools (an old worker) has 0 blocks: rejected too.
   v1::Ready bare;
   bare.set_rank(0);
@@ -79,25 +74,25 @@ TEST(WorkerCapacity, ImpossibleReadyValuesAreErrors) {
 
 TEST(WorkerCapacity, ExactRequestsMustComeBackAsAsked) {
   EXPECT_EQ(ready_capacity(ready(0, kAsked), kAsked, true, kMinBlocks).pools, kAsked);
-  EXPECT_NE(error_of(ready(0, geometry(16, 99, 4, 8)), true).find("kv_blocks = 99 in Ready (expected 100)"),
+  EXPECT_NE(error_of(ready(0, cache_geometry(16, 99, 4, 8)), true).find("kv_blocks = 99 in Ready (expected 100)"),
             std::string::npos);
-  EXPECT_NE(error_of(ready(0, geometry(16, 100, 3, 8)), true).find("state_slots = 3"), std::string::npos);
-  EXPECT_NE(error_of(ready(0, geometry(16, 100, 4, 7)), true).find("state_snapshots = 7"), std::string::npos);
+  EXPECT_NE(error_of(ready(0, cache_geometry(16, 100, 3, 8)), true).find("state_slots = 3"), std::string::npos);
+  EXPECT_NE(error_of(ready(0, cache_geometry(16, 100, 4, 7)), true).find("state_snapshots = 7"), std::string::npos);
 }
 
 TEST(WorkerCapacity, PipelineUsesTheMinimumOfEveryField) {
-  const std::vector<WorkerCapacity> caps{{0, geometry(16, 100, 2, 8), 0, 0},
-                                         {1, geometry(16, 40, 4, 8), 0, 0},
-                                         {2, geometry(16, 70, 4, 5), 0, 0}};
-  EXPECT_EQ(common_capacity(caps), geometry(16, 40, 2, 5));
+  const std::vector<WorkerCapacity> caps{{0, cache_geometry(16, 100, 2, 8), 0, 0},
+                                         {1, cache_geometry(16, 40, 4, 8), 0, 0},
+                                         {2, cache_geometry(16, 70, 4, 5), 0, 0}};
+  EXPECT_EQ(common_capacity(caps), cache_geometry(16, 40, 2, 5));
   EXPECT_THROW(common_capacity({}), std::invalid_argument);
-  EXPECT_THROW(common_capacity({{0, geometry(16, 1, 1, 0), 0, 0}, {1, geometry(32, 1, 1, 0), 0, 0}}),
+  EXPECT_THROW(common_capacity({{0, cache_geometry(16, 1, 1, 0), 0, 0}, {1, cache_geometry(32, 1, 1, 0), 0, 0}}),
                std::invalid_argument);
 }
 
 TEST(WorkerCapacity, ExplicitBlockCountNamesTheWorkerThatCannotHoldIt) {
-  const std::vector<WorkerCapacity> caps{{0, geometry(16, 100, 4, 8), 1, 1u << 30},
-                                         {1, geometry(16, 60, 4, 8), 1, 3u << 20}};
+  const std::vector<WorkerCapacity> caps{{0, cache_geometry(16, 100, 4, 8), 1, 1u << 30},
+                                         {1, cache_geometry(16, 60, 4, 8), 1, 3u << 20}};
   EXPECT_NO_THROW(require_kv_blocks(caps, 60));
   try {
     require_kv_blocks(caps, 101);  // both fall short: both are named

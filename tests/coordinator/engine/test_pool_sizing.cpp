@@ -10,19 +10,13 @@
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "common/model_config.h"
+#include "tests/testutil/cache_geometry.h"
 #include "worker/cache/pool_sizing.h"
 
 namespace ds {
 namespace {
 
-CacheGeometry geometry(uint32_t block_size, uint32_t blocks, uint32_t slots, uint32_t snapshots) {
-  CacheGeometry g;
-  g.block_size = block_size;
-  g.num_blocks = blocks;
-  g.max_seqs = slots;
-  g.num_snapshots = snapshots;
-  return g;
-}
+using test::cache_geometry;
 
 PoolRequest fit(const CacheGeometry& limit, uint32_t min_blocks) {
   PoolRequest r;
@@ -42,16 +36,16 @@ std::string error_of(const PoolCosts& c, const PoolRequest& r, uint64_t budget) 
 
 TEST(PoolSizing, AmpleBudgetGivesTheUpperBounds) {
   const PoolCosts c{1000, 100};
-  const PoolSizing s = size_pools(c, fit(geometry(16, 50, 4, 8), 10), 1'000'000'000);
-  EXPECT_EQ(s.geometry, geometry(16, 50, 4, 8));
+  const PoolSizing s = size_pools(c, fit(cache_geometry(16, 50, 4, 8), 10), 1'000'000'000);
+  EXPECT_EQ(s.geometry, cache_geometry(16, 50, 4, 8));
   EXPECT_EQ(s.bytes, 50u * 1000 + 12u * 100);  // 51200
 }
 
 TEST(PoolSizing, BlocksTakeWhatTheStateLeaves) {
   const PoolCosts c{1000, 100};
   // state: (4 + 8) * 100 = 1200; blocks: (30000 - 1200) / 1000 = 28
-  const PoolSizing s = size_pools(c, fit(geometry(16, 50, 4, 8), 10), 30000);
-  EXPECT_EQ(s.geometry, geometry(16, 28, 4, 8));
+  const PoolSizing s = size_pools(c, fit(cache_geometry(16, 50, 4, 8), 10), 30000);
+  EXPECT_EQ(s.geometry, cache_geometry(16, 28, 4, 8));
   EXPECT_EQ(s.bytes, 28u * 1000 + 1200);
   EXPECT_LE(s.bytes, 30000u);
 }
@@ -60,29 +54,29 @@ TEST(PoolSizing, SlotsShrinkOnlyWhenOneFullContextWouldNotFit) {
   const PoolCosts c{1000, 1000};
   // min KV = 10 blocks = 10000. s slots bring 2s snapshots: 3s * 1000.
   // s = 2: 6000 + 10000 = 16000 <= 17000; s = 3: 19000 > 17000.  blocks = (17000 - 6000) / 1000 = 11
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 17000).geometry, geometry(16, 11, 2, 4));
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 50, 4, 8), 10), 17000).geometry, cache_geometry(16, 11, 2, 4));
   // Exactly one slot (3000) + 10 blocks (10000).
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 13000).geometry, geometry(16, 10, 1, 2));
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 50, 4, 8), 10), 13000).geometry, cache_geometry(16, 10, 1, 2));
   // All 4 slots fit with the minimum: 12000 + 10000 = 22000 <= 22000, then no spare block.
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 4, 8), 10), 22000).geometry, geometry(16, 10, 4, 8));
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 50, 4, 8), 10), 22000).geometry, cache_geometry(16, 10, 4, 8));
 }
 
 TEST(PoolSizing, SnapshotsKeepTheirShareWhenSlotsShrink) {
   const PoolCosts c{0, 1000};  // no attention layer: KV costs nothing
   // 3 slots, 2 snapshots; budget for 2 slots + floor(2 * 2 / 3) = 1 snapshot = 3000.
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 50, 3, 2), 10), 3500).geometry, geometry(16, 50, 2, 1));
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 50, 3, 2), 10), 3500).geometry, cache_geometry(16, 50, 2, 1));
 }
 
 TEST(PoolSizing, StageWithoutAttentionHoldsEveryBlockId) {
   const PoolCosts c{0, 100};
-  const PoolSizing s = size_pools(c, fit(geometry(16, 4096, 4, 8), 64), 1200);
+  const PoolSizing s = size_pools(c, fit(cache_geometry(16, 4096, 4, 8), 64), 1200);
   EXPECT_EQ(s.geometry.num_blocks, 4096u);
   EXPECT_EQ(s.bytes, 1200u);
 }
 
 TEST(PoolSizing, TooSmallForOneSequenceIsAClearError) {
   const PoolCosts c{1000, 1000};
-  const std::string e = error_of(c, fit(geometry(16, 50, 4, 8), 10), 12999);  // one sequence needs 13000
+  const std::string e = error_of(c, fit(cache_geometry(16, 50, 4, 8), 10), 12999);  // one sequence needs 13000
   EXPECT_NE(e.find("cannot hold one sequence"), std::string::npos) << e;
   EXPECT_NE(e.find("10 KV blocks"), std::string::npos) << e;
 }
@@ -90,15 +84,16 @@ TEST(PoolSizing, TooSmallForOneSequenceIsAClearError) {
 TEST(PoolSizing, MinimumIsCappedByTheBound) {
   const PoolCosts c{1000, 0};
   // min_blocks 100 > bound 20: one full context is the whole pool.
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 20, 1, 0), 100), 20000).geometry, geometry(16, 20, 1, 0));
-  EXPECT_NE(error_of(c, fit(geometry(16, 20, 1, 0), 100), 19999).find("cannot hold one sequence"), std::string::npos);
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 20, 1, 0), 100), 20000).geometry, cache_geometry(16, 20, 1, 0));
+  EXPECT_NE(error_of(c, fit(cache_geometry(16, 20, 1, 0), 100), 19999).find("cannot hold one sequence"),
+            std::string::npos);
 }
 
 TEST(PoolSizing, ExactFitsOrSaysWhatWouldFit) {
   const PoolCosts c{1000, 100};
-  PoolRequest r = fit(geometry(16, 50, 4, 8), 10);
+  PoolRequest r = fit(cache_geometry(16, 50, 4, 8), 10);
   r.exact = true;
-  EXPECT_EQ(size_pools(c, r, 51200).geometry, geometry(16, 50, 4, 8));
+  EXPECT_EQ(size_pools(c, r, 51200).geometry, cache_geometry(16, 50, 4, 8));
   // 30000 - 1200 of state leaves room for 28 blocks.
   const std::string e = error_of(c, r, 30000);
   EXPECT_NE(e.find("only 28 KV blocks fit"), std::string::npos) << e;
@@ -107,18 +102,18 @@ TEST(PoolSizing, ExactFitsOrSaysWhatWouldFit) {
 
 TEST(PoolSizing, MalformedRequestsAreRejected) {
   const PoolCosts c{1000, 100};
-  EXPECT_NE(error_of(c, fit(geometry(0, 50, 4, 8), 10), 1 << 30).find("block size"), std::string::npos);
-  EXPECT_NE(error_of(c, fit(geometry(16, 0, 4, 8), 10), 1 << 30).find("KV block count"), std::string::npos);
-  EXPECT_NE(error_of(c, fit(geometry(16, 50, 0, 8), 10), 1 << 30).find("state slot"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(cache_geometry(0, 50, 4, 8), 10), 1 << 30).find("block size"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(cache_geometry(16, 0, 4, 8), 10), 1 << 30).find("KV block count"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(cache_geometry(16, 50, 0, 8), 10), 1 << 30).find("state slot"), std::string::npos);
   // 2^31 rows / 16 = 134217728 blocks is one too many.
-  EXPECT_NE(error_of(c, fit(geometry(16, 134217728, 4, 8), 10), 1 << 30).find("2^31"), std::string::npos);
+  EXPECT_NE(error_of(c, fit(cache_geometry(16, 134217728, 4, 8), 10), 1 << 30).find("2^31"), std::string::npos);
 }
 
 TEST(PoolSizing, HugeCostsSaturateInsteadOfWrapping) {
   const uint64_t max = std::numeric_limits<uint64_t>::max();
   const PoolCosts c{max / 2, 1};
-  EXPECT_EQ(pool_bytes(c, geometry(16, 4, 1, 0)), max);
-  PoolRequest r = fit(geometry(16, 4, 1, 0), 1);
+  EXPECT_EQ(pool_bytes(c, cache_geometry(16, 4, 1, 0)), max);
+  PoolRequest r = fit(cache_geometry(16, 4, 1, 0), 1);
   r.exact = true;
   // Room left after the 1-byte state: max - 2 = 2^64 - 3, below 2 blocks (2 * (2^63 - 1) = 2^64 - 2).
   EXPECT_NE(error_of(c, r, max - 1).find("only 1 KV blocks fit"), std::string::npos);
@@ -127,7 +122,7 @@ TEST(PoolSizing, HugeCostsSaturateInsteadOfWrapping) {
 // bf16-weight-copy=auto: the copy is kept only when the pools lose nothing to it.
 TEST(PoolSizing, ExtraBytesFitBesidePoolsOnlyWhenThePoolsLoseNothing) {
   const PoolCosts c{1000, 100};
-  const PoolRequest r = fit(geometry(16, 50, 4, 8), 10);  // full pools: 51200 B (test above)
+  const PoolRequest r = fit(cache_geometry(16, 50, 4, 8), 10);  // full pools: 51200 B (test above)
   EXPECT_TRUE(fits_beside_pools(c, r, 60000, 60000));
   EXPECT_TRUE(fits_beside_pools(c, r, 60000, 51200));   // every pool still at its bound
   EXPECT_FALSE(fits_beside_pools(c, r, 60000, 51199));  // one KV block fewer
@@ -148,12 +143,12 @@ CacheGeometry speculating(CacheGeometry g, uint32_t captures) {
 TEST(PoolSizing, RollbackRecordsAreCountedPerSlot) {
   const PoolCosts c{1000, 100};
   // Ample: state (4 * (1 + 4) + 8) * 100 = 2800 on top of 50 blocks.
-  const PoolSizing ample = size_pools(c, fit(speculating(geometry(16, 50, 4, 8), 4), 10), 1'000'000'000);
-  EXPECT_EQ(ample.geometry, speculating(geometry(16, 50, 4, 8), 4));
+  const PoolSizing ample = size_pools(c, fit(speculating(cache_geometry(16, 50, 4, 8), 4), 10), 1'000'000'000);
+  EXPECT_EQ(ample.geometry, speculating(cache_geometry(16, 50, 4, 8), 4));
   EXPECT_EQ(ample.bytes, 50u * 1000 + 2800);
   // 30000 B: the records leave (30000 - 2800) / 1000 = 27 blocks (28 without speculation).
-  const PoolSizing tight = size_pools(c, fit(speculating(geometry(16, 50, 4, 8), 4), 10), 30000);
-  EXPECT_EQ(tight.geometry, speculating(geometry(16, 27, 4, 8), 4));
+  const PoolSizing tight = size_pools(c, fit(speculating(cache_geometry(16, 50, 4, 8), 4), 10), 30000);
+  EXPECT_EQ(tight.geometry, speculating(cache_geometry(16, 27, 4, 8), 4));
   EXPECT_EQ(tight.bytes, 27u * 1000 + 2800);
   EXPECT_EQ(pool_bytes(c, tight.geometry), tight.bytes);
 }
@@ -162,20 +157,20 @@ TEST(PoolSizing, RollbackRecordsCanCostSlots) {
   const PoolCosts c{1000, 1000};
   // 10 blocks (one context) = 10000; a slot with 4 records + its 2 snapshots = 7000.
   // 40000 B: (40000 - 10000) / 7000 -> 4 slots (without records: 3000 each -> all 8).
-  const PoolSizing s = size_pools(c, fit(speculating(geometry(16, 100, 8, 16), 4), 10), 40000);
+  const PoolSizing s = size_pools(c, fit(speculating(cache_geometry(16, 100, 8, 16), 4), 10), 40000);
   EXPECT_EQ(s.geometry.max_seqs, 4u);
   EXPECT_EQ(s.geometry.num_snapshots, 8u);
   EXPECT_EQ(s.geometry.num_blocks, (40000u - 4 * 7000) / 1000);  // 12
-  EXPECT_EQ(size_pools(c, fit(geometry(16, 100, 8, 16), 10), 40000).geometry.max_seqs, 8u);
+  EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 100, 8, 16), 10), 40000).geometry.max_seqs, 8u);
   // Not even one speculating slot: 7000 + 10000 > 16000, though 3000 + 10000 fits.
-  EXPECT_NE(error_of(c, fit(speculating(geometry(16, 100, 8, 16), 4), 10), 16000).find("cannot hold one sequence"),
+  EXPECT_NE(error_of(c, fit(speculating(cache_geometry(16, 100, 8, 16), 4), 10), 16000).find("cannot hold one sequence"),
             std::string::npos);
-  EXPECT_NO_THROW(size_pools(c, fit(geometry(16, 100, 8, 16), 10), 16000));
+  EXPECT_NO_THROW(size_pools(c, fit(cache_geometry(16, 100, 8, 16), 10), 16000));
 }
 
 TEST(PoolSizing, ExactCountsRollbackRecords) {
   const PoolCosts c{1000, 100};
-  PoolRequest r = fit(speculating(geometry(16, 20, 4, 8), 4), 10);
+  PoolRequest r = fit(speculating(cache_geometry(16, 20, 4, 8), 4), 10);
   r.exact = true;
   // 20 * 1000 + (4 * 5 + 8) * 100 = 22800.
   EXPECT_EQ(size_pools(c, r, 22800).bytes, 22800u);
