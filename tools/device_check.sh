@@ -130,3 +130,5 @@ cat "$SUMMARY"
 for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+# Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.
+! grep -Eq 'rc=[1-9]|DIFFER|ERROR|did not start' "$SUMMARY"

@@ -138,6 +138,24 @@ __global__ void __launch_bounds__(kWideThreads)
   for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
 }
 
+// Narrow rows (dim < kWideMinDim): x += delta, then the exact sums and scaling of rms_norm_kernel
+// (one warp per row, same lane order), so a fused step gives the bits of the separate add and
+// rms_norm. A layer split falls back to the separate ops at the stage boundary; with equal bits the
+// logits do not depend on where the model is split.
+__global__ void add_rms_norm_rows_kernel(float* x, const float* delta, const float* w, float eps, size_t n_rows,
+                                         size_t dim, float* y) {
+  const size_t row = warp_row(n_rows);
+  if (row == n_rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  float* xr = x + row * dim;
+  const float* dr = delta + row * dim;
+  float* yr = y + row * dim;
+  for (size_t i = lane; i < dim; i += kWarp) xr[i] = xr[i] + dr[i];
+  const float mean_sq = row_sum_squares(xr, dim, lane) / static_cast<float>(dim);
+  const float s = 1.0f / sqrtf(mean_sq + eps);
+  for (size_t i = lane; i < dim; i += kWarp) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
+}
+
 // Shared argument checks of the strided row ops.
 cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, size_t n_rows, size_t dim) {
   if (x == nullptr || y == nullptr) return cudaErrorInvalidValue;
@@ -186,7 +204,12 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps
   if (const cudaError_t e = check_rows(x, dim, y, dim, n_rows, dim); e != cudaSuccess) return e;
   if (delta == nullptr || y == x) return cudaErrorInvalidValue;
   if (!detail::f32_ok(delta) || (w != nullptr && !detail::aligned_to(w, 4))) return cudaErrorMisalignedAddress;
-  add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, delta, w, eps, dim, y);
+  if (dim >= kWideMinDim) {  // same block reduction as rms_norm_wide_kernel
+    add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, delta, w, eps, dim, y);
+  } else {
+    add_rms_norm_rows_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, delta, w, eps, n_rows, dim,
+                                                                                      y);
+  }
   return detail::launch_status();
 }
 

@@ -21,4 +21,17 @@ std::string completion_outcome(const HttpReply& r) {
   return s.str();
 }
 
+std::string streamed_completion_text(const std::string& body) {
+  std::string text;
+  for (const std::string& e : sse_events(body)) {
+    if (e == "[DONE]") continue;
+    rapidjson::Document d;
+    d.Parse(e.c_str());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("choices") || d["choices"].Empty()) continue;
+    const auto& c = d["choices"][0];
+    if (c.HasMember("text") && c["text"].IsString()) text += c["text"].GetString();
+  }
+  return text;
+}
+
 }  // namespace ds::test

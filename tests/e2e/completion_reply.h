@@ -13,4 +13,8 @@ namespace ds::test {
 // body instead when it is not a 200 with choices.
 std::string completion_outcome(const HttpReply& r);
 
+// The concatenated choices[0].text of a completions SSE body (so far); events without text
+// (usage chunk, [DONE]) add nothing.
+std::string streamed_completion_text(const std::string& body);
+
 }  // namespace ds::test

@@ -24,19 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The concatenated text of a streamed reply.
-std::string streamed_text(const std::string& body) {
-  std::string text;
-  for (const std::string& e : sse_events(body)) {
-    if (e == "[DONE]") continue;
-    rapidjson::Document d;
-    d.Parse(e.c_str());
-    if (d.HasParseError() || !d.HasMember("choices") || d["choices"].Empty()) continue;
-    if (d["choices"][0].HasMember("text") && d["choices"][0]["text"].IsString()) text += d["choices"][0]["text"].GetString();
-  }
-  return text;
-}
-
 std::vector<HttpReply> post_concurrently(int port, const std::vector<std::string>& bodies) {
   std::vector<HttpReply> out(bodies.size());
   std::vector<std::thread> threads;
@@ -126,14 +113,14 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   std::atomic<int64_t> ttft_ms{-1};
   const HttpReply clean = http_request(sequential_->port(), "POST", "/v1/completions", body, {},
                                        [&](const std::string& so_far) {
-                                         if (ttft_ms < 0 && !streamed_text(so_far).empty()) {
+                                         if (ttft_ms < 0 && !streamed_completion_text(so_far).empty()) {
                                            ttft_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                                          Clock::now() - t0).count();
                                          }
                                        });
   ASSERT_EQ(clean.status, 200) << clean.body;
   ASSERT_GT(ttft_ms.load(), 0);
-  const std::string want = streamed_text(clean.body);
+  const std::string want = streamed_completion_text(clean.body);
 
   std::atomic<bool> token_seen{false}, token_before_kill{false};
   std::thread killer([&] {
@@ -143,12 +130,12 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   });
   const HttpReply crashed = http_request(three_->port(), "POST", "/v1/completions", body, {},
                                          [&](const std::string& so_far) {
-                                           if (!streamed_text(so_far).empty()) token_seen = true;
+                                           if (!streamed_completion_text(so_far).empty()) token_seen = true;
                                          });
   killer.join();
   ASSERT_EQ(crashed.status, 200) << crashed.body;
   EXPECT_FALSE(token_before_kill.load()) << "the kill came after the prefill (time to first token " << ttft_ms << " ms)";
-  EXPECT_EQ(streamed_text(crashed.body), want);
+  EXPECT_EQ(streamed_completion_text(crashed.body), want);
   EXPECT_NE(three_->log().find("worker rank 1 pid"), std::string::npos) << "the supervisor saw the kill";
   EXPECT_EQ(http_request(three_->port(), "GET", "/ready", "").status, 200);
   // Served again after the recovery, still the sequential tokens.

@@ -122,19 +122,6 @@ TEST_F(SpecE2E, SampledRequestsComplete) {
   }
 }
 
-// The concatenated text of a completions stream.
-std::string streamed_text(const std::string& body) {
-  std::string text;
-  for (const std::string& e : sse_events(body)) {
-    rapidjson::Document d;
-    d.Parse(e.c_str());
-    if (!d.HasParseError() && d.IsObject() && d.HasMember("choices") && !d["choices"].Empty()) {
-      text += d["choices"][0]["text"].GetString();
-    }
-  }
-  return text;
-}
-
 // Worker-crash replay with speculation: the restarted pipeline re-prefills each sequence from
 // its accepted tokens (pending drafts and rollback marks are dropped), so the greedy text is
 // still the text without speculation. Runs last: it restarts a worker of the spec server.
@@ -144,7 +131,7 @@ TEST_F(SpecE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   const HttpReply clean = post_completion(plain_->port(), body);
   ASSERT_EQ(clean.status, 200);
   bool killed = false;
-  const HttpReply crashed = post_completion(spec_->port(), body, {},
+  const HttpReply crashed = http_request(spec_->port(), "POST", "/v1/completions", body, {},
                                          [&](const std::string& so_far) {
                                            if (!killed && sse_events(so_far).size() >= 8) {
                                              kill(spec_->worker_pids().at(1), SIGKILL);
@@ -153,7 +140,7 @@ TEST_F(SpecE2E, WorkerKilledMidStreamGivesTheSameTokens) {
                                          });
   ASSERT_TRUE(killed) << "the stream ended before the worker could be killed";
   ASSERT_EQ(crashed.status, 200);
-  EXPECT_EQ(streamed_text(crashed.body), streamed_text(clean.body));
+  EXPECT_EQ(streamed_completion_text(crashed.body), streamed_completion_text(clean.body));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/conv1d.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/conv_l2_decode.h"
 #include "kernels/cuda/norm.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -38,6 +39,16 @@ TEST_P(CudaAddRmsNorm, MatchesAddThenNorm) {
   cpu::rms_norm(x.data(), dim, w.data(), 1e-6f, rows, dim, want_y.data(), dim);
   EXPECT_EQ(dx.download(), x);  // the residual stream itself: bit-exact
   EXPECT_LT(rel_error(dy.download(), want_y), 2e-6);
+  // Against the separate CUDA ops the bits must be equal: a layer split runs them at the stage
+  // boundary, and the logits must not depend on where the model is split.
+  DeviceArray<float> sx(rng.vec(rows * dim, -3, 3)), sy(rows * dim);
+  std::vector<float> sx_host = sx.download();
+  DeviceArray<float> fx(sx_host), fy(rows * dim);
+  ASSERT_EQ(add_inplace(sx.get(), dd.get(), rows * dim, nullptr), cudaSuccess);
+  ASSERT_EQ(rms_norm(sx.get(), dim, dw.get(), 1e-6f, rows, dim, sy.get(), dim, nullptr), cudaSuccess);
+  ASSERT_EQ(add_rms_norm(fx.get(), dd.get(), dw.get(), 1e-6f, rows, dim, fy.get(), nullptr), cudaSuccess);
+  EXPECT_EQ(fx.download(), sx.download());
+  EXPECT_EQ(fy.download(), sy.download());
 }
 
 // Decode rows (1 x 4096 / 5120), a batch, prefill-like, and widths off the block size.

@@ -38,14 +38,24 @@ std::vector<float> tied_logits(size_t n_rows, size_t n_vocab, uint64_t seed) {
   return v;
 }
 
+// Log-probabilities within 1e-6 (f32 logits, double log-sum-exp); -inf (a masked or -inf logit) must
+// match exactly, since -inf minus -inf is NaN and no tolerance compares it.
+void expect_logprob(double got, double want) {
+  if (std::isinf(want)) {
+    EXPECT_EQ(got, want);
+  } else {
+    EXPECT_NEAR(got, want, 1e-6);
+  }
+}
+
 void expect_same_digest(const LogitDigest& got, const LogitDigest& want, const char* what) {
   SCOPED_TRACE(what);
   EXPECT_EQ(got.top_ids, want.top_ids);
   ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
-  for (size_t i = 0; i < want.top_logprobs.size(); ++i) EXPECT_NEAR(got.top_logprobs[i], want.top_logprobs[i], 1e-6);
+  for (size_t i = 0; i < want.top_logprobs.size(); ++i) expect_logprob(got.top_logprobs[i], want.top_logprobs[i]);
   EXPECT_NEAR(got.logsumexp, want.logsumexp, 1e-12 * std::max(1.0, std::abs(want.logsumexp)));
   EXPECT_EQ(got.token, want.token);
-  EXPECT_NEAR(got.token_logprob, want.token_logprob, 1e-6);
+  expect_logprob(got.token_logprob, want.token_logprob);
 }
 
 std::vector<DigestRow> device_rows(const std::vector<float>& logits, size_t n_rows, size_t n_vocab, uint32_t k) {
