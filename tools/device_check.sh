@@ -6,11 +6,11 @@
 #   tools/device_check.sh BUNDLE_DIR TESTDATA_DIR OUT_DIR
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve 9b spec workers http 27b") picks what runs; every step has its
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b") picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
-SECTIONS=${SECTIONS:-tests serve 9b spec workers http 27b}
+SECTIONS=${SECTIONS:-tests serve spec16 9b spec workers http 27b}
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$O" "$DATA/reference" "$DATA/tokenizer"
 for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$DATA/${gz%.gz}"; done
@@ -68,6 +68,39 @@ PY
   serve_check 2 0,0 --prefill-precision f32
   serve_check 2 0,0 --prefill-precision f32 --spec-k 3
   serve_check 1 0
+fi
+
+if want spec16; then
+  echo "==== 16 concurrent greedy requests on CUDA workers: --spec-k 3 vs --spec-k 0"
+  spec16() {  # $1 = spec k; writes the 16 completions to $O/spec16_k$1.json
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend cuda --workers 2 --devices 0,0 \
+      --port 18082 --max-seqs 16 --prefill-precision f32 --spec-k "$1" > "$O/serve_spec16_k$1.log" 2>&1 &
+    local pid=$!
+    if wait_listening "$O/serve_spec16_k$1.log"; then
+      timeout 120 python3 - "$O/spec16_k$1.json" <<'PY'
+import json, random, sys, threading, urllib.request
+out = [None] * 16
+def run(i):
+    rng = random.Random(i)
+    ids = [rng.randrange(200, 150000) for _ in range(5 + 37 * i)]  # 5..560 prompt tokens
+    body = {"prompt": ids, "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    req = urllib.request.Request("http://127.0.0.1:18082/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=100))["choices"][0]["text"]
+threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+json.dump(out, open(sys.argv[1], "w"))
+PY
+    fi
+    kill -TERM $pid; wait $pid
+  }
+  spec16 0; spec16 3
+  if [ -s "$O/spec16_k0.json" ] && cmp -s "$O/spec16_k0.json" "$O/spec16_k3.json" && ! grep -q null "$O/spec16_k0.json"; then
+    note "spec16: 16 concurrent greedy completions identical with --spec-k 3 and 0 (MATCH)"
+  else
+    note "spec16: DIFFER (see spec16_k0.json / spec16_k3.json)"
+  fi
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
