@@ -24,13 +24,14 @@ double median(std::vector<double> v) {
 // One forward of `tokens` at `pos`, logits on every row from `first_logit` on; final hidden of
 // every row when `all_hidden` (what a speculating step asks for).
 StepOutput forward(StageModel& m, uint64_t seq, uint32_t pos, const std::vector<int32_t>& tokens, uint32_t n_draft,
-                   uint32_t first_logit, bool all_hidden) {
+                   uint32_t first_logit, bool all_hidden, bool greedy_digest = false) {
   StepInput in;
   SeqStep s{seq, pos, tokens, {}};
   for (uint32_t r = first_logit; r < tokens.size(); ++r) s.logit_rows.push_back(r);
   s.n_draft = n_draft;
   in.seqs.push_back(std::move(s));
   in.all_final_hidden = all_hidden;
+  if (greedy_digest) in.digest_rows.assign(in.seqs[0].logit_rows.size(), DigestRequest{});
   StepOutput out;
   m.forward(in, &out);
   return out;
@@ -52,7 +53,10 @@ SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const st
   model.forward_mtp(seq_id, 0, prompt, h.data(), &logits, &m_out);
   const std::vector<float> h_row(pre.final_hidden.end() - static_cast<std::ptrdiff_t>(D), pre.final_hidden.end());
 
-  std::vector<double> decode, verify, mtp_row, mtp_first;
+  std::vector<double> decode, verify, mtp_row, mtp_first, decode_d, verify_d, mtp_row_d, mtp_first_d;
+  const DigestRequest greedy{};
+  LogitDigest digest;
+  std::vector<float> last_hidden;
   uint32_t pos = n;
   const int32_t tok = prompt.back();
   const std::vector<int32_t> verify_tokens(spec_k + 1, tok);
@@ -76,12 +80,32 @@ SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const st
     model.forward_mtp(seq_id, mtp_pos, {tok}, h_row.data(), &logits, &m_out);
     mtp_row.push_back(ms_since(t0));
     pos += spec_k + 1;
+    // The greedy worker path over the same shapes (positions advance the same way).
+    t0 = Clock::now();
+    forward(model, seq_id, pos, {tok}, 0, 0, false, true);
+    decode_d.push_back(ms_since(t0));
+    ++pos;
+    t0 = Clock::now();
+    forward(model, seq_id, pos, verify_tokens, spec_k, 0, true, true);
+    verify_d.push_back(ms_since(t0));
+    t0 = Clock::now();
+    model.forward_mtp_last(seq_id, pos - 1, first_ids, first_h.data(), &greedy, &digest, &logits, &last_hidden);
+    mtp_first_d.push_back(ms_since(t0));
+    mtp_pos = pos - 1 + spec_k + 2;
+    t0 = Clock::now();
+    model.forward_mtp_last(seq_id, mtp_pos, {tok}, h_row.data(), &greedy, &digest, &logits, &last_hidden);
+    mtp_row_d.push_back(ms_since(t0));
+    pos += spec_k + 1;
   }
   SpecCosts c;
   c.decode_ms = median(decode);
   c.verify_ms = median(verify);
   c.mtp_row_ms = median(mtp_row);
   c.mtp_first_ms = median(mtp_first);
+  c.decode_digest_ms = median(decode_d);
+  c.verify_digest_ms = median(verify_d);
+  c.mtp_row_digest_ms = median(mtp_row_d);
+  c.mtp_first_digest_ms = median(mtp_first_d);
   return c;
 }
 
@@ -91,14 +115,23 @@ void print_spec_costs(const SpecCosts& c, uint32_t spec_k, size_t context, bool 
   const double break_even = c.decode_ms > 0 ? step / c.decode_ms : 0;  // tokens per step to pay off
   if (json) {
     std::printf("{\"test\":\"spec\",\"spec_k\":%u,\"n_depth\":%zu,\"decode_ms\":%.4f,\"verify_ms\":%.4f,"
-                "\"mtp_row_ms\":%.4f,\"mtp_first_ms\":%.4f,\"spec_step_ms\":%.4f,\"break_even_tokens_per_step\":%.3f}\n",
-                spec_k, context, c.decode_ms, c.verify_ms, c.mtp_row_ms, c.mtp_first_ms, step, break_even);
+                "\"mtp_row_ms\":%.4f,\"mtp_first_ms\":%.4f,\"spec_step_ms\":%.4f,\"break_even_tokens_per_step\":%.3f,"
+                "\"decode_digest_ms\":%.4f,\"verify_digest_ms\":%.4f,\"mtp_row_digest_ms\":%.4f,\"mtp_first_digest_ms\":%.4f}\n",
+                spec_k, context, c.decode_ms, c.verify_ms, c.mtp_row_ms, c.mtp_first_ms, step, break_even, c.decode_digest_ms,
+                c.verify_digest_ms, c.mtp_row_digest_ms, c.mtp_first_digest_ms);
     return;
   }
   std::printf("spec K=%u at context %zu: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms (%.2fx), "
               "first MTP call (%u rows) %.3f ms | step %.3f ms (%.2fx): pays off above %.2f tokens/step\n",
               spec_k, context, c.decode_ms, spec_k, c.verify_ms, c.verify_ms / c.decode_ms, c.mtp_row_ms,
               c.mtp_row_ms / c.decode_ms, spec_k + 2, c.mtp_first_ms, step, step / c.decode_ms, break_even);
+  const double dd = c.decode_digest_ms;
+  std::printf("spec K=%u greedy, device digests: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms "
+              "(%.2fx), first MTP call %.3f ms (%.2fx) | step %.3f ms (%.2fx)\n",
+              spec_k, dd, spec_k, c.verify_digest_ms, c.verify_digest_ms / dd, c.mtp_row_digest_ms, c.mtp_row_digest_ms / dd,
+              c.mtp_first_digest_ms, c.mtp_first_digest_ms / dd,
+              c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms,
+              (c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms) / dd);
 }
 
 }  // namespace ds::bench

@@ -20,6 +20,9 @@ struct SpecCosts {
   double verify_ms = 0;     // one verify step: 1 + K tokens, K captured GDN states, 1 + K logits rows
   double mtp_row_ms = 0;    // one chained MTP draft step (1 row)
   double mtp_first_ms = 0;  // the step's first MTP call: catch-up of 1 + K kept rows + the first draft row
+  // The same pieces the way a worker runs a greedy sequence (issue 10): logit rows digested on
+  // the device (StepInput::digest_rows) and MTP drafts through forward_mtp_last with a digest.
+  double decode_digest_ms = 0, verify_digest_ms = 0, mtp_row_digest_ms = 0, mtp_first_digest_ms = 0;
 };
 
 // Prefills `prompt` as sequence `seq_id` (self-managed stage), then times `iters` interleaved

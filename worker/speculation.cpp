@@ -7,6 +7,18 @@
 #include "common/speculative.h"
 
 namespace ds {
+namespace {
+
+bool is_greedy(const SamplingRule& rule) { return !(rule.temperature > 0.0f); }
+
+// accept_drafts' greedy rule on digests: draft j stands while it is row j's argmax.
+SpecVerdict greedy_verdict(const LogitDigest* rows, const std::vector<int32_t>& drafts) {
+  uint32_t j = 0;
+  while (j < drafts.size() && rows[j].token == drafts[j]) ++j;
+  return {j, rows[j].token};
+}
+
+}  // namespace
 
 SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
   const auto T = static_cast<uint32_t>(in.tokens.size());
@@ -15,7 +27,10 @@ SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
   }
   SeqState& st = seqs_[in.seq_id];
   SpecRowOutput out;
-  if (in.target_logits == nullptr) {  // prefill chunk without logits: only the MTP catch-up
+  if (in.target_digests != nullptr && !is_greedy(in.rule)) {
+    throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) + " samples (temperature > 0) but has only digests");
+  }
+  if (!in.has_target()) {  // prefill chunk without logits: only the MTP catch-up
     catch_up_and_draft(in, T, -1, &out);
     return out;
   }
@@ -27,7 +42,9 @@ SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
   }
   std::vector<std::vector<double>> q;
   if (in.rule.temperature > 0.0f) q.assign(st.draft_dist.begin(), st.draft_dist.begin() + in.n_draft);
-  const SpecVerdict v = accept_drafts(in.target_logits, V_, in.rule, drafts, q, in.u_accept, in.u_final);
+  const SpecVerdict v = in.target_logits != nullptr
+                            ? accept_drafts(in.target_logits, V_, in.rule, drafts, q, in.u_accept, in.u_final)
+                            : greedy_verdict(in.target_digests, drafts);
   out.accepted = v.accepted;
   out.token = v.token;
   catch_up_and_draft(in, T - in.n_draft + v.accepted, v.token, &out);
@@ -52,21 +69,47 @@ void SpecDecoder::catch_up_and_draft(const SpecRowInput& in, uint32_t keep_rows,
   st.draft_dist.clear();
   if (draft) ids.push_back(token);
   if (!draft) h.resize(keep_rows * D_);
-  std::vector<float> logits, m;
-  model_.forward_mtp(in.seq_id, in.start_pos, ids, h.data(), &logits, &m);
-  uint32_t pos = in.start_pos + static_cast<uint32_t>(ids.size());
-  for (uint32_t j = 0; draft && j < in.spec_k; ++j) {
-    const float* row = logits.data() + (logits.size() / V_ - 1) * V_;
-    std::vector<double> q = rule_distribution(row, V_, in.rule);
-    const int32_t d = in.rule.temperature > 0.0f ? draw_from(q, in.u_draft[j]) : argmax_token(row, V_);
-    out->drafts.push_back(d);
-    out->draft_probs.push_back(static_cast<float>(q[static_cast<size_t>(d)]));
-    if (in.rule.temperature > 0.0f) st.draft_dist.push_back(std::move(q));
-    if (j + 1 == in.spec_k) break;
-    // Chain: the next draft row is (d, m) with m this row's normed MTP output.
-    const std::vector<float> m_last(m.end() - static_cast<std::ptrdiff_t>(D_), m.end());
-    model_.forward_mtp(in.seq_id, pos++, {d}, m_last.data(), &logits, &m);
+  std::vector<float> m;
+  if (!draft) {  // catch-up only: nothing reads the head; a greedy digest keeps its logits on the device
+    const DigestRequest nothing_read{};
+    LogitDigest unused;
+    std::vector<float> logits;
+    model_.forward_mtp_last(in.seq_id, in.start_pos, ids, h.data(), &nothing_read, &unused, &logits, &m);
+    return;
   }
+  uint32_t pos = in.start_pos + static_cast<uint32_t>(ids.size());
+  int32_t d = mtp_draft(in, in.start_pos, ids, h.data(), 0, out, &m);
+  for (uint32_t j = 1; j < in.spec_k; ++j) {
+    // Chain: the next draft row is (d, m) with m the previous row's normed MTP output.
+    const std::vector<float> m_prev = m;
+    d = mtp_draft(in, pos++, {d}, m_prev.data(), j, out, &m);
+  }
+}
+
+int32_t SpecDecoder::mtp_draft(const SpecRowInput& in, uint32_t start_pos, const std::vector<int32_t>& ids,
+                               const float* h, uint32_t j, SpecRowOutput* out, std::vector<float>* m) {
+  const bool greedy = is_greedy(in.rule);
+  const DigestRequest request{in.rule, in.u_draft[j]};
+  LogitDigest digest;
+  std::vector<float> logits;
+  if (model_.forward_mtp_last(in.seq_id, start_pos, ids, h, greedy ? &request : nullptr, &digest, &logits, m)) {
+    out->drafts.push_back(digest.token);  // greedy: q is one-hot at the argmax
+    out->draft_probs.push_back(1.0f);
+    return digest.token;
+  }
+  if (logits.size() != V_ || m->size() != D_) throw ConfigError("speculation: MTP step returned a malformed last row");
+  if (greedy) {  // the one-hot q needs no dense copy
+    const int32_t d = argmax_token(logits.data(), V_);
+    out->drafts.push_back(d);
+    out->draft_probs.push_back(1.0f);
+    return d;
+  }
+  std::vector<double> q = rule_distribution(logits.data(), V_, in.rule);
+  const int32_t d = draw_from(q, in.u_draft[j]);
+  out->drafts.push_back(d);
+  out->draft_probs.push_back(static_cast<float>(q[static_cast<size_t>(d)]));
+  seqs_[in.seq_id].draft_dist.push_back(std::move(q));
+  return d;
 }
 
 }  // namespace ds

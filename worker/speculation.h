@@ -24,12 +24,16 @@ struct SpecRowInput {
   uint32_t n_draft = 0;
   const float* target_logits = nullptr;  // n_draft + 1 rows for the last rows; nullptr: no logits
                                          // (an intermediate prefill chunk: catch-up only)
+  // Greedy rules only, instead of target_logits: the device digests of those n_draft + 1 rows
+  // (a greedy verdict needs only each row's argmax, LogitDigest::token).
+  const LogitDigest* target_digests = nullptr;
   const float* final_hidden = nullptr;   // [tokens.size(), n_embd], final-normed
   uint32_t spec_k = 0;                   // drafts to produce (only with target_logits)
   SamplingRule rule;
   std::vector<double> u_accept;  // n_draft
   double u_final = 0.0;
   std::vector<double> u_draft;   // spec_k
+  bool has_target() const { return target_logits != nullptr || target_digests != nullptr; }
 };
 
 struct SpecRowOutput {
@@ -53,6 +57,10 @@ class SpecDecoder {
     std::vector<std::vector<double>> draft_dist;  // temperature > 0: q of the pending drafts
   };
   void catch_up_and_draft(const SpecRowInput& in, uint32_t keep_rows, int32_t token, SpecRowOutput* out);
+  // One MTP step's draft: the greedy pick from the device digest when the backend gives one,
+  // else from the last row's logits under the rule (q kept for the rejection rule).
+  int32_t mtp_draft(const SpecRowInput& in, uint32_t start_pos, const std::vector<int32_t>& ids, const float* h,
+                    uint32_t j, SpecRowOutput* out, std::vector<float>* m);
 
   StageModel& model_;
   size_t D_, V_;

@@ -12,6 +12,7 @@
 //    its pools on demand; a step only names seq ids and positions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -127,6 +128,14 @@ class StageModel {
   virtual void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
                            const float* hidden, std::vector<float>* logits,
                            std::vector<float>* out_hidden = nullptr) = 0;
+  // forward_mtp for drafting, which needs only the last row: its shared-head-normed hidden
+  // (`last_hidden`, [n_embd]) and either its digest under `digest->rule` (when `digest` is given
+  // and the backend digests on its device: *last_digest set, `last_logits` empty; a greedy
+  // draft then downloads a few bytes, not the vocabulary) or its logits (`last_logits`,
+  // [n_vocab]). Returns whether it digested. The default runs forward_mtp and keeps its last row.
+  virtual bool forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
+                                const float* hidden, const DigestRequest* digest, LogitDigest* last_digest,
+                                std::vector<float>* last_logits, std::vector<float>* last_hidden);
   // Forgets a sequence. Managed: only its block table goes (the memory belongs to the pools and
   // the scheduler); self-managed: its slot and blocks return to the stage's free lists.
   virtual void drop_sequence(uint64_t seq_id) = 0;
@@ -135,6 +144,19 @@ class StageModel {
   // Residual stream after each layer of the last forward (only with keep_all_hidden).
   virtual const std::vector<std::vector<float>>& layer_hidden() const = 0;
 };
+
+// Inline so that every StageModel (test fakes included) gets it without another object file.
+inline bool StageModel::forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
+                                         const float* hidden, const DigestRequest* /*digest*/,
+                                         LogitDigest* /*last_digest*/, std::vector<float>* last_logits,
+                                         std::vector<float>* last_hidden) {
+  std::vector<float> logits, normed;
+  forward_mtp(seq_id, start_pos, token_ids, hidden, &logits, &normed);
+  const size_t n = token_ids.size(), n_vocab = logits.size() / n, n_embd = normed.size() / n;
+  last_logits->assign(logits.end() - static_cast<std::ptrdiff_t>(n_vocab), logits.end());
+  last_hidden->assign(normed.end() - static_cast<std::ptrdiff_t>(n_embd), normed.end());
+  return false;
+}
 
 class Backend;
 

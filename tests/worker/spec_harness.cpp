@@ -41,7 +41,7 @@ Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vect
 }
 
 Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, const std::vector<int32_t>& prompt,
-                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate) {
+                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate, bool ask_digests) {
   const size_t V = n_vocab;
   SpecDecoder spec(stage, n_embd, V);
   Generated g;
@@ -51,14 +51,19 @@ Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, c
     StepInput in;
     in.seqs.push_back(step);
     in.all_final_hidden = true;
+    if (ask_digests) in.digest_rows.assign(step.logit_rows.size(), DigestRequest{});  // greedy rule
     StepOutput out;
     stage.forward(in, &out);
+    const bool digested = !out.digests.empty();
+    g.digested_steps += digested ? 1 : 0;
+    const auto target_row = [&](uint32_t j) { return digested ? std::vector<float>{} : row_of(out.logits, j, V); };
     SpecRowInput r;
     r.seq_id = 1;
     r.start_pos = step.start_pos;
     r.tokens = step.token_ids;
     r.n_draft = step.n_draft;
-    r.target_logits = out.logits.data();
+    if (digested) r.target_digests = out.digests.data();
+    else r.target_logits = out.logits.data();
     r.final_hidden = out.final_hidden.data();
     r.spec_k = K;
     r.u_accept.assign(step.n_draft, 0.5);
@@ -69,10 +74,10 @@ Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, c
     const size_t first = step.token_ids.size() - 1 - step.n_draft;
     for (uint32_t j = 0; j < o.accepted; ++j) {
       g.tokens.push_back(step.token_ids[first + 1 + j]);
-      g.logits.push_back(row_of(out.logits, j, V));
+      g.logits.push_back(target_row(j));
     }
     g.tokens.push_back(o.token);
-    g.logits.push_back(row_of(out.logits, o.accepted, V));
+    g.logits.push_back(target_row(o.accepted));
     const uint32_t next = step.start_pos + static_cast<uint32_t>(step.token_ids.size()) - step.n_draft + o.accepted;
     const std::vector<int32_t> drafts = next_drafts(o, g, K, V, oracle, &corrupt);
     step = SeqStep{1, next, {o.token}, {}};

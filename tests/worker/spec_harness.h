@@ -14,6 +14,7 @@ struct Generated {
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;  // the target row each token was taken from
   uint64_t drafted = 0, accepted = 0;
+  uint64_t digested_steps = 0;  // verify steps whose rows the model digested (no logits recorded)
 };
 
 // Greedy decoding of `n_generate` tokens after `prompt` (sequence 1, one token per step).
@@ -23,7 +24,10 @@ Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vect
 // drafts come from it (with every third one corrupted) instead of the MTP block, so acceptance
 // paths (partial acceptance, rewinds, bonus tokens) are exercised even though the fixture's
 // MTP rarely agrees with the target.
+// `ask_digests`: each step asks for greedy digests of its logit rows (StepInput::digest_rows,
+// as the worker does for greedy sequences); where the model gives them, the verdict is taken
+// on the digests and that step's `logits` entries are left empty.
 Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, const std::vector<int32_t>& prompt,
-                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate);
+                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate, bool ask_digests = false);
 
 }  // namespace ds::test

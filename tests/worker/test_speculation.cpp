@@ -239,5 +239,29 @@ TEST(Speculation, TemperatureOneEmitsTheTargetDistribution) {
   check_first_token_distribution("perturbed target", target, perturbed, 0.1);
 }
 
+// forward_mtp_last (the drafting call: head on the last row only) against forward_mtp's last
+// row. The CPU backend has no device digest: a digest request is declined and the logits come
+// back. Tolerance 1e-4: the head's matmul over 1 row instead of n may sum in another order.
+TEST(Speculation, MtpLastRowMatchesForwardMtp) {
+  LoadedModel m = load_fixture();
+  const size_t V = m.config.n_vocab, D = m.config.n_embd;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const auto n = static_cast<uint32_t>(prompt.size());
+  std::vector<float> hidden;
+  run_prompt(*m.stage, 1, prompt, all_rows(n), 0, &hidden);
+  std::vector<float> h(n * D, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::vector<float> all, all_hidden;
+  m.stage->forward_mtp(1, 0, prompt, h.data(), &all, &all_hidden);
+  const DigestRequest greedy{};
+  LogitDigest digest;
+  std::vector<float> logits, last_h;
+  EXPECT_FALSE(m.stage->forward_mtp_last(1, 0, prompt, h.data(), &greedy, &digest, &logits, &last_h));
+  ASSERT_EQ(logits.size(), V);
+  ASSERT_EQ(last_h.size(), D);
+  for (size_t v = 0; v < V; ++v) ASSERT_NEAR(logits[v], all[(n - 1) * V + v], 1e-4f) << "logit " << v;
+  for (size_t d = 0; d < D; ++d) ASSERT_NEAR(last_h[d], all_hidden[(n - 1) * D + d], 1e-4f) << "hidden " << d;
+}
+
 }  // namespace
 }  // namespace ds::test

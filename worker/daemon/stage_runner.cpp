@@ -166,7 +166,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
-    if (!plan_speculates(plan)) in.digest_rows = digest_requests(plan);
+    in.digest_rows = digest_requests(plan);
   }
   StepOutput out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -206,7 +206,9 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
 }
 
 // One request per logit row, so the model may digest on its device; none (full logits) when a
-// sequence of the plan wants its full logits row.
+// sequence of the plan wants its full logits row, or when a speculating sequence with logits
+// samples (temperature > 0: its rejection rule needs the whole rows p and q). Greedy verify rows
+// need only their argmax, which the digest carries.
 std::vector<DigestRequest> StageRunner::digest_requests(const v1::StepPlan& plan) const {
   std::vector<DigestRequest> req;
   int row = 0;
@@ -214,6 +216,8 @@ std::vector<DigestRequest> StageRunner::digest_requests(const v1::StepPlan& plan
     const auto it = sampling_.find(plan.seq_ids(i));
     const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
     if (sampling.full_logits && plan.n_logit_rows(i) > 0) return {};
+    const bool verifies = row_speculates(plan, i) && plan.n_logit_rows(i) > 0;
+    if (verifies && sampling.params.temperature > 0.0f) return {};
     for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) req.push_back({sampling.params, plan.random_u(row)});
   }
   return req;

@@ -13,10 +13,6 @@ namespace {
 // model rejects more; this only stops absurd random-number counts early.
 constexpr uint32_t kMaxSpecK = 16;
 
-bool row_speculates(const v1::StepPlan& plan, int i) {
-  return plan.n_drafts_size() != 0 && (plan.n_drafts(i) > 0 || plan.spec_k(i) > 0);
-}
-
 // A speculating row with logits asks them for exactly its last n_drafts + 1 rows.
 void check_row(const v1::StepPlan& plan, int i, int first_logit_row) {
   const std::string who = "plan " + std::to_string(plan.plan_id()) + ": sequence " + std::to_string(plan.seq_ids(i));
@@ -40,6 +36,10 @@ void check_row(const v1::StepPlan& plan, int i, int first_logit_row) {
 }  // namespace
 
 bool plan_speculates(const v1::StepPlan& plan) { return plan.n_drafts_size() != 0; }
+
+bool row_speculates(const v1::StepPlan& plan, int i) {
+  return plan.n_drafts_size() != 0 && (plan.n_drafts(i) > 0 || plan.spec_k(i) > 0);
+}
 
 void validate_speculation(const v1::StepPlan& plan) {
   const int n = plan.seq_ids_size();
@@ -93,7 +93,9 @@ void run_speculation(const v1::StepPlan& plan, const StepOutput& out, size_t n_e
       r.final_hidden = out.final_hidden.data() + token * n_embd;
       r.rule = rule_of(r.seq_id);
       if (n_logits > 0) {
-        r.target_logits = out.logits.data() + static_cast<size_t>(logit_row) * n_vocab;
+        // Digested on the device (greedy rows only, StageRunner::digest_requests) or full logits.
+        if (out.digests.empty()) r.target_logits = out.logits.data() + static_cast<size_t>(logit_row) * n_vocab;
+        else r.target_digests = out.digests.data() + logit_row;
         r.spec_k = plan.spec_k(i);
         const auto first = plan.spec_random_u().begin() + u;
         r.u_accept.assign(first, first + r.n_draft);
@@ -106,6 +108,11 @@ void run_speculation(const v1::StepPlan& plan, const StepOutput& out, size_t n_e
         for (uint32_t j = 0; j <= o.accepted; ++j) {
           const int row = logit_row + static_cast<int>(j);
           const int32_t t = j < o.accepted ? r.tokens[n_tokens - r.n_draft + j] : o.token;
+          if (r.target_logits == nullptr) {
+            // Greedy on digests: every emitted token is its row's argmax, the digest's own pick.
+            if (t != result->tokens(row)) throw FormatError("speculation: a greedy verdict differs from its digest");
+            continue;
+          }
           result->set_tokens(row, t);
           result->set_token_logprobs(row, static_cast<float>(r.target_logits[j * n_vocab + static_cast<size_t>(t)] -
                                                              result->logsumexp(row)));

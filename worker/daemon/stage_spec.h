@@ -16,6 +16,9 @@ namespace ds {
 // True when some row of the plan drafts, verifies or rewinds.
 bool plan_speculates(const ipc::v1::StepPlan& plan);
 
+// True when row i of the plan drafts or verifies (n_drafts > 0 or spec_k > 0).
+bool row_speculates(const ipc::v1::StepPlan& plan, int i);
+
 // Checks the speculative columns against the rest of the plan. Throws ds::FormatError.
 void validate_speculation(const ipc::v1::StepPlan& plan);
 

@@ -105,6 +105,9 @@ class Qwen35Stage final : public StageModel {
   void forward(const StepInput& in, StepOutput* out) override;
   void forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden,
                    std::vector<float>* logits, std::vector<float>* out_hidden) override;
+  bool forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden,
+                        const DigestRequest* digest, LogitDigest* last_digest, std::vector<float>* last_logits,
+                        std::vector<float>* last_hidden) override;
   void drop_sequence(uint64_t seq_id) override { cache_->drop(seq_id); }
   void drop_all() override { cache_->drop_all(); }
 
@@ -119,6 +122,7 @@ class Qwen35Stage final : public StageModel {
   void check_batch(const StepInput& in) const;
   std::vector<SeqSpan> prepare_batch(const StepInput& in);
   void set_positions(const std::vector<SeqSpan>& spans, size_t T);
+  float* run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden);
 
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
@@ -539,6 +543,27 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
 // own KV cache, shared-head norm, LM head (spec §7.1).
 void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
                               const float* hidden, std::vector<float>* logits, std::vector<float>* out_hidden) {
+  float* x = run_mtp_block(seq_id, start_pos, token_ids, hidden);
+  lm_head(x, token_ids.size(), mtp_.head_norm, mtp_.head, logits, out_hidden);
+}
+
+// Drafting reads only the last row: the head runs on that row alone (the catch-up rows' logits
+// were never used) and, given a digest request, only the digest leaves the device.
+bool Qwen35Stage::forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
+                                   const float* hidden, const DigestRequest* digest, LogitDigest* last_digest,
+                                   std::vector<float>* last_logits, std::vector<float>* last_hidden) {
+  const float* x = run_mtp_block(seq_id, start_pos, token_ids, hidden);
+  const float* last = x + (token_ids.size() - 1) * cfg_.n_embd;
+  std::vector<LogitDigest> digests;
+  lm_head(last, 1, mtp_.head_norm, mtp_.head, last_logits, last_hidden, digest, digest ? &digests : nullptr);
+  if (digests.empty()) return false;
+  *last_digest = std::move(digests[0]);
+  return true;
+}
+
+// The MTP block over the rows; returns its output rows (device, [n, n_embd]) for the head.
+float* Qwen35Stage::run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids,
+                                  const float* hidden) {
   if (!has_mtp_) throw ConfigError("this stage has no MTP block (not the last stage, or the GGUF has none)");
   if (token_ids.empty()) throw ConfigError("MTP step without tokens");
   for (int32_t id : token_ids) {
@@ -559,7 +584,7 @@ void Qwen35Stage::forward_mtp(uint64_t seq_id, uint32_t start_pos, const std::ve
   be_->matmul(mtp_.eh_proj, cat, 2 * D, T, x, D);
   run_layer(mtp_.block, 0, spans, T, true);
   seq.mtp_n_past = start_pos + static_cast<uint32_t>(T);
-  lm_head(x, T, mtp_.head_norm, mtp_.head, logits, out_hidden);
+  return x;
 }
 
 }  // namespace

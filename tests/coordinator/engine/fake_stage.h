@@ -52,6 +52,8 @@ class FakeStage : public StageModel {
         for (uint32_t v = 0; v < kVocab; ++v) out->logits.push_back(std::sin(h[1] * 3.1f + static_cast<float>(v) * 0.7f));
       }
     }
+    // The speculation tests read every row's final hidden (MTP catch-up input) from here.
+    out->final_hidden = is_last() && in.all_final_hidden ? out->hidden : std::vector<float>{};
     if (is_last()) out->hidden.clear();
     out->digests.clear();
     if (digest_in_model && !in.digest_rows.empty()) {  // like a device digest: digests, no logits
@@ -66,10 +68,20 @@ class FakeStage : public StageModel {
   // Honour StepInput::digest_rows the way the CUDA backend does (tests of the digest path).
   bool digest_in_model = false;
   size_t last_digest_rows() const { return last_digest_rows_; }
-  void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>&, const float*, std::vector<float>*,
-                   std::vector<float>*) override {
-    throw std::logic_error("fake stage has no MTP");
+  // A stand-in MTP block: row i's logits peak at token (3 * token_ids[i] + 1) mod kVocab, so
+  // drafts are deterministic; the normed output is zero. Counts its rows.
+  void forward_mtp(uint64_t, uint32_t, const std::vector<int32_t>& token_ids, const float*, std::vector<float>* logits,
+                   std::vector<float>* out_hidden) override {
+    if (!is_last()) throw std::logic_error("fake stage: MTP on a stage that is not the last");
+    logits->clear();
+    for (int32_t t : token_ids) {
+      const int32_t peak = (3 * t + 1) % static_cast<int32_t>(kVocab);
+      for (uint32_t v = 0; v < kVocab; ++v) logits->push_back(-std::fabs(static_cast<float>(static_cast<int32_t>(v) - peak)));
+    }
+    if (out_hidden != nullptr) out_hidden->assign(token_ids.size() * kEmbd, 0.0f);
+    mtp_rows_ += token_ids.size();
   }
+  size_t mtp_rows() const { return mtp_rows_; }
   void drop_sequence(uint64_t id) override {
     held_.erase(id);
     dropped_.push_back(id);
@@ -87,6 +99,7 @@ class FakeStage : public StageModel {
   std::vector<std::vector<float>> none_;
   std::vector<SeqCache> last_cache_;
   size_t last_digest_rows_ = 0;
+  size_t mtp_rows_ = 0;
   std::vector<uint64_t> dropped_;
 };
 

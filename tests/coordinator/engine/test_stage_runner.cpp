@@ -87,6 +87,58 @@ TEST(StageRunner, LastStageAsksTheModelForDigests) {
   }
 }
 
+// Speculating plans (issue 10): greedy sequences' verify rows are digested by the model too
+// (their verdict needs only each row's argmax) and give the same tokens, verdicts and drafts as
+// full logits digested on the host; a sampled (temperature > 0) speculating sequence keeps full
+// logits (its rejection rule needs p), so the model is asked for no digests.
+TEST(StageRunner, GreedySpeculationUsesTheModelsDigests) {
+  for (const float temperature : {0.0f, 0.7f}) {
+    auto host = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+    auto device = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+    device->digest_in_model = true;
+    FakeStage* dev = device.get();
+    StageRunner on_host(std::move(host), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+    StageRunner on_device(std::move(device), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+    SentSamplingMap sent_h, sent_d;
+    // Step 1: the prompt, two drafts wanted. Step 2: verify them (row = emitted token + drafts).
+    SeqRequest r = request(9, 0, {3, 4, 5}, 0.4);
+    r.sampling = SamplingRule{temperature, 0, 1.0f};
+    r.return_full_logits = false;
+    r.spec_k = 2;
+    r.spec_random_u = {0.25, 0.75};
+    std::vector<StepOutcome> host_out, dev_out;
+    for (uint32_t step = 1; step <= 2; ++step) {
+      const v1::StepPlan hp = encode_plan({r}, step, 1, &sent_h), dp = encode_plan({r}, step, 1, &sent_d);
+      const StageOutputMessage h = on_host.run(hp, {}, kNoTimings), d = on_device.run(dp, {}, kNoTimings);
+      host_out.push_back(decode_result(hp, h.env.step_result(), h.bulk));
+      dev_out.push_back(decode_result(dp, d.env.step_result(), d.bulk));
+      EXPECT_EQ(dev->last_digest_rows(), temperature > 0 ? 0u : r.logit_rows.size()) << "step " << step;
+      const StepOutcome& o = host_out.back();
+      ASSERT_EQ(o.spec.size(), 1u);
+      ASSERT_EQ(o.spec[0].drafts.size(), 2u);
+      const uint32_t next = r.start_pos + static_cast<uint32_t>(r.tokens.size()) - r.n_draft + o.spec[0].accepted;
+      r.start_pos = next;
+      r.tokens = {o.rows[o.spec[0].accepted].token, o.spec[0].drafts[0], o.spec[0].drafts[1]};
+      r.logit_rows = {0, 1, 2};
+      r.random_u = {0.1, 0.2, 0.3};
+      r.n_draft = 2;
+      r.spec_random_u = {0.5, 0.5, 0.25, 0.75};
+    }
+    EXPECT_GT(dev->mtp_rows(), 0u);
+    for (size_t step = 0; step < host_out.size(); ++step) {
+      const StepOutcome &a = host_out[step], &b = dev_out[step];
+      ASSERT_EQ(b.rows.size(), a.rows.size());
+      for (size_t i = 0; i < a.rows.size(); ++i) {
+        EXPECT_EQ(b.rows[i].token, a.rows[i].token) << "step " << step << " row " << i;
+        EXPECT_FLOAT_EQ(b.rows[i].token_logprob, a.rows[i].token_logprob) << "step " << step << " row " << i;
+      }
+      ASSERT_EQ(b.spec.size(), 1u);
+      EXPECT_EQ(b.spec[0].accepted, a.spec[0].accepted);
+      EXPECT_EQ(b.spec[0].drafts, a.spec[0].drafts);
+    }
+  }
+}
+
 // The scheduler's placement travels column-wise and reaches the model unchanged; releases are
 // applied before the step.
 TEST(StageRunner, PlacementAndReleasesReachTheModel) {

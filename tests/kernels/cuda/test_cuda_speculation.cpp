@@ -7,7 +7,9 @@
 // the single-token one; the same budget as CUDA vs CPU in test_cuda_model.cpp). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "common/gguf.h"
 #include "common/model_config.h"
@@ -40,9 +42,10 @@ Generated plain_decode(const std::vector<int32_t>& prompt) {
   return greedy_plain_decode(*m.stage, m.config.n_vocab, prompt, kGenerate);
 }
 
-Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle) {
+Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle,
+                      bool ask_digests = false) {
   LoadedModel m = load_cuda();
-  return greedy_spec_decode(*m.stage, m.config.n_embd, m.config.n_vocab, prompt, K, oracle, kGenerate);
+  return greedy_spec_decode(*m.stage, m.config.n_embd, m.config.n_vocab, prompt, K, oracle, kGenerate, ask_digests);
 }
 
 void expect_same(const Generated& want, const Generated& got, const std::string& what) {
@@ -66,6 +69,66 @@ TEST(CudaSpeculation, GreedyOutputEqualsPlainDecoding) {
     EXPECT_GT(oracle.accepted, 0u);
     EXPECT_LT(oracle.accepted, oracle.drafted);
   }
+}
+
+// Greedy verify rows digested on the device (the worker's path for temperature-0 sequences):
+// the verdicts come from the digests' argmax and must still give plain decoding's tokens.
+TEST(CudaSpeculation, GreedyOnDeviceDigestsEqualsPlainDecoding) {
+  DS_REQUIRE_GPU();
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const Generated want = plain_decode(prompt);
+  for (uint32_t K : {1u, 3u}) {
+    for (const bool oracle : {false, true}) {
+      const std::string what = std::string(oracle ? "oracle" : "MTP") + " drafts, K=" + std::to_string(K);
+      const Generated got = spec_decode(prompt, K, oracle ? &want.tokens : nullptr, true);
+      EXPECT_EQ(got.tokens, want.tokens) << what;
+      EXPECT_GT(got.digested_steps, 0u) << what << ": the device digest was never used";
+      if (oracle) {
+        EXPECT_GT(got.accepted, 0u) << what;
+      }
+    }
+  }
+}
+
+// forward_mtp_last (the drafting call) against forward_mtp's last row on the same rows: logits
+// within kLogitTol (the head runs on one row instead of n; the GEMV's per-row result may differ
+// in summation order), the same normed hidden, and a greedy digest whose token is that row's
+// argmax whenever the row's best two logits are further apart than the tolerance.
+TEST(CudaSpeculation, MtpLastRowMatchesForwardMtp) {
+  DS_REQUIRE_GPU();
+  LoadedModel m = load_cuda();
+  const size_t V = m.config.n_vocab, D = m.config.n_embd;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const auto n = static_cast<uint32_t>(prompt.size());
+  std::vector<float> hidden;
+  run_prompt(*m.stage, 1, prompt, all_rows(n), 0, &hidden);
+  std::vector<float> h(n * D, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::vector<float> all, all_hidden;
+  m.stage->forward_mtp(1, 0, prompt, h.data(), &all, &all_hidden);
+  const std::vector<float> want(all.end() - static_cast<std::ptrdiff_t>(V), all.end());
+  const std::vector<float> want_h(all_hidden.end() - static_cast<std::ptrdiff_t>(D), all_hidden.end());
+
+  LogitDigest digest;
+  std::vector<float> logits, last_h;
+  EXPECT_FALSE(m.stage->forward_mtp_last(1, 0, prompt, h.data(), nullptr, &digest, &logits, &last_h));
+  ASSERT_EQ(logits.size(), V);
+  ASSERT_EQ(last_h.size(), D);
+  float worst = 0, worst_h = 0;
+  for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(logits[v] - want[v]));
+  for (size_t d = 0; d < D; ++d) worst_h = std::max(worst_h, std::fabs(last_h[d] - want_h[d]));
+  EXPECT_LE(worst, kLogitTol);
+  EXPECT_LE(worst_h, kLogitTol);
+
+  const DigestRequest greedy{};
+  ASSERT_TRUE(m.stage->forward_mtp_last(1, 0, prompt, h.data(), &greedy, &digest, &logits, &last_h));
+  EXPECT_TRUE(logits.empty());
+  std::vector<float> sorted(want);
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  if (sorted[0] - sorted[1] > 2 * kLogitTol) {
+    EXPECT_EQ(digest.token, argmax(want.data(), V));
+  }
+  EXPECT_TRUE(std::isfinite(digest.token_logprob) && digest.token_logprob <= 0.0f);
 }
 
 }  // namespace
