@@ -1,0 +1,73 @@
+#!/bin/bash
+# Issue 13 on a 2-GPU machine (kind nvidia-h200-x2): the synthetic 9B and 27B on 1 GPU vs split over 2
+# worker processes, one per GPU — prefill at 2K/8K/18K and batch-1 decode (deltaserve-bench --workers),
+# decode throughput at 32 and 64 streams through `deltaserve serve`, and a kill -9 of one worker under
+# load (time until it serves again, requests lost). Results go to OUT_DIR/summary.txt as they come,
+# so a run cut short still returns what it measured.
+#   tools/device_2gpu.sh BUNDLE_DIR OUT_DIR [MODELS]     (MODELS default "9b 27b")
+set -u
+B=$1 O=$2 MODELS=${3:-9b 27b}
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$O"
+S=$O/summary.txt
+note() { echo "$*" | tee -a "$S"; }
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee -a "$S"
+date -u | tee -a "$S"
+
+wait_listening() { for _ in $(seq 900); do grep -q "listening on" "$1" && return 0; sleep 0.2; done; return 1; }
+
+http_run() {  # $1 = model, $2 = workers, $3 = devices, $4 = tag
+  local log="$O/serve_$4.log"
+  "$B/bin/deltaserve" serve --model "$1" --backend cuda --workers "$2" --devices "$3" --port 18090 --max-seqs 64 \
+    > "$log" 2>&1 &
+  local pid=$!
+  if wait_listening "$log"; then
+    timeout 60 "$B/bin/deltaserve-bench-http" --port 18090 --concurrency 32,64 --requests 64 --prompt-tokens 128 \
+      --max-tokens 128 > "$O/http_$4.log" 2>&1
+    note "http $4: $(grep -E '^\| (32|64) ' "$O/http_$4.log" | awk -F'|' '{printf "c=%s %s tok/s failed %s; ", $2, $7, $4}')"
+  else
+    note "http $4: server did not start"
+  fi
+  kill -TERM $pid; wait $pid
+}
+
+kill_under_load() {  # $1 = model: 2 workers on 2 GPUs, 16 streams, worker rank 1 SIGKILLed after 3 s
+  local log="$O/serve_kill.log"
+  "$B/bin/deltaserve" serve --model "$1" --backend cuda --workers 2 --devices 0,1 --port 18091 --max-seqs 32 \
+    > "$log" 2>&1 &
+  local pid=$!
+  wait_listening "$log" || { note "kill: server did not start"; kill -TERM $pid; wait $pid; return; }
+  timeout 90 "$B/bin/deltaserve-bench-http" --port 18091 --concurrency 16 --requests 32 --prompt-tokens 256 \
+    --max-tokens 256 > "$O/http_kill.log" 2>&1 &
+  local bench=$!
+  sleep 3
+  local wpid
+  wpid=$(grep -oE "started worker rank 1 pid [0-9]+" "$log" | tail -1 | awk '{print $NF}')
+  local t0
+  t0=$(date +%s.%N)
+  kill -9 "$wpid"
+  local before
+  before=$(grep -c "\[worker 1\] layers" "$log")
+  for _ in $(seq 600); do [ "$(grep -c "\[worker 1\] layers" "$log")" -gt "$before" ] && break; sleep 0.1; done
+  local t1
+  t1=$(date +%s.%N)
+  wait $bench
+  note "kill -9 worker rank 1 (pid $wpid) under 16 streams: serving again after $(python3 -c "print(round($t1 - $t0, 2))") s;" \
+    "$(grep -E '^\| 16 ' "$O/http_kill.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}')"
+  grep -E "\[supervisor\]|\[worker 0\].*ready|rank 1" "$log" | tail -6 >> "$S"
+  kill -TERM $pid; wait $pid
+}
+
+for m in $MODELS; do
+  F=/tmp/$m.gguf
+  timeout 60 "$B/bin/deltaserve-synth" --shape "$m" --out "$F" > "$O/synth_$m.log" 2>&1 || { note "synth $m failed"; continue; }
+  for w in "1 0" "2 0,1"; do
+    set -- $w
+    timeout 120 "$B/bin/deltaserve-bench" -m "$F" --backend cuda --workers "$1" --devices "$2" -p 2048,8192,18432 \
+      -b 2048 -n 64 -r 1 > "$O/bench_${m}_w$1.log" 2>&1
+    note "bench $m workers=$1 devices=$2 rc=$?"
+    tail -3 "$O/bench_${m}_w$1.log" | tee -a "$S"
+  done
+  [ "$m" = 9b ] && { http_run "$F" 1 0 "${m}_1gpu"; http_run "$F" 2 0,1 "${m}_2gpu"; kill_under_load "$F"; }
+  rm -f "$F"
+done
