@@ -105,11 +105,13 @@ bool ggml_type_traits(uint32_t type_id, GgmlTypeTraits* out) {
 }
 
 const char* ggml_type_name(GgmlType type) {
+  if (type == GgmlType::Q8_0_SPLIT) return "Q8_0_SPLIT";
   GgmlTypeTraits t;
   return ggml_type_traits(static_cast<uint32_t>(type), &t) ? t.name : "unknown";
 }
 
 size_t ggml_row_bytes(GgmlType type, uint64_t ne0) {
+  if (type == GgmlType::Q8_0_SPLIT) type = GgmlType::Q8_0;  // same bytes, other order
   GgmlTypeTraits t;
   if (!ggml_type_traits(static_cast<uint32_t>(type), &t)) {
     throw FormatError("unknown ggml type id " + std::to_string(static_cast<uint32_t>(type)));

@@ -29,6 +29,10 @@ enum class GgmlType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  // Not a GGUF type (never accepted from a file; ggml_type_traits does not know it): the CUDA
+  // backend's device layout of a Q8_0 matrix with each row's quants first and its fp16 scales
+  // after them (common/q8_split.h). Same bytes per row as Q8_0.
+  Q8_0_SPLIT = 0x10008,
 };
 
 struct GgmlTypeTraits {

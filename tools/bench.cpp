@@ -72,6 +72,7 @@ struct Options {
   bool fused_ops = true;      // --no-fused-ops: residual add + RMSNorm, conv + L2 as separate launches
   bool stacked = true;        // --no-stacked-weights: alpha/beta, qkv/gate, gate/up as separate GEMVs
   bool small_batch_mma = true;  // --no-small-batch-mma: 2..64-token products on the f32 GEMV / prefill paths
+  bool q8_split = true;         // --q8-gguf-order: Q8_0 weights on the device in GGUF order (no split rows)
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -84,7 +85,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -172,6 +173,8 @@ Options parse(int argc, char** argv) {
       o.stacked = false;
     } else if (a == "--no-small-batch-mma") {
       o.small_batch_mma = false;
+    } else if (a == "--q8-gguf-order") {
+      o.q8_split = false;
     } else {
       args.unknown();
     }
@@ -253,6 +256,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.fused_decode_ops = o.fused_ops;
   c.stacked_weights = o.stacked;
   c.small_batch_mma = o.small_batch_mma;
+  c.q8_split = o.q8_split;
   return c;
 }
 #endif

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "common/q8_split.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_prefill.h"
@@ -124,7 +125,8 @@ class CudaBackend final : public Backend {
         prefill_fusions_(options.prefill_fusions),
         small_batch_mma_(options.small_batch_mma),
         mma_min_(options.small_batch_mma_min),
-        mma_max_(options.small_batch_mma_max) {
+        mma_max_(options.small_batch_mma_max),
+        q8_split_(options.q8_split) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -261,6 +263,8 @@ class CudaBackend final : public Backend {
   // Several backends (pipeline stages, devices) may share a host thread: make ours current.
   void on_device() const { DS_CUDA_CHECK(cudaSetDevice(device_)); }
   const void* device_copy(const void* host, size_t bytes);
+  bool splits(const GgufTensor& t) const;
+  void upload_split(const GgufTensor& t, uint8_t* dev);
   const void* bf16_weights(const WeightView& w);
   cuda::TcGemmOptions tc_options(const WeightView& w, size_t n);
 
@@ -276,6 +280,7 @@ class CudaBackend final : public Backend {
   bool prefill_fusions_;             // swiglu_matmul and l2_norm_heads fused (else the default ops)
   bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
   size_t mma_min_, mma_max_;
+  bool q8_split_;                    // eligible Q8_0 matrices uploaded in the split-rows layout
   DeviceScratch digest_scratch_, digest_rows_;
   PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
@@ -329,13 +334,46 @@ const void* CudaBackend::device_copy(const void* host, size_t bytes) {
   return dev;
 }
 
+bool CudaBackend::splits(const GgufTensor& t) const {
+  return q8_split_ && t.type == GgmlType::Q8_0 && q8_split_eligible(t.ne[0], t.row_bytes());
+}
+
+// Rows are reordered on the host in slices of about 64 MB (a 1 GB LM head needs no 1 GB buffer).
+void CudaBackend::upload_split(const GgufTensor& t, uint8_t* dev) {
+  const size_t row_bytes = t.row_bytes(), rows = t.n_rows();
+  const size_t rows_per_slice = std::max<size_t>(1, (size_t{64} << 20) / row_bytes);
+  std::vector<uint8_t> staging(std::min(rows, rows_per_slice) * row_bytes);
+  for (size_t r0 = 0; r0 < rows; r0 += rows_per_slice) {
+    const size_t n = std::min(rows_per_slice, rows - r0);
+    q8_split_rows(static_cast<const uint8_t*>(t.data) + r0 * row_bytes, n, t.ne[0], staging.data());
+    DS_CUDA_CHECK(cudaMemcpy(dev + r0 * row_bytes, staging.data(), n * row_bytes, cudaMemcpyHostToDevice));
+  }
+}
+
+// Split uploads are keyed by the tensor's last byte, so a GGUF-order copy of the same bytes (keyed
+// by the first) can never be handed out as split or the other way round.
 WeightView CudaBackend::weight(const GgufTensor& t) {
   WeightView w;
-  w.type = t.type;
-  w.data = device_copy(t.data, t.nbytes);
   w.cols = t.ne[0];
   w.rows = t.n_rows();
   w.row_bytes = t.row_bytes();
+  if (!splits(t)) {
+    w.type = t.type;
+    w.data = device_copy(t.data, t.nbytes);
+    return w;
+  }
+  w.type = GgmlType::Q8_0_SPLIT;
+  const void* key = static_cast<const uint8_t*>(t.data) + t.nbytes - 1;
+  if (auto it = uploads_.find(key); it != uploads_.end()) {
+    w.data = it->second;
+    return w;
+  }
+  on_device();
+  void* dev = nullptr;
+  DS_CUDA_CHECK(cudaMalloc(&dev, t.nbytes));
+  uploads_.emplace(key, dev);
+  upload_split(t, static_cast<uint8_t*>(dev));
+  w.data = dev;
   return w;
 }
 
@@ -354,14 +392,20 @@ WeightView CudaBackend::weight_stack(const GgufTensor* const* parts, size_t n_pa
   void* dev = nullptr;
   DS_CUDA_CHECK(cudaMalloc(&dev, bytes == 0 ? 1 : bytes));
   uploads_.emplace(dev, dev);  // keyed by itself: freed with the other uploads
+  // Every part has the same width and type, so either all are split or none.
+  const bool split = splits(*parts[0]);
   size_t offset = 0;
   for (size_t i = 0; i < n_parts; ++i) {
-    DS_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + offset, parts[i]->data, parts[i]->nbytes,
-                             cudaMemcpyHostToDevice));
+    if (split) {
+      upload_split(*parts[i], static_cast<uint8_t*>(dev) + offset);
+    } else {
+      DS_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + offset, parts[i]->data, parts[i]->nbytes,
+                               cudaMemcpyHostToDevice));
+    }
     offset += parts[i]->nbytes;
   }
   WeightView w;
-  w.type = parts[0]->type;
+  w.type = split ? GgmlType::Q8_0_SPLIT : parts[0]->type;
   w.data = dev;
   w.cols = parts[0]->ne[0];
   w.rows = rows;
@@ -402,8 +446,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma = small_batch_mma_;
   tc.small_batch_mma_min = mma_min_;
   tc.small_batch_mma_max = mma_max_;
-  if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && w.type == GgmlType::Q8_0 &&
-      w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
+  if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q8_0_SPLIT) && w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
     tc.bf16_weights = bf16_weights(w);
   }
   return tc;

@@ -54,6 +54,11 @@ struct CudaBackendOptions {
   // (docs/PERFORMANCE.md, "Small-batch tensor-core GEMV").
   bool small_batch_mma = true;
   size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
+  // Q8_0 matrices whose width is a multiple of 512 are uploaded in the split-rows layout
+  // (common/q8_split.h: each row's quants, then its scales; same bytes) so the decode GEMV reads
+  // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads
+  // both layouts with identical weights. false: GGUF order everywhere.
+  bool q8_split = true;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});
 

@@ -17,7 +17,9 @@ __global__ void embed_kernel(const uint8_t* table, size_t rows, size_t cols, siz
     float* o = out + t * cols;
     const bool valid = id >= 0 && static_cast<size_t>(id) < rows;
     const uint8_t* row = table + static_cast<size_t>(valid ? id : 0) * row_bytes;
-    for (size_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = valid ? detail::WeightRow<T>::one(row, c) : NAN;
+    for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      o[c] = valid ? detail::WeightRow<T>::one(row, c, cols) : NAN;
+    }
   }
 }
 
@@ -49,7 +51,7 @@ cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t 
       table.row_bytes % detail::weight_alignment(table.type) != 0) {
     return cudaErrorMisalignedAddress;
   }
-  if (table.type == GgmlType::Q8_0 && table.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
+  if (detail::is_q8_0(table.type) && table.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
   if (table.row_bytes < ggml_row_bytes(table.type, table.cols)) return cudaErrorInvalidValue;
   const auto* data = static_cast<const uint8_t*>(table.data);
   const unsigned grid = row_grid(n_ids);
@@ -66,10 +68,15 @@ cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t 
       embed_kernel<GgmlType::BF16><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
                                                                   ids, n_ids, out);
       break;
-    default:
+    case GgmlType::Q8_0:
       embed_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
                                                                   ids, n_ids, out);
       break;
+    case GgmlType::Q8_0_SPLIT:  // the tied LM head may be stored split
+      embed_kernel<GgmlType::Q8_0_SPLIT><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols,
+                                                                        table.row_bytes, ids, n_ids, out);
+      break;
+    default: return cudaErrorNotSupported;
   }
   return detail::launch_status();
 }

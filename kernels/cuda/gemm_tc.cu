@@ -200,8 +200,19 @@ void* stream_workspace(size_t bytes, cudaStream_t stream, cudaError_t* err) {
   return ws.ptr;
 }
 
+namespace {
+
+// The weights the per-call dequantization reads: Q8_0 in GGUF order, or split rows, which it loads
+// 16 bytes at a time (launch_dequant_split; the workspace it writes is aligned).
+bool tc_weights_ok(const cpu::WeightView& w) {
+  if (w.type == GgmlType::Q8_0) return true;
+  return w.type == GgmlType::Q8_0_SPLIT && aligned_to(w.data, 16) && w.row_bytes % 16 == 0;
+}
+
+}  // namespace
+
 bool gemm_q8_tc_applies(const cpu::WeightView& w, size_t n_tokens) {
-  return w.type == GgmlType::Q8_0 && n_tokens >= kTcMinTokens && w.cols % kBK == 0 && w.cols <= (size_t{1} << 30) &&
+  return tc_weights_ok(w) && n_tokens >= kTcMinTokens && w.cols % kBK == 0 && w.cols <= (size_t{1} << 30) &&
          n_tokens <= (size_t{1} << 30);
 }
 
@@ -227,9 +238,11 @@ cudaError_t gemm_bf16(TcGemmKernel kernel, const __nv_bfloat16* a, const __nv_bf
 }
 
 // v2 (dequant_q8.cu) for the whole groups of 32 blocks when the rows are packed and aligned, v1
-// for the rest (and everything when v2 is off or does not apply). Bit-identical outputs.
-void launch_dequant(const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
+// for the rest (and everything when v2 is off or does not apply). Split rows (16-byte aligned, the
+// callers check) have their own kernel whatever v2 says. Bit-identical outputs.
+void launch_dequant(GgmlType type, const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
                     cudaStream_t stream, bool v2) {
+  if (type == GgmlType::Q8_0_SPLIT) return launch_dequant_split(wq, row_bytes, rows, K, out, stream);
   if (v2 && dequant_v2_applies(wq, row_bytes, K, out)) {
     const size_t done = launch_dequant_v2(wq, rows, K, out, stream);
     const size_t left = rows * (K / kQ8Block) - done;
@@ -254,6 +267,7 @@ struct Activations {
 
 cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, size_t n, float* y, size_t ys,
                             const TcGemmOptions& tc, cudaStream_t stream) {
+  if (!tc_weights_ok(w)) return cudaErrorNotSupported;  // never misread another layout
   const size_t K = w.cols;
   const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
   // A persistent copy is one slab; otherwise the weights are dequantized in row chunks.
@@ -277,7 +291,9 @@ cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, si
   for (size_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
     const size_t rows = std::min(chunk_rows, w.rows - r0);
     const __nv_bfloat16* a = persistent != nullptr ? persistent + r0 * K : wb;
-    if (persistent == nullptr) launch_dequant(wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, tc.dequant_v2);
+    if (persistent == nullptr) {
+      launch_dequant(w.type, wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, tc.dequant_v2);
+    }
     if ((e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream)) != cudaSuccess) return e;
   }
   return cudaGetLastError();
@@ -300,13 +316,15 @@ cudaError_t swiglu_gemm_q8_tc(const cpu::WeightView& w, const float* gate, const
 namespace ds::cuda {
 
 cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream, bool v2) {
-  if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;
+  if (!detail::is_q8_0(w.type)) return cudaErrorNotSupported;
+  const size_t align = detail::weight_alignment(w.type);  // 2, or 16 for split rows
   if (w.data == nullptr || out == nullptr || w.cols % detail::kQ8Block != 0 || !detail::aligned_to(out, 16) ||
-      !detail::aligned_to(w.data, 2) || w.row_bytes % 2 != 0 || w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
+      !detail::aligned_to(w.data, align) || w.row_bytes % align != 0 ||
+      w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
     return cudaErrorInvalidValue;
   }
   if (w.rows == 0) return cudaSuccess;
-  detail::launch_dequant(static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols,
+  detail::launch_dequant(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, w.cols,
                          static_cast<__nv_bfloat16*>(out), stream, v2);
   return cudaGetLastError();
 }

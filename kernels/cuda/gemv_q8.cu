@@ -240,6 +240,7 @@ bool gemv_q8_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t
 
 cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
                             size_t ys, cudaStream_t stream) {
+  if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;  // GGUF block order only (split rows: gemv_q8_split)
   switch (variant) {
     case 0: return launch_tokens<8, 1, 2>(w, x, xs, n, y, ys, stream);
     case 1: return launch_tokens<8, 2, 1>(w, x, xs, n, y, ys, stream);

@@ -9,6 +9,10 @@
 // blocks (ksplit) so that at least two blocks per SM stream weights; the splits' partial sums
 // are added in split order by a second kernel.
 //
+// Split rows (GgmlType::Q8_0_SPLIT, common/q8_split.h) fill the same 272-byte slot as [256 quants]
+// [8 fp16 scales] (the scales of a chunk are one 16-byte piece at row + cols + 16 c); only where
+// the warps read a block's quants and scale differs, so both layouts give the same bits.
+//
 // The activations are prepared once per call (prep kernel) as bf16 B fragments of the mma,
 // three terms each, in the order the lanes read them: one 48-byte record per (Q8_0 block, 8-token
 // tile, lane), read with three 16-byte loads (served by L1 for the block's other warps).
@@ -30,6 +34,8 @@ constexpr int kTileRows = 16, kBlockRows = kWarps * kTileRows;  // 128
 constexpr int kChunkBlocks = 8;                                 // Q8_0 blocks per chunk
 constexpr int kChunkBytes = kChunkBlocks * 34;                  // 272 = 17 x 16
 constexpr int kChunkPieces = kChunkBytes / 16;
+constexpr int kChunkCols = kChunkBlocks * 32;       // 256
+constexpr int kChunkQuantPieces = kChunkCols / 16;  // split rows: 16 quant pieces, then 1 scale piece
 constexpr int kStages = 2;
 constexpr int kStageBytes = kBlockRows * kChunkBytes;  // 34816
 constexpr int kSmemBytes = kStages * kStageBytes;      // 69632 (needs the opt-in above 48 KB)
@@ -107,15 +113,25 @@ __global__ void prep_x_kernel(const float* __restrict__ x, size_t xs, int n, int
 
 // Copies chunk c of the block's 128 rows into `stage` (rows past the matrix re-read the last row;
 // a short last chunk copies only the 16-byte pieces it covers, which stay inside row_bytes).
+// kSplit: the chunk's quants and its scale piece (split matrices have whole chunks only, check()).
+template <bool kSplit>
 __device__ __forceinline__ void load_chunk(const uint8_t* w, int rows, size_t row_bytes, int nb, int r0, int c,
                                            uint8_t* stage) {
   const int blocks = min(kChunkBlocks, nb - c * kChunkBlocks);
-  const int pieces = (blocks * 34 + 15) / 16;
+  const int pieces = kSplit ? kChunkPieces : (blocks * 34 + 15) / 16;
   for (int i = threadIdx.x; i < kBlockRows * kChunkPieces; i += kThreads) {
     const int rr = i / kChunkPieces, p = i % kChunkPieces;
     if (p >= pieces) continue;
     const int r = min(r0 + rr, rows - 1);
-    cp_async16(stage + rr * kChunkBytes + p * 16, w + size_t(r) * row_bytes + size_t(c) * kChunkBytes + p * 16);
+    const uint8_t* row = w + size_t(r) * row_bytes;
+    const uint8_t* src = nullptr;
+    if constexpr (kSplit) {
+      const size_t cols = size_t(nb) * kQ8Block;
+      src = p < kChunkQuantPieces ? row + size_t(c) * kChunkCols + p * 16 : row + cols + size_t(c) * 16;
+    } else {
+      src = row + size_t(c) * kChunkBytes + p * 16;
+    }
+    cp_async16(stage + rr * kChunkBytes + p * 16, src);
   }
 }
 
@@ -125,16 +141,21 @@ struct BlockA {
   float d_top, d_bot;  // rows g and g + 8
 };
 
+// Within a row's slot, block b's scale is at d_off and its quants at q_off: GGUF order [d][32 q]
+// blocks of 34 bytes; split rows [256 q][8 d].
+template <bool kSplit>
 __device__ __forceinline__ BlockA load_block_a(const uint8_t* stage, int b) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t4 = lane % 4;
-  const uint8_t* top = stage + (warp * kTileRows + g) * kChunkBytes + b * 34;  // row g
-  const uint8_t* bot = top + 8 * kChunkBytes;                                  // row g + 8
+  const int d_off = kSplit ? kChunkCols + 2 * b : 34 * b;
+  const int q_off = kSplit ? 32 * b : 34 * b + 2;
+  const uint8_t* top = stage + (warp * kTileRows + g) * kChunkBytes;  // row g
+  const uint8_t* bot = top + 8 * kChunkBytes;                         // row g + 8
   BlockA m;
-  m.d_top = __half2float(*reinterpret_cast<const __half*>(top));
-  m.d_bot = __half2float(*reinterpret_cast<const __half*>(bot));
+  m.d_top = __half2float(*reinterpret_cast<const __half*>(top + d_off));
+  m.d_bot = __half2float(*reinterpret_cast<const __half*>(bot + d_off));
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
-    const int k = 2 + 16 * s + 2 * t4;
+    const int k = q_off + 16 * s + 2 * t4;
     m.a[s][0] = q8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(top + k));
     m.a[s][1] = q8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(bot + k));
     m.a[s][2] = q8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(top + k + 8));
@@ -179,7 +200,7 @@ __device__ __forceinline__ void load_records(const uint4* __restrict__ xf, size_
 // kPrefetch (variant 1): the next block's activation records are loaded before this block's mma,
 // so their L2 round trip overlaps the arithmetic (v0: loaded where used; the H200 run of
 // 2026-11-29 found v0 latency-bound, ~1 us per Q8_0 block per thread block). Same bits.
-template <int NT8, bool kPrefetch>
+template <int NT8, bool kPrefetch, bool kSplit>
 __device__ __forceinline__ void mma_chunk(const uint8_t* stage, int nb, int c, const uint4* __restrict__ xf, int ntiles,
                                           float (&acc)[NT8][4]) {
   const int blocks = min(kChunkBlocks, nb - c * kChunkBlocks);
@@ -189,7 +210,7 @@ __device__ __forceinline__ void mma_chunk(const uint8_t* stage, int nb, int c, c
     load_records<NT8>(xf, kb0, ntiles, cur);
     for (int b = 0; b < blocks; ++b) {
       if (b + 1 < blocks) load_records<NT8>(xf, kb0 + b + 1, ntiles, next);
-      const BlockA m = load_block_a(stage, b);
+      const BlockA m = load_block_a<kSplit>(stage, b);
 #pragma unroll
       for (int nt = 0; nt < NT8; ++nt) {
         if (nt < ntiles) block_tile(m, cur[nt][0], cur[nt][1], cur[nt][2], acc[nt]);
@@ -203,7 +224,7 @@ __device__ __forceinline__ void mma_chunk(const uint8_t* stage, int nb, int c, c
   } else {
 #pragma unroll 2  // lets the next block's activation loads overlap this block's mma
     for (int b = 0; b < blocks; ++b) {
-      const BlockA m = load_block_a(stage, b);
+      const BlockA m = load_block_a<kSplit>(stage, b);
       const size_t kb = kb0 + b;
 #pragma unroll
       for (int nt = 0; nt < NT8; ++nt) {
@@ -216,7 +237,7 @@ __device__ __forceinline__ void mma_chunk(const uint8_t* stage, int nb, int c, c
 }
 
 // out[t * os + r] = this block's sums (out = y when ksplit == 1, else partial row blockIdx.y).
-template <int NT8, bool kPrefetch>
+template <int NT8, bool kPrefetch, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     gemv_mma_kernel(const uint8_t* __restrict__ w, int rows, size_t row_bytes, int nb, int chunks_per_split,
                     const uint4* __restrict__ xf, int n, int ntiles, float* __restrict__ out, size_t os,
@@ -230,16 +251,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nt = 0; nt < NT8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 
-  load_chunk(w, rows, row_bytes, nb, r0, c_begin, smem);
+  load_chunk<kSplit>(w, rows, row_bytes, nb, r0, c_begin, smem);
   cp_async_commit();
-  if (c_begin + 1 < c_end) load_chunk(w, rows, row_bytes, nb, r0, c_begin + 1, smem + kStageBytes);
+  if (c_begin + 1 < c_end) load_chunk<kSplit>(w, rows, row_bytes, nb, r0, c_begin + 1, smem + kStageBytes);
   cp_async_commit();
   for (int c = c_begin, s = 0; c < c_end; ++c, s ^= 1) {
     cp_async_wait_one();  // chunk c's group (groups complete in order; one is always younger)
     __syncthreads();
-    mma_chunk<NT8, kPrefetch>(smem + s * kStageBytes, nb, c, xf, ntiles, acc);
+    mma_chunk<NT8, kPrefetch, kSplit>(smem + s * kStageBytes, nb, c, xf, ntiles, acc);
     __syncthreads();  // everyone is done with stage s before it is refilled
-    if (c + 2 < c_end) load_chunk(w, rows, row_bytes, nb, r0, c + 2, smem + s * kStageBytes);
+    if (c + 2 < c_end) load_chunk<kSplit>(w, rows, row_bytes, nb, r0, c + 2, smem + s * kStageBytes);
     cp_async_commit();
   }
 
@@ -290,10 +311,10 @@ cudaError_t make_plan(const cpu::WeightView& w, size_t n, Plan* p) {
   return cudaSuccess;
 }
 
-template <int NT8, bool kPrefetch>
+template <int NT8, bool kPrefetch, bool kSplit>
 cudaError_t launch(const cpu::WeightView& w, const Plan& p, const uint4* xf, size_t n, float* out, size_t os,
                    size_t split_stride, cudaStream_t stream) {
-  const auto kernel = gemv_mma_kernel<NT8, kPrefetch>;
+  const auto kernel = gemv_mma_kernel<NT8, kPrefetch, kSplit>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
       e != cudaSuccess) {
     return e;
@@ -306,22 +327,31 @@ cudaError_t launch(const cpu::WeightView& w, const Plan& p, const uint4* xf, siz
 }
 
 // The prefetching variant holds two record sets in registers: only for <= 2 token tiles.
+template <bool kSplit>
+cudaError_t launch_layout(int variant, const cpu::WeightView& w, const Plan& p, const uint4* xf, size_t n, float* out,
+                          size_t os, size_t split_stride, cudaStream_t stream) {
+  if (variant == 1 && p.ntiles == 1) return launch<1, true, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+  if (variant == 1 && p.ntiles == 2) return launch<2, true, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+  if (p.ntiles == 1) return launch<1, false, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+  if (p.ntiles == 2) return launch<2, false, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+  if (p.ntiles <= 4) return launch<4, false, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+  return launch<8, false, kSplit>(w, p, xf, n, out, os, split_stride, stream);
+}
+
 cudaError_t launch_variant(int variant, const cpu::WeightView& w, const Plan& p, const uint4* xf, size_t n, float* out,
                            size_t os, size_t split_stride, cudaStream_t stream) {
-  if (variant == 1 && p.ntiles == 1) return launch<1, true>(w, p, xf, n, out, os, split_stride, stream);
-  if (variant == 1 && p.ntiles == 2) return launch<2, true>(w, p, xf, n, out, os, split_stride, stream);
-  if (p.ntiles == 1) return launch<1, false>(w, p, xf, n, out, os, split_stride, stream);
-  if (p.ntiles == 2) return launch<2, false>(w, p, xf, n, out, os, split_stride, stream);
-  if (p.ntiles <= 4) return launch<4, false>(w, p, xf, n, out, os, split_stride, stream);
-  return launch<8, false>(w, p, xf, n, out, os, split_stride, stream);
+  if (w.type == GgmlType::Q8_0_SPLIT) return launch_layout<true>(variant, w, p, xf, n, out, os, split_stride, stream);
+  return launch_layout<false>(variant, w, p, xf, n, out, os, split_stride, stream);
 }
 
 cudaError_t check(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys, size_t n) {
-  if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;
+  if (!is_q8_0(w.type)) return cudaErrorNotSupported;
   if (w.data == nullptr || x == nullptr || y == nullptr) return cudaErrorInvalidValue;
   if (!aligned_to(x, 4) || !aligned_to(y, 4)) return cudaErrorMisalignedAddress;
   if (!aligned_to(w.data, 16) || w.row_bytes % 16 != 0) return cudaErrorMisalignedAddress;
   if (w.cols % kQ8Block != 0 || w.row_bytes < w.cols / kQ8Block * kQ8BlockBytes) return cudaErrorInvalidValue;
+  // Split rows: whole chunks only (a short chunk's scales would be a partial 16-byte piece).
+  if (w.type == GgmlType::Q8_0_SPLIT && w.cols % kChunkCols != 0) return cudaErrorInvalidValue;
   if (n > kMmaGemvMaxTokens || (n > 1 && (xs < w.cols || ys < w.rows))) return cudaErrorInvalidValue;
   if (w.rows > (size_t{1} << 30) || w.cols > (size_t{1} << 24)) return cudaErrorInvalidValue;
   return cudaSuccess;

@@ -14,8 +14,10 @@
 // every addition happens in the same order for any n, so a row's bits are the same whether the
 // token runs alone or with 63 others.
 //
-// Preconditions (else an error, never a launch): Q8_0 (cudaErrorNotSupported otherwise); w.data
-// 16-byte aligned and w.row_bytes % 16 == 0 (cudaErrorMisalignedAddress); cols % 32 == 0,
+// Q8_0 in GGUF order or in split rows (GgmlType::Q8_0_SPLIT, common/q8_split.h: same bits).
+// Preconditions (else an error, never a launch): Q8_0 or Q8_0_SPLIT (cudaErrorNotSupported
+// otherwise); w.data 16-byte aligned and w.row_bytes % 16 == 0 (cudaErrorMisalignedAddress);
+// split rows: cols % 256 == 0 (cudaErrorInvalidValue); cols % 32 == 0,
 // row_bytes >= cols / 32 * 34, n <= kMmaGemvMaxTokens, x_stride >= cols and y_stride >= rows when
 // n > 1 (cudaErrorInvalidValue); x, y 4-byte aligned. Uses the stream's grow-only workspace
 // (matmul_fast.h stream_workspace) for the split activations and the K-split partials.

@@ -1,5 +1,7 @@
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"
@@ -31,7 +33,7 @@ __global__ void gemv_kernel(const uint8_t* w, size_t rows, size_t cols, size_t r
   const size_t cols8 = cols / 8 * 8;
   for (size_t c = size_t{lane} * 8; c < cols8; c += 8 * kWarp) {
     float wv[8];
-    WeightRow<T>::eight(wr, c, wv);
+    WeightRow<T>::eight(wr, c, cols, wv);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < static_cast<int>(n_tokens)) {
@@ -42,7 +44,7 @@ __global__ void gemv_kernel(const uint8_t* w, size_t rows, size_t cols, size_t r
     }
   }
   for (size_t c = cols8 + lane; c < cols; c += kWarp) {  // tail of a row that is not a multiple of 8
-    const float wv = WeightRow<T>::one(wr, c);
+    const float wv = WeightRow<T>::one(wr, c, cols);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < static_cast<int>(n_tokens)) acc[t] += wv * x[t * xs + c];
@@ -68,11 +70,13 @@ template <GgmlType T>
 __device__ __forceinline__ void load_w_tile(const uint8_t* w, size_t rows, size_t cols, size_t row_bytes, size_t r,
                                             size_t c, float* wv) {
   if (r < rows && c + 8 <= cols) {
-    WeightRow<T>::eight(w + r * row_bytes, c, wv);
+    WeightRow<T>::eight(w + r * row_bytes, c, cols, wv);
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j) wv[j] = (r < rows && c + j < cols) ? WeightRow<T>::one(w + r * row_bytes, c + j) : 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    wv[j] = (r < rows && c + j < cols) ? WeightRow<T>::one(w + r * row_bytes, c + j, cols) : 0.0f;
+  }
 }
 
 template <GgmlType T>
@@ -149,7 +153,7 @@ cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n,
   if (!detail::aligned_to(x, 4) || !detail::aligned_to(y, 4)) return cudaErrorMisalignedAddress;
   const size_t align = detail::weight_alignment(w.type);
   if (!detail::aligned_to(w.data, align) || w.row_bytes % align != 0) return cudaErrorMisalignedAddress;
-  if (w.type == GgmlType::Q8_0 && w.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
+  if (detail::is_q8_0(w.type) && w.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
   if (w.row_bytes < ggml_row_bytes(w.type, w.cols)) return cudaErrorInvalidValue;
   if ((n > 1 && xs < w.cols) || (n > 1 && ys < w.rows)) return cudaErrorInvalidValue;
   if ((w.rows + kGemvWarps - 1) / kGemvWarps > detail::kMaxGridX || (n + kBN - 1) / kBN > 65535) {
@@ -165,11 +169,19 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
-  // Q8_0 fast paths (matmul_fast.h): small batches on the tensor-core GEMV (opt-in), bf16 tensor
-  // cores for prefill (opt-in), streaming GEMV for decode.
-  if (tc.small_batch_mma && n_tokens >= tc.small_batch_mma_min && n_tokens <= tc.small_batch_mma_max &&
+  // Q8_0 fast paths (matmul_fast.h): small batches on the tensor-core GEMV (opt-in; split rows
+  // from kGemvSplitBestTokens + 1 tokens, where it measured faster than two split-GEMV launches),
+  // the split-rows GEMV (the CUDA backend's default layout) for 1..8 tokens, bf16 tensor cores
+  // for prefill (opt-in), the GGUF-order streaming GEMV for decode.
+  const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
+                             ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)
+                             : tc.small_batch_mma_min;
+  if (tc.small_batch_mma && n_tokens >= mma_min && n_tokens <= tc.small_batch_mma_max &&
       detail::gemv_q8_mma_applies(w, x, x_stride, y, y_stride, n_tokens)) {
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
+  }
+  if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
+    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);
@@ -182,6 +194,9 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
     case GgmlType::F16: launch_typed<GgmlType::F16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
     case GgmlType::BF16: launch_typed<GgmlType::BF16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
     case GgmlType::Q8_0: launch_typed<GgmlType::Q8_0>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    case GgmlType::Q8_0_SPLIT:
+      launch_typed<GgmlType::Q8_0_SPLIT>(w, x, x_stride, n_tokens, y, y_stride, stream);
+      break;
     default: return cudaErrorNotSupported;
   }
   return detail::launch_status();

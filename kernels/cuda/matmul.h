@@ -80,6 +80,8 @@ inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, 
 // Writes W (Q8_0, device) as bf16 [rows][cols] to `out` (rows * cols * 2 bytes, 16-byte aligned):
 // each weight d * q rounded to nearest even, exactly what the tensor-core GEMM uses per call.
 // v2: the faster kernel where it applies (TcGemmOptions::dequant_v2); same bits either way.
+// Also takes Q8_0_SPLIT (16-byte aligned rows; its own kernel, v2 ignored): the same bits as the
+// matrix in GGUF order.
 cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream, bool v2 = true);
 
 // Creates the GEMM library's handle and the stream's fixed workspace now (call at start-up).

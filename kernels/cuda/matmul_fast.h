@@ -41,6 +41,25 @@ bool gemv_q8_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t
 cudaError_t gemv_q8(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                     cudaStream_t stream);
 
+// Q8_0 matrices in the split-rows device layout (GgmlType::Q8_0_SPLIT, common/q8_split.h):
+// 1..kGemvSplitMaxTokens tokens, coalesced 16-byte quant loads straight into registers
+// (gemv_q8_split.cu). Deterministic and batch-invariant (a token's bits do not depend on n).
+inline constexpr size_t kGemvSplitMaxTokens = 8;
+// Up to this many tokens one launch reads the weights once; cuda::matmul sends larger small
+// batches of split rows to the tensor-core kernel when that is on (faster at 8 on the H200).
+inline constexpr size_t kGemvSplitBestTokens = 4;
+bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
+cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                          cudaStream_t stream);
+// Variants: 0 (default) the int8x3 dot product for tall matrices and the float one for short
+// ones (gemv_q8_split.cu explains both); 1 int8x3 always; 2 float always. Each is batch-invariant;
+// int8x3 and float results differ in rounding (both within the bounds in test_cuda_gemv_split.cpp).
+inline constexpr int kGemvSplitVariants = 3, kGemvSplitDefaultVariant = 0;
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                  float* y, size_t ys, cudaStream_t stream);
+// Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
+bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
+
 // Launch shapes of the GEMV kernel (kernel lab, tests): 0: 8 warps, 1 quad in flight per warp,
 // 2 blocks/SM; 1: 8 warps, 2 quads, 1 block/SM; 2: 4 warps, 1 quad, 4 blocks/SM; 3: 4 warps,
 // 2 quads, 2 blocks/SM; 4: 16 warps, 1 quad, 1 block/SM (80-96 KB of dynamic shared memory;

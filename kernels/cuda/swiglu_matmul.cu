@@ -5,6 +5,7 @@
 #include "common/ggml_types.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda {
 
@@ -14,8 +15,9 @@ cudaError_t swiglu_matmul(const WeightView& w, const float* gate, const float* u
                           size_t y_stride, const TcGemmOptions& tc, cudaStream_t stream) {
   if (!swiglu_matmul_applies(w, n_tokens)) return cudaErrorNotSupported;
   if (w.data == nullptr || gate == nullptr || up == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  const size_t align = detail::weight_alignment(w.type);  // 2, or 16 for split rows
   if (!detail::aligned_to(gate, 4) || !detail::aligned_to(up, 4) || !detail::aligned_to(y, 4) ||
-      !detail::aligned_to(w.data, 2) || w.row_bytes % 2 != 0) {
+      !detail::aligned_to(w.data, align) || w.row_bytes % align != 0) {
     return cudaErrorMisalignedAddress;
   }
   if (w.row_bytes < ggml_row_bytes(w.type, w.cols) || y_stride < w.rows) return cudaErrorInvalidValue;

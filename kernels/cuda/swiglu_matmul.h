@@ -14,8 +14,8 @@
 
 namespace ds::cuda {
 
-// Whether swiglu_matmul takes this product: a Q8_0 matrix and a step the bf16 tensor-core GEMM
-// runs (n_tokens >= kTcMinTokens). Otherwise run swiglu, then matmul.
+// Whether swiglu_matmul takes this product: a Q8_0 matrix (GGUF order or split rows) and a step
+// the bf16 tensor-core GEMM runs (n_tokens >= kTcMinTokens). Otherwise run swiglu, then matmul.
 bool swiglu_matmul_applies(const WeightView& w, size_t n_tokens);
 
 // gate, up: [n_tokens][w.cols] f32, rows contiguous; y: [n_tokens][y_stride >= w.rows].

@@ -1,6 +1,8 @@
-// Internal: reading GGUF weight rows on the device (Q8_0 / F16 / BF16 / F32), dequantized to f32
-// exactly as kernels/cpu/matmul.cpp does (the products d * q and the half/bf16 widenings are
-// exact, so both sides see bit-identical weights). Row r of a matrix starts at data + r*row_bytes.
+// Internal: reading GGUF weight rows on the device (Q8_0 / F16 / BF16 / F32, and Q8_0 in the
+// split device layout, common/q8_split.h), dequantized to f32 exactly as kernels/cpu/matmul.cpp
+// does (the products d * q and the half/bf16 widenings are exact, so both sides see bit-identical
+// weights). Row r of a matrix starts at data + r*row_bytes; every reader also gets the row's
+// column count `cols` (the split layout's scales start at row + cols; the others ignore it).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -26,9 +28,11 @@ struct WeightRow;
 
 template <>
 struct WeightRow<GgmlType::F32> {
-  __device__ static float one(const uint8_t* row, size_t c) { return reinterpret_cast<const float*>(row)[c]; }
+  __device__ static float one(const uint8_t* row, size_t c, size_t /*cols*/) {
+    return reinterpret_cast<const float*>(row)[c];
+  }
   // Eight consecutive weights from column c (c % 8 == 0, c + 8 <= cols).
-  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+  __device__ static void eight(const uint8_t* row, size_t c, size_t /*cols*/, float* out) {
     const float* p = reinterpret_cast<const float*>(row) + c;
     if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
       const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -50,8 +54,8 @@ struct WidenBF16 {
 
 template <class Widen>
 struct Half16Row {
-  __device__ static float one(const uint8_t* row, size_t c) { return Widen::f(load_u16(row + 2 * c)); }
-  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+  __device__ static float one(const uint8_t* row, size_t c, size_t /*cols*/) { return Widen::f(load_u16(row + 2 * c)); }
+  __device__ static void eight(const uint8_t* row, size_t c, size_t /*cols*/, float* out) {
     const uint8_t* p = row + 2 * c;
     if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
       const uint4 u = *reinterpret_cast<const uint4*>(p);
@@ -76,12 +80,12 @@ struct WeightRow<GgmlType::BF16> : Half16Row<WidenBF16> {};
 // Q8_0 blocks are 34 bytes, so only 2-byte alignment is guaranteed: read the quants as u16 pairs.
 template <>
 struct WeightRow<GgmlType::Q8_0> {
-  __device__ static float one(const uint8_t* row, size_t c) {
+  __device__ static float one(const uint8_t* row, size_t c, size_t /*cols*/) {
     const uint8_t* blk = row + (c / kQ8Block) * kQ8BlockBytes;
     const float d = half_bits_to_float(load_u16(blk));
     return d * static_cast<float>(static_cast<int8_t>(blk[2 + c % kQ8Block]));
   }
-  __device__ static void eight(const uint8_t* row, size_t c, float* out) {
+  __device__ static void eight(const uint8_t* row, size_t c, size_t /*cols*/, float* out) {
     const uint8_t* blk = row + (c / kQ8Block) * kQ8BlockBytes;
     const float d = half_bits_to_float(load_u16(blk));
     const uint8_t* q = blk + 2 + c % kQ8Block;
@@ -94,10 +98,37 @@ struct WeightRow<GgmlType::Q8_0> {
   }
 };
 
-// Host-side: the weight types the device kernels read, and the alignment their rows need.
+// Split rows (common/q8_split.h): quants q[0..cols) then fp16 scales d[0..cols/32). The same
+// products d * q as WeightRow<Q8_0>, so every kernel built on WeightRow gives identical bits for
+// either layout. Rows are 16-byte aligned (weight_alignment), so 8 quants are one 8-byte load.
+template <>
+struct WeightRow<GgmlType::Q8_0_SPLIT> {
+  __device__ static float one(const uint8_t* row, size_t c, size_t cols) {
+    const float d = half_bits_to_float(load_u16(row + cols + 2 * (c / kQ8Block)));
+    return d * static_cast<float>(static_cast<int8_t>(row[c]));
+  }
+  __device__ static void eight(const uint8_t* row, size_t c, size_t cols, float* out) {
+    const float d = half_bits_to_float(load_u16(row + cols + 2 * (c / kQ8Block)));
+    const uint2 u = *reinterpret_cast<const uint2*>(row + c);
+    const uint32_t w[2] = {u.x, u.y};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      out[j] = d * static_cast<float>(static_cast<int8_t>((w[j / 4] >> (8 * (j % 4))) & 0xFFu));
+    }
+  }
+};
+
+// Host-side: either Q8_0 layout (both need cols % 32 == 0).
+inline bool is_q8_0(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q8_0_SPLIT; }
+
+// Host-side: the weight types the device kernels read, and the alignment their rows need (split
+// rows: 16 bytes, for the vector loads of their quants; the backend's allocations give 256).
 inline bool weight_type_supported(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || is_q8_0(t);
 }
-inline size_t weight_alignment(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
+inline size_t weight_alignment(GgmlType t) {
+  if (t == GgmlType::Q8_0_SPLIT) return 16;
+  return t == GgmlType::F32 ? 4 : 2;
+}
 
 }  // namespace ds::cuda::detail

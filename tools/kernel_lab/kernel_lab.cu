@@ -4,6 +4,7 @@
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
 //   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN prep v2/v3 and dequant v1/v2: prefill_ops.cu)
 //   deltaserve-kernel-lab [--reps N] --gemv-mma       (only the small-batch tensor-core GEMV vs today's paths)
+//   deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order paths)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cuda/activation.h"
@@ -102,8 +104,9 @@ struct Q8Matrix {
     fill_q8<<<1024, 256>>>(base, n_copies * rows * cols / 32, 7);
   }
   ~Q8Matrix() { cudaFree(base); }
-  ds::cuda::WeightView view(int i) const {
-    return {ds::GgmlType::Q8_0, base + (static_cast<size_t>(i) % n_copies) * bytes, rows, cols, row_bytes};
+  // type Q8_0_SPLIT reads the same random bytes as split rows (timing only; values don't matter).
+  ds::cuda::WeightView view(int i, ds::GgmlType type = ds::GgmlType::Q8_0) const {
+    return {type, base + (static_cast<size_t>(i) % n_copies) * bytes, rows, cols, row_bytes};
   }
 };
 
@@ -212,6 +215,92 @@ void gemv_mma(int reps) {
   }
 }
 
+// ---- Split-rows Q8_0 GEMV (kernels/cuda/gemv_q8_split.cu) against the GGUF-order decode paths
+// (cuda::matmul on a GGUF-order view: f32 GEMV <= 8 tokens, the tensor-core kernel at 8) at the 9B
+// decode-step shapes: the int8x3 dot (variant 1), the float dot (variant 2), and which one the
+// default (variant 0) picks for the shape. The step line sums one 9B decode step. ----
+void gemv_split(int reps) {
+  struct StepShape {
+    const char* name;
+    size_t rows, cols, per_step;
+  };
+  const StepShape shapes[] = {{"gate+up 24576x4096", 24576, 4096, 32}, {"ffn_down 4096x12288", 4096, 12288, 32},
+                              {"qkv+z 12288x4096", 12288, 4096, 24},   {"attn_q 8192x4096", 8192, 4096, 8},
+                              {"gdn_out/o 4096x4096", 4096, 4096, 32}, {"attn_k/v 1024x4096", 1024, 4096, 16},
+                              {"alpha+beta 64x4096", 64, 4096, 24},    {"lm_head 248320x4096", 248320, 4096, 1}};
+  const size_t ns[] = {1, 2, 3, 4, 8};
+  double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {};
+  std::vector<std::unique_ptr<Q8Matrix>> mats;
+  float* x = device_f32(8 * 12288, 3);
+  float* y = device_f32(8 * 248320, 4);
+  for (const StepShape& sh : shapes) {
+    mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
+    const Q8Matrix& w = *mats.back();
+    const bool picks_int = ds::cuda::detail::gemv_q8_split_int_dot(sh.rows, sh.cols, 0);
+    for (int k = 0; k < 5; ++k) {
+      const size_t n = ns[k];
+      const double cur = median_ms(reps, [&](int i) {
+        LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
+                                   ds::cuda::TcGemmOptions{.small_batch_mma = true}, nullptr));
+      });
+      const auto split = [&](int variant) {
+        return median_ms(reps, [&](int i) {
+          LAB_CHECK(ds::cuda::detail::gemv_q8_split_variant(variant, w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols,
+                                                            n, y, sh.rows, nullptr));
+        });
+      };
+      const double int_ms = split(1), float_ms = split(2);
+      const double per = static_cast<double>(sh.per_step);
+      cur_step[k] += cur * per;
+      int_step[k] += int_ms * per;
+      float_step[k] += float_ms * per;
+      auto_step[k] += (picks_int ? int_ms : float_ms) * per;
+      const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
+      const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
+      std::printf("gemv-split n=%zu %-22s gguf %7.1f us %5.1f%% | int8x3 %7.1f us %5.1f%% | float %7.1f us %5.1f%% | "
+                  "default %s\n",
+                  n, sh.name, cur * 1e3, pct(cur), int_ms * 1e3, pct(int_ms), float_ms * 1e3, pct(float_ms),
+                  picks_int ? "int8x3" : "float");
+    }
+  }
+  for (int k = 0; k < 5; ++k) {
+    std::printf("gemv-split 9B step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
+                "default %6.3f ms (x%.2f of its n=1)\n",
+                ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0]);
+  }
+  // The same step as one queue of back-to-back launches (no per-launch event floor): what a decode
+  // step's GEMVs cost, at the step's weight bytes.
+  double step_bytes = 0;
+  for (size_t i = 0; i < mats.size(); ++i) step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
+  for (int k = 0; k < 5; ++k) {
+    const size_t n = ns[k];
+    const auto queued = [&](int variant) {  // -1: GGUF order through cuda::matmul
+      return median_ms(reps, [&](int rep) {
+        int copy = rep * 7;
+        for (size_t i = 0; i < mats.size(); ++i) {
+          for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
+            if (variant < 0) {
+              LAB_CHECK(ds::cuda::matmul(mats[i]->view(copy), x, shapes[i].cols, n, y, shapes[i].rows,
+                                         ds::cuda::MatmulPrecision::kBf16TensorCores,
+                                         ds::cuda::TcGemmOptions{.small_batch_mma = true}, nullptr));
+            } else {
+              LAB_CHECK(ds::cuda::detail::gemv_q8_split_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT),
+                                                                x, shapes[i].cols, n, y, shapes[i].rows, nullptr));
+            }
+          }
+        }
+      });
+    };
+    const double g = queued(-1), d = queued(0), in = queued(1), fl = queued(2);
+    std::printf("gemv-split 9B step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | default %6.3f ms %5.1f%% | int8x3 "
+                "%6.3f | float %6.3f\n",
+                n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
+                in, fl);
+  }
+  LAB_CHECK(cudaFree(x));
+  LAB_CHECK(cudaFree(y));
+}
+
 }  // namespace
 
 // ---- Decode-step overheads (issue 14 round 2), 9B shapes: the logit digest against the full
@@ -298,11 +387,13 @@ int main(int argc, char** argv) {
   bool only_gemm_paths = false;  // --gemm-paths: just the prefill GEMM comparison (short device runs)
   bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
   bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
+  bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
     if (std::strcmp(argv[i], "--prefill-ops") == 0) only_prefill_ops = true;
     if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
+    if (std::strcmp(argv[i], "--gemv-split") == 0) only_gemv_split = true;
   }
   cudaDeviceProp prop{};
   LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -310,6 +401,10 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10s %8s\n", "kernel", "time_us", "rate", "roofline");
   if (only_gemm_paths) {
     gemm_paths(reps);
+    return 0;
+  }
+  if (only_gemv_split) {
+    gemv_split(reps);
     return 0;
   }
   if (only_gemv_mma) {

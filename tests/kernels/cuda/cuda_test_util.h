@@ -1,5 +1,6 @@
 // Helpers of the GPU tests: a skip when no device is visible (CI builds these with nvcc but has
-// no GPU), RAII device arrays, and (from kernel_test_util.h) seeded random data and error metrics.
+// no GPU), RAII device arrays, split-rows copies of Q8_0 matrices, a bitwise comparison, and (from
+// kernel_test_util.h) seeded random data and error metrics.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,8 +8,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "common/ggml_types.h"
+#include "common/q8_split.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_info.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -52,6 +57,20 @@ class DeviceArray {
   T* p_ = nullptr;
   size_t n_;
 };
+
+// `rows` packed Q8_0 rows of `cols` columns (GGUF order, cols % 512 == 0) reordered into the
+// split device layout (GgmlType::Q8_0_SPLIT, common/q8_split.h): upload both and compare.
+inline std::vector<uint8_t> q8_split_copy(const uint8_t* gguf, size_t rows, size_t cols) {
+  std::vector<uint8_t> split(rows * ggml_row_bytes(GgmlType::Q8_0, cols));
+  q8_split_rows(gguf, rows, cols, split.data());
+  return split;
+}
+
+// Bit-for-bit equality (unlike ==, NaNs with the same bits compare equal).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // Seeded random data and error metrics: the CPU kernel tests' helpers.
 using ::ds::cpu::test::max_abs_diff;

@@ -3,7 +3,8 @@
 // of d * q, bit for bit (exact: no tolerance), on packed matrices with and without a tail of
 // fewer than 32 blocks, and on layouts v2 does not take (padded rows, a 2-byte aligned base), which
 // fall back to v1. The per-call GEMM must give the same y bit for bit with either kernel (same
-// bf16 operands, same GEMM). Skips without a GPU.
+// bf16 operands, same GEMM). Split rows (GgmlType::Q8_0_SPLIT) give the same bits as the matrix in
+// GGUF order. Skips without a GPU (the argument checks run without one).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -96,6 +97,41 @@ TEST(CudaDequantGemm, PerCallGemmIsIdenticalWithEitherKernel) {
     ys.push_back(dy.download());
   }
   EXPECT_EQ(ys[0], ys[1]);
+}
+
+// Split rows (GgmlType::Q8_0_SPLIT, common/q8_split.h): the same matrix uploaded in both layouts
+// dequantizes to the same bf16 bits (the split kernel rounds d * q like v1 and v2; exact, no
+// tolerance; the GGUF-order result is held to the host above). Row lengths of the 9B model's
+// matrices and a row count that is not a multiple of anything the kernel uses.
+TEST(CudaDequantSplit, SameBitsAsGgufOrder) {
+  DS_REQUIRE_GPU();
+  struct Shape {
+    size_t rows, cols;
+  };
+  Rng rng(62);
+  for (const Shape& s : {Shape{512, 4096}, Shape{37, 512}, Shape{3, 12288}}) {
+    const size_t row_bytes = ggml_row_bytes(GgmlType::Q8_0, s.cols);
+    const std::vector<uint8_t> bytes = random_q8_rows(s.rows, s.cols, row_bytes, 0, rng);
+    DeviceArray<uint8_t> dq(bytes), dsplit(q8_split_copy(bytes.data(), s.rows, s.cols));
+    DeviceArray<uint16_t> want(s.rows * s.cols), got(s.rows * s.cols);
+    got.upload(std::vector<uint16_t>(s.rows * s.cols, 0xFFFF));  // every element must be written
+    DS_CUDA_CHECK(dequantize_q8_to_bf16({GgmlType::Q8_0, dq.get(), s.rows, s.cols, row_bytes}, want.get(), nullptr));
+    DS_CUDA_CHECK(
+        dequantize_q8_to_bf16({GgmlType::Q8_0_SPLIT, dsplit.get(), s.rows, s.cols, row_bytes}, got.get(), nullptr));
+    EXPECT_TRUE(same_bits(got.download(), want.download())) << s.rows << "x" << s.cols;
+  }
+}
+
+TEST(CudaDequantSplitArgs, RefusesRowsItCannotLoad) {
+  // Argument checks only: nothing reaches the device.
+  alignas(16) uint8_t buf[2048] = {};
+  alignas(16) uint16_t out[512] = {};
+  EXPECT_EQ(dequantize_q8_to_bf16({GgmlType::Q8_0_SPLIT, buf + 2, 1, 512, 544}, out, nullptr),
+            cudaErrorInvalidValue);  // split rows need a 16-byte aligned base
+  EXPECT_EQ(dequantize_q8_to_bf16({GgmlType::Q8_0_SPLIT, buf, 2, 512, 552}, out, nullptr),
+            cudaErrorInvalidValue);  // and a row stride of whole 16-byte pieces
+  EXPECT_EQ(dequantize_q8_to_bf16({GgmlType::Q8_0_SPLIT, buf, 1, 512, 528}, out, nullptr),
+            cudaErrorInvalidValue);  // shorter than the packed row
 }
 
 }  // namespace

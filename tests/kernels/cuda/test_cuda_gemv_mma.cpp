@@ -1,7 +1,8 @@
 // The small-batch Q8_0 tensor-core kernel (kernels/cuda/gemv_q8_mma.h) against the CPU f32
 // reference and an exact (double) dot product: odd row counts, widths that are multiples of 32
 // but not of 256, every token count 1..64, padded strides; bitwise batch invariance; rejected
-// arguments; and the cuda::matmul dispatch behind TcGemmOptions::small_batch_mma.
+// arguments; the cuda::matmul dispatch behind TcGemmOptions::small_batch_mma; and split rows
+// (GgmlType::Q8_0_SPLIT), which must give the GGUF-order bits exactly.
 //
 // Tolerance (vs the exact dot product of the dequantized weights and x): the kernel's proven
 // worst case, mma_gemv_error_units(cols) * 2^-23 * sum|w_i x_i| (gemv_q8_mma.h: exact int8 quants
@@ -192,6 +193,34 @@ TEST(CudaGemvMma, RejectsBadArgumentsWithErrors) {
   EXPECT_EQ(detail::gemv_q8_mma(ok, nullptr, 96, 2, dy.get(), 40, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(detail::gemv_q8_mma(ok, dx.get() + 1, 96, 2, dy.get(), 40, nullptr), cudaSuccess);  // 4-byte x is fine
   DS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Split rows (GgmlType::Q8_0_SPLIT): the same matrix in both layouts gives the same bits (only
+// where the warps find a block's quants and scale differs), for every variant, with and without
+// split K, for 1..64 tokens; split rows whose width is not whole 256-column chunks are refused.
+TEST(CudaGemvMma, SplitRowsGiveTheSameBits) {
+  DS_REQUIRE_GPU();
+  Rng rng(55);
+  for (const Shape& s : {Shape{129, 512}, Shape{300, 4096}, Shape{4096, 4096}}) {
+    const Q8Host w = make_q8(s.rows, s.cols, false, rng);  // packed rows: 16-byte multiples here
+    DeviceArray<uint8_t> dw(w.bytes), dsplit(q8_split_copy(w.bytes.data(), s.rows, s.cols));
+    const cpu::WeightView split{GgmlType::Q8_0_SPLIT, dsplit.get(), s.rows, s.cols, w.row_bytes};
+    const std::vector<float> x = rng.vec(64 * s.cols);
+    DeviceArray<float> dx(x);
+    for (size_t n : {size_t{1}, size_t{2}, size_t{8}, size_t{9}, size_t{16}, size_t{33}, size_t{64}}) {
+      const std::vector<float> want = run_mma(w, dw, x, s.cols, n, s.rows);
+      for (int v = 0; v < detail::kMmaGemvVariants; ++v) {
+        DeviceArray<float> dy(n * s.rows);
+        DS_CUDA_CHECK(detail::gemv_q8_mma_variant(v, split, dx.get(), s.cols, n, dy.get(), s.rows, nullptr));
+        EXPECT_TRUE(same_bits(dy.download(), want)) << "variant " << v << " n=" << n << " " << s.rows << "x" << s.cols;
+      }
+    }
+  }
+  DeviceArray<uint8_t> dw(40 * 176);
+  DeviceArray<float> dx(160), dy(40);
+  const cpu::WeightView narrow{GgmlType::Q8_0_SPLIT, dw.get(), 40, 160, 176};  // 5 blocks: a short chunk
+  EXPECT_FALSE(detail::gemv_q8_mma_applies(narrow, dx.get(), 160, dy.get(), 40, 1));
+  EXPECT_EQ(detail::gemv_q8_mma(narrow, dx.get(), 160, 1, dy.get(), 40, nullptr), cudaErrorInvalidValue);
 }
 
 // cuda::matmul with small_batch_mma takes the kernel in its token range (same bits as calling it)

@@ -1,6 +1,9 @@
 // CUDA matmul / embedding / row gather against kernels/cpu on every weight type, with odd row
 // counts and widths, token counts on both sides of the GEMV/GEMM switch, padded strides, and
-// weight rows that are only 2-byte aligned.
+// weight rows that are only 2-byte aligned. Q8_0 matrices in the split device layout
+// (GgmlType::Q8_0_SPLIT) must give bit-identical outputs to the same matrix in GGUF order on every
+// path but the split decode GEMV (its own test): the same kernels see the same weights d * q and
+// add in the same order, so any difference is a bug (no tolerance).
 //
 // Tolerance: both sides see bit-identical dequantized weights and accumulate in f32, in different
 // orders. Each result is within ~n*u*sum|w_i x_i| of the exact dot product (u = 2^-24), and the
@@ -192,6 +195,69 @@ TEST(CudaMatmulArgs, RejectsUnsupportedTypeAndBadShapes) {
   EXPECT_EQ(cuda::matmul(f32, dummy, 8, 0, dummy, 4, nullptr), cudaSuccess);  // nothing to do
 }
 
+// ---- Q8_0 split rows (GgmlType::Q8_0_SPLIT) -----------------------------------------------------
+
+struct SplitCase {
+  size_t rows, cols, n_tokens;
+  size_t x_offset;  // floats: 1 keeps x off 16 bytes, so decode batches take the SIMT GEMV, not gemv_q8(_split)
+  MatmulPrecision precision;
+  TcGemmKernel kernel;
+};
+
+class CudaMatmulSplit : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(CudaMatmulSplit, SameBitsAsGgufOrder) {
+  DS_REQUIRE_GPU();
+  const SplitCase c = GetParam();
+  Rng rng(300 + c.rows + c.cols + c.n_tokens);
+  const HostWeight w = make_weight(GgmlType::Q8_0, c.rows, c.cols, 0, rng);
+  DeviceArray<uint8_t> dq(w.bytes), dsplit(q8_split_copy(w.bytes.data(), c.rows, c.cols));
+  const cpu::WeightView split{GgmlType::Q8_0_SPLIT, dsplit.get(), c.rows, c.cols, w.row_bytes};
+  const size_t xs = c.cols + 4, ys = c.rows + 3;
+  DeviceArray<float> dx(rng.vec(c.x_offset + c.n_tokens * xs));
+  const float* x = dx.get() + c.x_offset;
+  // The split decode GEMV must not be what runs here (it sums in another order).
+  ASSERT_FALSE(detail::gemv_q8_split_applies(split, x, xs, c.n_tokens));
+  TcGemmOptions tc;
+  tc.kernel = c.kernel;
+  std::vector<float> out[2];
+  const cpu::WeightView views[2] = {w.view(dq.get()), split};
+  for (int i = 0; i < 2; ++i) {
+    DeviceArray<float> dy(c.n_tokens * ys);
+    dy.upload(std::vector<float>(c.n_tokens * ys, 7.0f));  // padding must survive
+    DS_CUDA_CHECK(cuda::matmul(views[i], x, xs, c.n_tokens, dy.get(), ys, c.precision, tc, nullptr));
+    out[i] = dy.download();
+  }
+  ASSERT_NE(out[0][0], 7.0f) << "the GGUF-order product did not run";
+  EXPECT_TRUE(same_bits(out[1], out[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, CudaMatmulSplit,
+    ::testing::Values(
+        // SIMT GEMV (1, 2..4, 5..8 tokens) and SIMT GEMM (f32).
+        SplitCase{131, 512, 1, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+        SplitCase{77, 1024, 3, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+        SplitCase{200, 512, 8, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+        SplitCase{65, 1536, 9, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+        SplitCase{300, 4096, 70, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+        // bf16 tensor-core GEMM with per-call dequantization of split rows.
+        SplitCase{300, 4096, 17, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
+        SplitCase{129, 512, 16, 1, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
+        SplitCase{257, 1024, 200, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kCublasLt}));
+
+TEST(CudaMatmulArgs, SplitRowsNeedAlignedRowsAndWholeBlocks) {
+  // Pure argument checks: nothing reaches the device.
+  alignas(16) float buf[1024] = {};
+  const auto* bytes = reinterpret_cast<const uint8_t*>(buf);
+  const cpu::WeightView shifted{GgmlType::Q8_0_SPLIT, bytes + 2, 1, 512, 544};
+  EXPECT_EQ(cuda::matmul(shifted, buf, 512, 1, buf, 1, nullptr), cudaErrorMisalignedAddress);
+  const cpu::WeightView odd_stride{GgmlType::Q8_0_SPLIT, bytes, 2, 512, 552};
+  EXPECT_EQ(cuda::matmul(odd_stride, buf, 512, 1, buf, 2, nullptr), cudaErrorMisalignedAddress);
+  const cpu::WeightView odd_cols{GgmlType::Q8_0_SPLIT, bytes, 1, 48, 64};
+  EXPECT_EQ(cuda::matmul(odd_cols, buf, 48, 1, buf, 1, nullptr), cudaErrorInvalidValue);
+}
+
 // ---- embedding and gather -----------------------------------------------------------------------
 
 class CudaEmbed : public ::testing::TestWithParam<GgmlType> {};
@@ -214,6 +280,27 @@ TEST_P(CudaEmbed, RowsAreBitIdenticalToCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaEmbed,
                          ::testing::Values(GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32));
+
+// A split table (the tied token_embd / LM head may be stored split) gives the GGUF-order rows bit
+// for bit, the NaN row of an out-of-range id included.
+TEST(CudaEmbed, SplitTableGivesTheSameRows) {
+  DS_REQUIRE_GPU();
+  const size_t rows = 1001, cols = 1024;
+  Rng rng(14);
+  const HostWeight w = make_weight(GgmlType::Q8_0, rows, cols, 0, rng);
+  DeviceArray<uint8_t> dq(w.bytes), dsplit(q8_split_copy(w.bytes.data(), rows, cols));
+  const cpu::WeightView split{GgmlType::Q8_0_SPLIT, dsplit.get(), rows, cols, w.row_bytes};
+  const std::vector<int32_t> ids = {0, 1000, 5, 5, 999, 17, 1001};
+  DeviceArray<int32_t> dids(ids);
+  DeviceArray<float> want(ids.size() * cols), got(ids.size() * cols);
+  DS_CUDA_CHECK(cuda::embed_rows(w.view(dq.get()), dids.get(), ids.size(), want.get(), nullptr));
+  DS_CUDA_CHECK(cuda::embed_rows(split, dids.get(), ids.size(), got.get(), nullptr));
+  const std::vector<float> want_h = want.download();
+  std::vector<float> cpu_rows((ids.size() - 1) * cols);  // the valid ids, on the CPU
+  cpu::embed_rows(w.view(w.bytes.data()), ids.data(), ids.size() - 1, cpu_rows.data());
+  ASSERT_TRUE(std::equal(cpu_rows.begin(), cpu_rows.end(), want_h.begin()));
+  EXPECT_TRUE(same_bits(got.download(), want_h));
+}
 
 TEST(CudaEmbed, OutOfRangeIdGivesNaNRow) {
   DS_REQUIRE_GPU();

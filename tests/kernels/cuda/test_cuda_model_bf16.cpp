@@ -71,12 +71,14 @@ const SynthModel& synth_model() {
   return m;
 }
 
-std::unique_ptr<StageModel> load(const SynthModel& m, int backend) {  // 0 cpu, 1 cuda f32, 2 cuda bf16
+// 0 cpu, 1 cuda f32, 2 cuda bf16, 3 cuda f32 with the Q8_0 weights in GGUF order (no split rows).
+std::unique_ptr<StageModel> load(const SynthModel& m, int backend) {
   StageOptions o;
   o.n_threads = 8;
   const StageRange range{0, m.config.n_layer};
   if (backend == 0) return load_cpu_stage(m.gguf, m.config, range, o);
-  return load_stage(m.gguf, m.config, range, o, make_cuda_backend(0, {.bf16_prefill = backend == 2}));
+  return load_stage(m.gguf, m.config, range, o,
+                    make_cuda_backend(0, {.bf16_prefill = backend == 2, .q8_split = backend != 3}));
 }
 
 std::vector<int32_t> random_ids(size_t n, uint32_t vocab) {
@@ -169,6 +171,29 @@ TEST(CudaModelBf16, ChunkedPrefillMatchesCpu) {
   std::printf("[ cuda ] synthetic, 1100 tokens: bf16 one step rms %.2g max %.2g rel; in 400-token chunks rms "
               "%.2g max %.2g rel\n",
               dw.rms / dw.ref_rms, dw.max / dw.ref_rms, dp.rms / dp.ref_rms, dp.max / dp.ref_rms);
+}
+
+// Decode steps of 1, 3 and 7 tokens (the split-rows GEMV with 1, 3 and 4 + 3 tokens per launch;
+// every matrix of this model is 512-aligned, so all of them are split) against the CPU, with the f32
+// prefill path so the whole run is f32-level: held to kF32Tol like the f32 control above, and the
+// GGUF-order layout to the same bound (the two layouts differ in summation order only).
+TEST(CudaModelBf16, SplitRowDecodeMatchesCpu) {
+  DS_REQUIRE_GPU();
+  const SynthModel& m = synth_model();
+  const std::vector<int32_t> ids = random_ids(43, m.config.n_vocab);
+  const std::vector<uint32_t> rows{0, 1, 2, 20, 41, 42};
+  auto cpu_stage = load(m, 0);
+  const std::vector<float> want = run_prompt(*cpu_stage, 1, ids, rows);
+  for (int backend : {1, 3}) {
+    auto stage = load(m, backend);
+    for (size_t chunk : {size_t{1}, size_t{3}, size_t{7}}) {
+      const std::vector<float> got = run_prompt(*stage, 10 + chunk, ids, rows, chunk);
+      const Diff d = diff(got, want);
+      EXPECT_LE(d.max, kF32Tol * d.ref_rms) << (backend == 1 ? "split rows" : "GGUF order") << ", steps of " << chunk;
+      std::printf("[ cuda ] synthetic decode, %s, steps of %zu tokens: max|d| %.3g (%.2g rel)\n",
+                  backend == 1 ? "split rows" : "GGUF order", chunk, d.max, d.max / d.ref_rms);
+    }
+  }
 }
 
 }  // namespace

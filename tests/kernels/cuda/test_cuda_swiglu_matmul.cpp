@@ -1,8 +1,9 @@
 // swiglu_matmul (kernels/cuda/swiglu_matmul.h): the prefill FFN's SwiGLU rounded straight into
 // the down projection's bf16 operand must give exactly (bit for bit: same f32 expression, same
 // rounding, same GEMM) what swiglu followed by the bf16 tensor-core matmul gives, with cuBLASLt
-// and mma.sync, per-call dequantization and a persistent bf16 copy, a padded y stride; and refuse
-// what it does not take. Skips without a GPU (the argument checks run without one).
+// and mma.sync, per-call dequantization and a persistent bf16 copy, a padded y stride; give the
+// same bits for split rows (GgmlType::Q8_0_SPLIT); and refuse what it does not take. Skips
+// without a GPU (the argument checks run without one).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -53,6 +54,28 @@ TEST(CudaSwigluMatmul, EqualsSwigluThenMatmulBitForBit) {
   }
 }
 
+// Split rows (GgmlType::Q8_0_SPLIT): per-call dequantization of the split matrix feeds the same
+// bf16 operand, so y is the GGUF-order y bit for bit, with either GEMM.
+TEST(CudaSwigluMatmul, SplitRowsGiveTheSameBits) {
+  DS_REQUIRE_GPU();
+  Rng rng(92);
+  const size_t rows = 320, F = 1536, n = 70, ys = rows + 5, row_bytes = ggml_row_bytes(GgmlType::Q8_0, F);
+  const std::vector<uint8_t> wbytes = random_q8_matrix(rows, F, rng);
+  DeviceArray<uint8_t> dq(wbytes), dsplit(q8_split_copy(wbytes.data(), rows, F));
+  const WeightView q8{GgmlType::Q8_0, dq.get(), rows, F, row_bytes};
+  const WeightView split{GgmlType::Q8_0_SPLIT, dsplit.get(), rows, F, row_bytes};
+  ASSERT_TRUE(swiglu_matmul_applies(split, n));
+  DeviceArray<float> gate(rng.vec(n * F, -4.0f, 4.0f)), up(rng.vec(n * F));
+  for (TcGemmKernel kernel : {TcGemmKernel::kCublasLt, TcGemmKernel::kMmaSync}) {
+    const TcGemmOptions tc{kernel, nullptr};
+    DeviceArray<float> want(n * ys), got(n * ys);
+    DS_CUDA_CHECK(swiglu_matmul(q8, gate.get(), up.get(), n, want.get(), ys, tc, nullptr));
+    DS_CUDA_CHECK(swiglu_matmul(split, gate.get(), up.get(), n, got.get(), ys, tc, nullptr));
+    EXPECT_TRUE(same_bits(got.download(), want.download()))
+        << (kernel == TcGemmKernel::kCublasLt ? "cuBLASLt" : "mma.sync");
+  }
+}
+
 TEST(CudaSwigluMatmulArgs, RefusesWhatItDoesNotTake) {
   // Argument checks only: nothing reaches the device.
   alignas(16) uint8_t buf[4096] = {};
@@ -66,6 +89,9 @@ TEST(CudaSwigluMatmulArgs, RefusesWhatItDoesNotTake) {
   EXPECT_EQ(swiglu_matmul(q8, f, f, 64, f, 3, {}, nullptr), cudaErrorInvalidValue);  // y stride < rows
   EXPECT_EQ(swiglu_matmul(q8, reinterpret_cast<float*>(buf + 2), f, 64, f, 4, {}, nullptr),
             cudaErrorMisalignedAddress);
+  const WeightView split_shifted{GgmlType::Q8_0_SPLIT, buf + 2, 1, 512, 544};  // split rows: 16-byte aligned
+  EXPECT_FALSE(swiglu_matmul_applies(split_shifted, 64));
+  EXPECT_EQ(swiglu_matmul(split_shifted, f, f, 64, f, 4, {}, nullptr), cudaErrorNotSupported);
 }
 
 }  // namespace

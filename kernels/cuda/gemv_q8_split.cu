@@ -1,0 +1,432 @@
+// Decode GEMV for Q8_0 weights in the split-rows layout (common/q8_split.h), 1..8 tokens.
+//
+// Why a separate layout: in GGUF order the quants of a 34-byte block are 2-byte aligned, so the
+// GGUF-order GEMV (gemv_q8.cu) stages every weight through registers and shared memory before a
+// lane can read its row. With each row's quants contiguous, a lane reads its 16 quants of a row
+// with ONE coalesced 16-byte load straight into registers (a warp reads 512 contiguous bytes).
+//
+// Work split. Column slices of 512: lane L of the warp that owns slice s handles columns
+// s*512 + 16L .. +16 of the rows, so its activations stay in registers (loaded, and for the int8
+// dot quantized, once per block when the warp owns one slice). The grid is persistent (as many
+// blocks as fit on the GPU): block b takes row ranges b, b + gridDim.x, ... of kRangeRows rows,
+// its ceil(slices / k) warps taking slices w, w + warps, ... Rows stream in groups of UR with the
+// next group's loads issued before the current one is computed, the first group's before the
+// activations are read and the next range's before the block's barrier (the first version, one
+// 8-row item per warp and no prefetch, kept too few loads in flight: 53-60% of HBM, measured).
+// Every 8 rows (4 for 3-4 tokens) the lanes' partials are reduced by a fixed butterfly into shared
+// memory [slice][row][token]; after each range every row is the sum of its slices in slice order.
+//
+// Two dot products of a row's 16 quants q with the lane's 16 activations x (per token):
+//  * float: q widened exactly (PRMT + FADD), 16 f32 fma in column order. ~3.3 instructions per
+//    weight: at full bandwidth that alone would keep the SM's issue slots ~45% busy.
+//  * int8x3: x is written once per block as x = s1*a + s2*b + s3*c + e with int8 a, b, c per
+//    16-column chunk (s1 = max|x|/127, s2 = s1/252, s3 = s2/252; |e| <= s3/2 ~ 2^-23.3 max|x|),
+//    and the row's products are three exact int32 dp4a sums (dp4a: 4 multiply-adds in one
+//    instruction), combined in f32: ~1.2 instructions per weight plus the quantization (~200
+//    instructions per chunk and token, amortized over the block's rows). Error: below 2^-22 *
+//    max|x_chunk| * sum|w| on top of the f32 rounding (bound in the parity test).
+// `variant` 0 picks int8x3 when each warp owns one slice (the quantization done once per block;
+// <= 16 slices, i.e. up to 8192 columns) and float otherwise; 1 and 2 force int8x3 / float.
+//
+// Determinism and batch invariance: every addition happens in an order fixed by the shape and the
+// dot kind alone (which itself depends on the shape and the GPU only); a token's arithmetic is the
+// same for any number of companions, so a row's bits do not depend on how many tokens run with it
+// (speculative verification and plain decode agree bit for bit). 5..8 tokens: two launches.
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda::detail {
+namespace {
+
+constexpr int kLaneCols = 16;                   // quants of one uint4
+constexpr int kSliceCols = kWarp * kLaneCols;   // 512 columns per warp
+constexpr int kMaxBlockWarps = 16;
+constexpr int kMaxTokensPerLaunch = 4;          // activations live in registers
+constexpr int kRangeRows = 16;                  // rows per range of the persistent loop
+constexpr size_t kPartialBytesMax = 48 * 1024;  // shared memory for the (slice, row, token) partials
+
+// ---- the float dot -----------------------------------------------------------------------------
+
+// Four int8 in a word -> four exact floats: bias to unsigned, place the byte in the mantissa of
+// 2^23 (PRMT), subtract 2^23 + 128 (FADD). Cheaper than the quarter-rate I2F.
+__device__ __forceinline__ void widen4(uint32_t w, float (&f)[4]) {
+  const uint32_t u = w ^ 0x80808080u;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + k)) - 8388736.0f;
+}
+
+template <int NT>
+struct FloatActivations {
+  float v[NT][kLaneCols];
+
+  __device__ __forceinline__ void load(const float* __restrict__ x, size_t xs, int c) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(x + t * xs + c);
+#pragma unroll
+      for (int k = 0; k < kLaneCols / 4; ++k) {
+        const float4 a = __ldg(xp + k);
+        v[t][4 * k] = a.x, v[t][4 * k + 1] = a.y, v[t][4 * k + 2] = a.z, v[t][4 * k + 3] = a.w;
+      }
+    }
+  }
+  // s[t] = sum_k q_k x[t][k], fma in column order.
+  __device__ __forceinline__ void dot(const uint4& q, float (&s)[NT]) const {
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int t = 0; t < NT; ++t) s[t] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      float f[4];
+      widen4(words[m], f);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) s[t] = __fmaf_rn(f[k], v[t][4 * m + k], s[t]);
+      }
+    }
+  }
+};
+
+// ---- the int8x3 dot ----------------------------------------------------------------------------
+
+constexpr int kLevels = 3;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: fma(e, inv, magic) rounds e * inv to an integer
+constexpr float kTinyChunk = 1e-30f;
+
+// Low byte of each rounded value (its two's complement int8) packed into one word.
+__device__ __forceinline__ uint32_t pack4(const float (&t)[4]) {
+  const uint32_t lo = __byte_perm(__float_as_uint(t[0]), __float_as_uint(t[1]), 0x0040u);
+  const uint32_t hi = __byte_perm(__float_as_uint(t[2]), __float_as_uint(t[3]), 0x0040u);
+  return __byte_perm(lo, hi, 0x5410u);
+}
+
+template <int NT>
+struct Int8x3Activations {
+  uint32_t q[NT][kLevels][kLaneCols / 4];
+  float scale[NT][kLevels];
+
+  __device__ __forceinline__ void load(const float* __restrict__ x, size_t xs, int c) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {  // one token at a time: 16 floats live, not 16 * NT
+      FloatActivations<1> f;
+      f.load(x + t * xs, 0, c);
+      quantize(f.v[0], q[t], scale[t]);
+    }
+  }
+
+  // x = s1 a + s2 b + s3 c + e. Non-finite inputs give a NaN scale, so the products are NaN (as
+  // loud as the float path; never a finite wrong value).
+  __device__ __forceinline__ static void quantize(float (&e)[kLaneCols], uint32_t (&out)[kLevels][kLaneCols / 4],
+                                                  float (&s)[kLevels]) {
+    float m = 0.0f;
+    bool finite = true;
+#pragma unroll
+    for (int k = 0; k < kLaneCols; ++k) {
+      m = fmaxf(m, fabsf(e[k]));
+      finite = finite && isfinite(e[k]);
+    }
+    // Chunks below 1e-30 count as zero (every level 0): 127 * 252^2 / m must stay finite.
+    float inv = m >= kTinyChunk ? 127.0f / m : 0.0f;
+    s[0] = finite ? m / 127.0f : __int_as_float(0x7FC00000);
+    s[1] = s[0] / 252.0f;  // |residual| <= s/2 (+ rounding), so residual/s_next <= 126.01: fits int8
+    s[2] = s[1] / 252.0f;
+#pragma unroll
+    for (int l = 0; l < kLevels; ++l) {
+#pragma unroll
+      for (int j = 0; j < kLaneCols / 4; ++j) {
+        float t[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          t[k] = __fmaf_rn(e[4 * j + k], inv, kRoundMagic);
+          e[4 * j + k] = __fmaf_rn(-s[l], t[k] - kRoundMagic, e[4 * j + k]);
+        }
+        out[l][j] = pack4(t);
+      }
+      inv *= 252.0f;
+    }
+  }
+
+  // s[t] = sum_k q_k x[t][k] from three exact integer sums.
+  __device__ __forceinline__ void dot(const uint4& qw, float (&s)[NT]) const {
+    const int words[4] = {static_cast<int>(qw.x), static_cast<int>(qw.y), static_cast<int>(qw.z),
+                          static_cast<int>(qw.w)};
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      int acc[kLevels] = {0, 0, 0};
+#pragma unroll
+      for (int l = 0; l < kLevels; ++l) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[l] = __dp4a(words[j], static_cast<int>(q[t][l][j]), acc[l]);
+      }
+      s[t] = __fmaf_rn(static_cast<float>(acc[2]), scale[t][2],
+                       __fmaf_rn(static_cast<float>(acc[1]), scale[t][1], static_cast<float>(acc[0]) * scale[t][0]));
+    }
+  }
+};
+
+// ---- the lane reduction ------------------------------------------------------------------------
+
+// Sums v[0..N) (N rows, a power of two <= 8) over the warp's 32 lanes: halving exchanges at lane
+// offsets 16, 8, ... (each lane keeps half the rows) until one row is left, then plain butterflies
+// down to offset 1. Every row's total is the same butterfly tree over the lanes (offsets 16, 8, 4,
+// 2, 1, in that order) whatever N is, so N does not change the bits. Afterwards lane L holds the
+// total of row reduced_row<N>(L); lanes with stored_by<N>(L) write it.
+template <int N>
+__device__ __forceinline__ int reduced_row(int lane) {
+  int row = 0;
+#pragma unroll
+  for (int half = N / 2, off = 16; half >= 1; half /= 2, off /= 2) row += (lane & off) != 0 ? half : 0;
+  return row;
+}
+
+template <int N>
+__device__ __forceinline__ bool stored_by(int lane) {
+  return (lane & (kWarp / N - 1)) == 0;
+}
+
+template <int N>
+__device__ __forceinline__ float reduce_rows(const float (&v)[N], int lane) {
+  float cur[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) cur[j] = v[j];
+  int off = 16;
+#pragma unroll
+  for (int half = N / 2; half >= 1; half /= 2, off /= 2) {
+    const bool hi = (lane & off) != 0;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const float recv = __shfl_xor_sync(0xFFFFFFFFu, hi ? cur[j] : cur[j + half], off);
+      cur[j] = (hi ? cur[j + half] : cur[j]) + recv;
+    }
+  }
+  float c = cur[0];
+#pragma unroll
+  for (; off >= 1; off /= 2) c += __shfl_xor_sync(0xFFFFFFFFu, c, off);
+  return c;
+}
+
+// ---- the kernel --------------------------------------------------------------------------------
+
+// The lane's 16 quants and its block scale of UR consecutive rows from block row r (rows past the
+// matrix re-read its last row; never stored).
+template <int UR>
+struct RowGroup {
+  uint4 q[UR];
+  uint16_t d[UR];
+
+  __device__ __forceinline__ void load(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                                       size_t row_bytes, int r, int last) {
+#pragma unroll
+    for (int i = 0; i < UR; ++i) {
+      const size_t off = static_cast<size_t>(min(r + i, last)) * row_bytes;
+      q[i] = __ldcs(reinterpret_cast<const uint4*>(quants + off));
+      d[i] = __ldcs(reinterpret_cast<const unsigned short*>(scales + off));
+    }
+  }
+};
+
+template <int NT, int UR, int IR, class Act>
+__device__ __forceinline__ void compute_group(const Act& act, const RowGroup<UR>& g, int first,
+                                              float (&part)[NT][IR]) {
+#pragma unroll
+  for (int i = 0; i < UR; ++i) {
+    float s[NT];
+    act.dot(g.q[i], s);
+    const float d = half_bits_to_float(g.d[i]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) part[t][first + i] = d * s[t];
+  }
+}
+
+// One (row range, slice): groups of UR rows, the next group's loads in flight while the current
+// one is computed (two register buffers; 8 / UR is even so the parity is static). `a` arrives
+// holding the range's first group (issued before the activations were loaded).
+template <int NT, int UR, int IR, class Act>
+__device__ __forceinline__ void run_range(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                                          size_t row_bytes, int range_rows, int last, const Act& act, int lane,
+                                          RowGroup<UR>& a, float* __restrict__ partials_slice) {
+  static_assert(IR % (2 * UR) == 0 && kRangeRows % IR == 0, "two buffers per reduction item");
+  RowGroup<UR> b;
+  for (int r = 0; r < range_rows; r += IR) {
+    float part[NT][IR];
+#pragma unroll
+    for (int g = 0; g < IR / UR; g += 2) {
+      const int next = r + (g + 1) * UR;
+      if (next < range_rows) b.load(quants, scales, row_bytes, next, last);
+      compute_group<NT, UR, IR>(act, a, g * UR, part);
+      if (next + UR < range_rows) a.load(quants, scales, row_bytes, next + UR, last);
+      compute_group<NT, UR, IR>(act, b, (g + 1) * UR, part);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = reduce_rows<IR>(part[t], lane);
+      if (stored_by<IR>(lane)) partials_slice[(r + reduced_row<IR>(lane)) * NT + t] = v;
+    }
+  }
+}
+
+// NT tokens (exactly). A persistent grid: block b takes the row ranges b, b + gridDim.x, ... of
+// `range_rows` rows each; its blockDim.x / 32 warps split the column slices (warp w: slices w,
+// w + warps, ...). When a warp has one slice, its activations are loaded once for all ranges.
+// partials[slice][row][token] in dynamic shared memory, summed per row in slice order.
+template <int NT, int UR, bool kInt>
+__global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
+    gemv_q8_split_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                         const float* __restrict__ x, size_t xs, float* __restrict__ y, size_t ys, int range_rows) {
+  using Act = std::conditional_t<kInt, Int8x3Activations<NT>, FloatActivations<NT>>;
+  extern __shared__ float partials[];
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int slices = cols / kSliceCols, n_ranges = (rows + range_rows - 1) / range_rows;
+  const bool one_slice = slices <= warps;
+  const auto lane_col = [&](int slice) { return slice * kSliceCols + lane * kLaneCols; };
+  const auto range_base = [&](int range) { return w + static_cast<size_t>(range) * range_rows * row_bytes; };
+  Act act;
+  RowGroup<UR> a;
+  int range = static_cast<int>(blockIdx.x);
+  if (warp < slices) {  // the first group's loads go out before the activations are read
+    a.load(range_base(range) + lane_col(warp), range_base(range) + cols + 2 * (lane_col(warp) / 32), row_bytes, 0,
+           rows - 1 - range * range_rows);
+    act.load(x, xs, lane_col(warp));
+  }
+  for (; range < n_ranges; range += static_cast<int>(gridDim.x)) {
+    const int row0 = range * range_rows, last = rows - 1 - row0;
+    const uint8_t* base = range_base(range);
+    for (int slice = warp; slice < slices; slice += warps) {
+      const int c = lane_col(slice);
+      if (slice != warp) {  // a later slice of this warp: its first group, then its activations
+        a.load(base + c, base + cols + 2 * (c / 32), row_bytes, 0, last);
+        act.load(x, xs, c);
+      }
+      run_range<NT, UR, (NT <= 2 ? 8 : 4)>(base + c, base + cols + 2 * (c / 32), row_bytes, range_rows, last, act, lane, a,
+                        partials + slice * range_rows * NT);
+    }
+    const int next = range + static_cast<int>(gridDim.x);
+    if (next < n_ranges && warp < slices) {  // the next range's first group, in flight across the barrier
+      const int c = lane_col(warp);
+      a.load(range_base(next) + c, range_base(next) + cols + 2 * (c / 32), row_bytes, 0, rows - 1 - next * range_rows);
+      if (!one_slice) act.load(x, xs, c);
+    }
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < range_rows * NT; i += static_cast<int>(blockDim.x)) {
+      const int r = i / NT, t = i % NT;
+      if (r > last) continue;
+      float sum = 0.0f;
+      for (int s = 0; s < slices; ++s) sum += partials[(s * range_rows + r) * NT + t];
+      y[t * ys + row0 + r] = sum;
+    }
+    __syncthreads();  // the partials are rewritten by the next range
+  }
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return 132;
+  }
+  return sms;
+}
+
+// The launch geometry of a shape (never of the token count, so the bits stay batch-invariant).
+struct Geometry {
+  int slices, warps, range_rows;
+  bool int_dot;
+};
+
+Geometry geometry(int cols, int variant) {
+  Geometry g;
+  g.slices = cols / kSliceCols;
+  const int per_warp = (g.slices + kMaxBlockWarps - 1) / kMaxBlockWarps;
+  g.warps = (g.slices + per_warp - 1) / per_warp;
+  g.range_rows = kRangeRows;
+  // int8x3 when each warp keeps one slice (its activations quantized once per block).
+  g.int_dot = variant == 1 || (variant == 0 && per_warp == 1);
+  return g;
+}
+
+// Resident blocks per SM of a kernel instance at this block size and shared memory (the
+// persistent grid's size); the instance's register count is read once.
+template <int NT, int UR, bool kInt>
+int blocks_per_sm(int threads, size_t smem) {
+  static const int regs = [] {
+    cudaFuncAttributes attr{};
+    return cudaFuncGetAttributes(&attr, gemv_q8_split_kernel<NT, UR, kInt>) == cudaSuccess ? attr.numRegs : 128;
+  }();
+  const int warps = threads / kWarp;
+  const int reg_units = (regs * kWarp + 255) / 256 * 256;  // registers are allocated per warp in 256s
+  int blocks = std::min(65536 / (reg_units * warps), 2048 / threads);
+  if (smem > 0) blocks = std::min(blocks, static_cast<int>((227 * 1024) / (smem + 1024)));
+  return std::max(1, std::min(blocks, 32));
+}
+
+template <int NT, int UR, bool kInt>
+cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys,
+                          const Geometry& g, cudaStream_t s) {
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
+  const size_t smem = static_cast<size_t>(g.slices) * g.range_rows * NT * sizeof(float);
+  const int grid = std::min(n_ranges, sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
+  gemv_q8_split_kernel<NT, UR, kInt><<<grid, threads, smem, s>>>(static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, xs, y, ys,
+                                     g.range_rows);
+  return cudaGetLastError();
+}
+
+template <int NT, int UR>
+cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys, const Geometry& g,
+                   cudaStream_t s) {
+  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, xs, y, ys, g, s)
+                   : launch_kernel<NT, UR, false>(w, x, xs, y, ys, g, s);
+}
+
+cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                          const Geometry& g, cudaStream_t s) {
+  switch (n) {
+    case 1: return launch<1, 4>(w, x, xs, y, ys, g, s);
+    case 2: return launch<2, 4>(w, x, xs, y, ys, g, s);
+    case 3: return launch<3, 2>(w, x, xs, y, ys, g, s);
+    case 4: return launch<4, 2>(w, x, xs, y, ys, g, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens) {
+  if (w.type != GgmlType::Q8_0_SPLIT || n_tokens < 1 || n_tokens > kGemvSplitMaxTokens) return false;
+  if (w.rows == 0 || w.cols == 0 || w.cols % kSliceCols != 0 || w.row_bytes != w.cols / kQ8Block * kQ8BlockBytes) {
+    return false;
+  }
+  if (!aligned_to(w.data, 16) || !aligned_to(x, 16) || (n_tokens > 1 && xs % 4 != 0)) return false;
+  // int row / column indices; the partials of one 8-row item must fit in shared memory
+  return w.rows < (size_t{1} << 30) && w.cols < (size_t{1} << 24) &&
+         w.cols / kSliceCols * kRangeRows * kMaxTokensPerLaunch * sizeof(float) <= kPartialBytesMax;
+}
+
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                  float* y, size_t ys, cudaStream_t stream) {
+  if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
+  if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
+  const Geometry g = geometry(static_cast<int>(w.cols), variant);
+  for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
+    const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
+    const cudaError_t e = launch_tokens(w, x + t0 * xs, xs, nt, y + t0 * ys, ys, g, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+bool gemv_q8_split_int_dot(size_t /*rows*/, size_t cols, int variant) {
+  return geometry(static_cast<int>(cols), variant).int_dot;
+}
+
+cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                          cudaStream_t stream) {
+  return gemv_q8_split_variant(kGemvSplitDefaultVariant, w, x, xs, n, y, ys, stream);
+}
+
+}  // namespace ds::cuda::detail

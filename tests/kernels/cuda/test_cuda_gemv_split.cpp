@@ -1,0 +1,221 @@
+// The split-rows Q8_0 decode GEMV (kernels/cuda/gemv_q8_split.cu) against an exact (double) dot
+// product and the CPU f32 reference on the same matrix in GGUF order: row counts that are not a
+// multiple of the 8-row item, 1..24 column slices, every token count 1..8, padded strides, both
+// dot products (float and int8x3) and activations with outliers; bitwise batch invariance (a
+// token's bits do not depend on its companions or on n), rejected arguments, the matmul dispatch.
+//
+// Tolerance (vs the exact product of the dequantized weights and x):
+//  * rounding of the f32 operations: along any path an output sees at most 16 fma roundings (the
+//    lane's 16 columns), a few for the block scale and the int8x3 combination, 5 in the lane
+//    butterfly and cols/512 for the slice sum, each <= 2^-24 of a partial sum bounded by
+//    sum|w x| (float dot) or sum|w| max|x_chunk| (int8x3); we allow (22 + cols/512) * 2^-23 times
+//    the larger of the two (twice that count, for the partial sums' growth);
+//  * the int8x3 dot also represents x to within 2^-23.3 max|x_chunk| (s3/2 with s3 =
+//    max/(127*252*252)): 2^-22 * sum_i |w_i| max|x_chunk(i)| more.
+// Versus the CPU f32 reference: that plus the CPU's own 2e-6 * sum|w x| (test_cuda_matmul.cpp).
+// The worst observed ratio is printed so the margin is on record.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "common/ggml_types.h"
+#include "common/q8_split.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/matmul_fast.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+struct SplitHost {
+  size_t rows, cols, row_bytes;
+  std::vector<uint8_t> gguf, split;  // the same matrix in both layouts
+  cpu::WeightView gguf_view() const { return {GgmlType::Q8_0, gguf.data(), rows, cols, row_bytes}; }
+  cpu::WeightView device_view(const void* base) const { return {GgmlType::Q8_0_SPLIT, base, rows, cols, row_bytes}; }
+};
+
+SplitHost make_split(size_t rows, size_t cols, Rng& rng) {
+  SplitHost w{rows, cols, cols / 32 * 34, {}, {}};
+  w.gguf.resize(rows * w.row_bytes);
+  for (size_t b = 0; b < rows * cols / 32; ++b) {
+    const uint16_t d = fp32_to_fp16(rng.uniform(0.001f, 0.05f));
+    std::memcpy(&w.gguf[b * 34], &d, 2);
+    for (size_t i = 0; i < 32; ++i) w.gguf[b * 34 + 2 + i] = static_cast<uint8_t>(rng.integer(-128, 127));
+  }
+  w.split.resize(w.gguf.size());
+  q8_split_rows(w.gguf.data(), rows, cols, w.split.data());
+  return w;
+}
+
+std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x,
+                             size_t xs, size_t n, size_t ys, int variant = detail::kGemvSplitDefaultVariant) {
+  DeviceArray<float> dx(x), dy(n * ys);
+  dy.upload(std::vector<float>(n * ys, 7.0f));  // stride padding must survive
+  DS_CUDA_CHECK(detail::gemv_q8_split_variant(variant, w.device_view(dw.get()), dx.get(), xs, n, dy.get(), ys, nullptr));
+  return dy.download();
+}
+
+double error_units(size_t cols) { return 22.0 + static_cast<double>(cols / kQ8SplitColAlign); }
+
+// Checks every output against the exact and the CPU f32 products; returns the worst error/allowed.
+double check_against_references(const SplitHost& w, const std::vector<float>& x, size_t xs, size_t n,
+                                const std::vector<float>& got, size_t ys, bool int_dot) {
+  std::vector<float> cpu_y(n * ys, 7.0f);
+  cpu::matmul(w.gguf_view(), x.data(), xs, n, cpu_y.data(), ys, nullptr);
+  const double unit = error_units(w.cols) * std::ldexp(1.0, -23);
+  std::vector<float> wrow(w.cols);
+  double worst = 0;
+  for (size_t r = 0; r < w.rows; ++r) {
+    cpu::weight_row(w.gguf_view(), r, wrow.data());
+    for (size_t t = 0; t < n; ++t) {
+      double exact = 0, abs_sum = 0, chunk_sum = 0;  // chunk_sum: sum |w_i| max|x_chunk(i)|
+      for (size_t c0 = 0; c0 < w.cols; c0 += 16) {
+        double m = 0;
+        for (size_t i = c0; i < c0 + 16; ++i) m = std::max(m, std::fabs(static_cast<double>(x[t * xs + i])));
+        for (size_t i = c0; i < c0 + 16; ++i) {
+          const double p = static_cast<double>(wrow[i]) * x[t * xs + i];
+          exact += p;
+          abs_sum += std::fabs(p);
+          chunk_sum += std::fabs(static_cast<double>(wrow[i])) * m;
+        }
+      }
+      const double allowed =
+          unit * (int_dot ? std::max(abs_sum, chunk_sum) : abs_sum) + (int_dot ? std::ldexp(chunk_sum, -22) : 0.0);
+      const double g = got[t * ys + r];
+      const double e_exact = std::fabs(g - exact) / (allowed + 1e-30);
+      const double e_cpu = std::fabs(g - cpu_y[t * ys + r]) / (allowed + 2e-6 * abs_sum + 1e-30);
+      EXPECT_LE(e_exact, 1.0) << "row " << r << " token " << t << " got " << g << " exact " << exact;
+      EXPECT_LE(e_cpu, 1.0) << "row " << r << " token " << t << " got " << g << " cpu " << cpu_y[t * ys + r];
+      worst = std::max({worst, e_exact, e_cpu});
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t p = w.rows; p < ys; ++p) EXPECT_EQ(got[t * ys + p], 7.0f) << "stride padding overwritten";
+  }
+  return worst;
+}
+
+struct Shape {
+  size_t rows, cols;
+};
+
+TEST(CudaGemvSplit, MatchesReferencesForEveryTokenCountAndDot) {
+  DS_REQUIRE_GPU();
+  // 1, 2, 8, 10 and 24 slices; rows that are not multiples of 8; a tall matrix (many blocks).
+  const Shape shapes[] = {{37, 512}, {300, 1024}, {1001, 4096}, {9, 5120}, {65, 12288}, {5000, 1024}};
+  Rng rng(4243);
+  for (const Shape& s : shapes) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const size_t xs = s.cols + 4, ys = s.rows + 3;  // padded strides (x rows stay 16-byte aligned)
+    const std::vector<float> x = rng.vec(8 * xs);
+    for (int v = 1; v <= 2; ++v) {  // 1: int8x3, 2: float
+      double worst = 0;
+      for (size_t n = 1; n <= detail::kGemvSplitMaxTokens; ++n) {
+        worst = std::max(worst, check_against_references(w, x, xs, n, run_split(w, dw, x, xs, n, ys, v), ys, v == 1));
+      }
+      std::printf("gemv_split %zux%zu %s: worst error / allowed = %.3g\n", s.rows, s.cols, v == 1 ? "int8x3" : "float",
+                  worst);
+    }
+  }
+}
+
+// Real activations have outlier channels: a chunk's max sets the int8x3 grid, so small values next
+// to a huge one carry relatively more error; the bound above accounts for it, and so must the kernel.
+TEST(CudaGemvSplit, Int8x3DotHandlesOutliersAndZeroChunks) {
+  DS_REQUIRE_GPU();
+  Rng rng(5151);
+  const SplitHost w = make_split(257, 2048, rng);
+  DeviceArray<uint8_t> dw(w.split);
+  std::vector<float> x = rng.vec(2 * 2048);
+  for (size_t i = 0; i < x.size(); i += 37) x[i] *= 3000.0f;          // outliers
+  for (size_t i = 512; i < 1024; ++i) x[i] = 0.0f;                    // an all-zero slice (token 0)
+  for (size_t i = 2048 + 100; i < 2048 + 116; ++i) x[i] = 1e-30f;     // a tiny chunk (token 1)
+  const double worst = check_against_references(w, x, 2048, 2, run_split(w, dw, x, 2048, 2, 257, 1), 257, true);
+  std::printf("gemv_split int8x3 with outliers: worst error / allowed = %.3g\n", worst);
+  // A non-finite activation must not give a finite answer.
+  x[5] = std::numeric_limits<float>::infinity();
+  const std::vector<float> bad = run_split(w, dw, x, 2048, 1, 257, 1);
+  for (size_t r = 0; r < 257; ++r) EXPECT_FALSE(std::isfinite(bad[r])) << "row " << r;
+}
+
+// A row's bits must not depend on which other tokens share the call, nor on n; variant 0 is
+// exactly the dot its geometry rule picks.
+TEST(CudaGemvSplit, BatchInvariantBitwise) {
+  DS_REQUIRE_GPU();
+  Rng rng(78);
+  for (const Shape& s : {Shape{300, 1024}, Shape{4096, 4096}, Shape{40000, 1024}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const std::vector<float> x = rng.vec(8 * s.cols);
+    std::vector<float> by_variant[detail::kGemvSplitVariants];
+    for (int v = 0; v < detail::kGemvSplitVariants; ++v) {
+      const std::vector<float> all = run_split(w, dw, x, s.cols, 8, s.rows, v);
+      for (size_t j = 0; j < 8; ++j) {
+        const std::vector<float> xj(x.begin() + j * s.cols, x.begin() + (j + 1) * s.cols);
+        const std::vector<float> alone = run_split(w, dw, xj, s.cols, 1, s.rows, v);
+        ASSERT_EQ(std::memcmp(alone.data(), all.data() + j * s.rows, s.rows * sizeof(float)), 0)
+            << s.rows << "x" << s.cols << " variant " << v << " token " << j << " alone differs from its 8-token row";
+      }
+      const std::vector<float> x3(x.begin() + 2 * s.cols, x.begin() + 5 * s.cols);
+      const std::vector<float> three = run_split(w, dw, x3, s.cols, 3, s.rows, v);
+      ASSERT_EQ(std::memcmp(three.data(), all.data() + 2 * s.rows, 3 * s.rows * sizeof(float)), 0) << "variant " << v;
+      by_variant[v] = all;
+    }
+    const int picked = detail::gemv_q8_split_int_dot(s.rows, s.cols, 0) ? 1 : 2;
+    EXPECT_EQ(std::memcmp(by_variant[0].data(), by_variant[picked].data(), by_variant[0].size() * sizeof(float)), 0)
+        << s.rows << "x" << s.cols;
+  }
+}
+
+TEST(CudaGemvSplit, RejectsWhatItCannotRead) {
+  DS_REQUIRE_GPU();
+  DeviceArray<uint8_t> dw(64 * 1088 + 64);
+  DeviceArray<float> dx(9 * 1024 + 8), dy(9 * 64);
+  const cpu::WeightView ok{GgmlType::Q8_0_SPLIT, dw.get(), 64, 1024, 1088};
+  EXPECT_TRUE(detail::gemv_q8_split_applies(ok, dx.get(), 1024, 8));
+  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1024, 9));  // too many tokens
+  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1024, 0));
+  cpu::WeightView gguf = ok;
+  gguf.type = GgmlType::Q8_0;  // GGUF order is another kernel's job
+  EXPECT_FALSE(detail::gemv_q8_split_applies(gguf, dx.get(), 1024, 1));
+  cpu::WeightView narrow{GgmlType::Q8_0_SPLIT, dw.get(), 64, 256, 272};  // not a multiple of 512 columns
+  EXPECT_FALSE(detail::gemv_q8_split_applies(narrow, dx.get(), 256, 1));
+  cpu::WeightView padded = ok;
+  padded.row_bytes = 1104;  // not the packed row
+  EXPECT_FALSE(detail::gemv_q8_split_applies(padded, dx.get(), 1024, 1));
+  cpu::WeightView shifted = ok;
+  shifted.data = dw.get() + 8;
+  EXPECT_FALSE(detail::gemv_q8_split_applies(shifted, dx.get(), 1024, 1));
+  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get() + 1, 1024, 1));  // x not 16-byte aligned
+  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1025, 2));     // token rows not 16-byte aligned
+  EXPECT_EQ(detail::gemv_q8_split(ok, dx.get(), 1024, 9, dy.get(), 64, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(detail::gemv_q8_split_variant(detail::kGemvSplitVariants, ok, dx.get(), 1024, 1, dy.get(), 64, nullptr),
+            cudaErrorInvalidValue);
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// cuda::matmul takes the split GEMV for 1..8 tokens (same bits as calling it directly).
+TEST(CudaGemvSplit, MatmulDispatchUsesIt) {
+  DS_REQUIRE_GPU();
+  Rng rng(9);
+  const SplitHost w = make_split(200, 2048, rng);
+  DeviceArray<uint8_t> dw(w.split);
+  const std::vector<float> x = rng.vec(8 * 2048);
+  DeviceArray<float> dx(x);
+  for (size_t n : {size_t{1}, size_t{4}, size_t{8}}) {
+    const std::vector<float> want = run_split(w, dw, x, 2048, n, 200);
+    DeviceArray<float> dy(n * 200);
+    DS_CUDA_CHECK(matmul(w.device_view(dw.get()), dx.get(), 2048, n, dy.get(), 200, MatmulPrecision::kBf16TensorCores,
+                         nullptr));
+    const std::vector<float> got = dy.download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
