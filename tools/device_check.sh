@@ -6,7 +6,8 @@
 #   tools/device_check.sh BUNDLE_DIR TESTDATA_DIR OUT_DIR
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve spec16 9b spec workers http 27b") picks what runs; every step has its
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
+# split-rows GEMV table when the bundle has deltaserve-kernel-lab) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -29,7 +30,7 @@ wait_listening() {  # $1 = log file; up to 120 s (a 27B load takes a while)
 
 if want tests; then
   echo "==== CUDA tests"
-  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_model test_cuda_speculation}; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_gemv_split test_cuda_model test_cuda_speculation}; do
     timeout 150 "$B/bin/$t" > "$O/$t.log" 2>&1
     note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$O/$t.log" | head -10
@@ -117,6 +118,13 @@ if want 9b; then
     > "$O/bench9_decode_off.log" 2>&1; note "bench9 decode paths off rc=$?"
   bench 60 -m $M9 --backend cuda -p 2048,8192 -n 0 -r 2 --gdn-prep v2 --dequant v1 --prefill-fusion off \
     > "$O/bench9_prefill_off.log" 2>&1; note "bench9 prefill paths off rc=$?"
+  bench 60 -m $M9 --backend cuda -p 512,8192 -n 128 -r 2 --q8-gguf-order > "$O/bench9_gguf_order.log" 2>&1
+  note "bench9 Q8_0 in GGUF order (no split rows) rc=$?"
+fi
+
+if want lab && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
+  echo "==== kernel lab: split-rows GEMV vs GGUF order"
+  timeout 200 "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 10 > "$O/lab_gemv_split.log" 2>&1; note "lab gemv-split rc=$?"
 fi
 
 if want spec; then
@@ -160,7 +168,8 @@ fi
 
 echo "==== summary"
 cat "$SUMMARY"
-for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
+[ -f "$O/lab_gemv_split.log" ] && { echo "---- lab_gemv_split"; grep -E "step|n=1 " "$O/lab_gemv_split.log"; }
+for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 # Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.

@@ -52,10 +52,11 @@ inline constexpr size_t mma_gemv_error_units(size_t cols) {
 bool gemv_q8_mma_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
                          size_t n_tokens);
 
-// Variants (same bits; they differ in load scheduling only): 0, measured on the H200 (the
-// default); 1: the next Q8_0 block's activation records prefetched into registers (<= 16 tokens;
-// more run variant 0) — written after the only device run, compiled but NOT yet run on a GPU.
-inline constexpr int kMmaGemvVariants = 2, kMmaGemvDefaultVariant = 0;
+// Variants (same bits; they differ in load scheduling only): 0, the first version; 1 (the
+// default): the next Q8_0 block's activation records prefetched into registers (<= 16 tokens;
+// more run variant 0). H200, 2026-11-29 (kernel lab --gemv-mma, sum of a 9B decode step's
+// matrices): variant 1 9.27 / 9.35 / 12.08 ms at 1 / 8 / 16 tokens, variant 0 10.26 / 10.08 / 12.99.
+inline constexpr int kMmaGemvVariants = 2, kMmaGemvDefaultVariant = 1;
 cudaError_t gemv_q8_mma_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
                                 size_t ys, cudaStream_t stream);
 inline cudaError_t gemv_q8_mma(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
