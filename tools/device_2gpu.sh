@@ -2,7 +2,8 @@
 # Issue 13 on a 2-GPU machine (kind nvidia-h200-x2): the synthetic 9B and 27B on 1 GPU vs split over 2
 # worker processes, one per GPU — prefill at 2K/8K/18K and batch-1 decode (deltaserve-bench --workers),
 # decode throughput at 32 and 64 streams through `deltaserve serve`, and a kill -9 of one worker under
-# load (time until it serves again, requests lost). Results go to OUT_DIR/summary.txt as they come,
+# load (time until it serves again, requests lost); the streams with and without --micro-batches 2.
+# Results go to OUT_DIR/summary.txt as they come,
 # so a run cut short still returns what it measured.
 #   tools/device_2gpu.sh BUNDLE_DIR OUT_DIR [MODELS]     (MODELS default "9b 27b")
 set -u
@@ -16,17 +17,18 @@ date -u | tee -a "$S"
 
 wait_listening() { for _ in $(seq 900); do grep -q "listening on" "$1" && return 0; sleep 0.2; done; return 1; }
 
-http_run() {  # $1 = model, $2 = workers, $3 = devices, $4 = tag
-  local log="$O/serve_$4.log"
-  "$B/bin/deltaserve" serve --model "$1" --backend cuda --workers "$2" --devices "$3" --port 18090 --max-seqs 64 \
-    > "$log" 2>&1 &
+http_run() {  # $1 = model, $2 = workers, $3 = devices, $4 = tag, $5.. = extra serve flags
+  local log="$O/serve_$4.log" model=$1 workers=$2 devices=$3 tag=$4
+  shift 4
+  "$B/bin/deltaserve" serve --model "$model" --backend cuda --workers "$workers" --devices "$devices" --port 18090 \
+    --max-seqs 64 "$@" > "$log" 2>&1 &
   local pid=$!
   if wait_listening "$log"; then
-    timeout 60 "$B/bin/deltaserve-bench-http" --port 18090 --concurrency 32,64 --requests 64 --prompt-tokens 128 \
-      --max-tokens 128 > "$O/http_$4.log" 2>&1
-    note "http $4: $(grep -E '^\| (32|64) ' "$O/http_$4.log" | awk -F'|' '{printf "c=%s %s tok/s failed %s; ", $2, $7, $4}')"
+    timeout 90 "$B/bin/deltaserve-bench-http" --port 18090 --concurrency 32,64 --requests 64 --prompt-tokens 128 \
+      --max-tokens 128 > "$O/http_$tag.log" 2>&1
+    note "http $tag: $(grep -E '^\| (32|64) ' "$O/http_$tag.log" | awk -F'|' '{printf "c=%s %s tok/s failed %s; ", $2, $7, $4}')"
   else
-    note "http $4: server did not start"
+    note "http $tag: server did not start"
   fi
   kill -TERM $pid; wait $pid
 }
@@ -68,6 +70,9 @@ for m in $MODELS; do
     note "bench $m workers=$1 devices=$2 rc=$?"
     tail -3 "$O/bench_${m}_w$1.log" | tee -a "$S"
   done
-  [ "$m" = 9b ] && { http_run "$F" 1 0 "${m}_1gpu"; http_run "$F" 2 0,1 "${m}_2gpu"; kill_under_load "$F"; }
+  http_run "$F" 1 0 "${m}_1gpu"
+  http_run "$F" 2 0,1 "${m}_2gpu"
+  http_run "$F" 2 0,1 "${m}_2gpu_mb2" --micro-batches 2
+  [ "$m" = 9b ] && kill_under_load "$F"
   rm -f "$F"
 done

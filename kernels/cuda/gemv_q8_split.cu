@@ -9,7 +9,7 @@
 // s*512 + 16L .. +16 of the rows, so its activations stay in registers (loaded, and for the int8
 // dot quantized, once per block when the warp owns one slice). The grid is persistent (as many
 // blocks as fit on the GPU): block b takes row ranges b, b + gridDim.x, ... of kRangeRows rows,
-// its ceil(slices / k) warps taking slices w, w + warps, ... Rows stream in groups of UR with the
+// its warps (geometry() below) taking slices w, w + warps, ... Rows stream in groups of UR with the
 // next group's loads issued before the current one is computed, the first group's before the
 // activations are read and the next range's before the block's barrier (the first version, one
 // 8-row item per warp and no prefetch, kept too few loads in flight: 53-60% of HBM, measured).
@@ -26,7 +26,7 @@
 //    instructions per chunk and token, amortized over the block's rows). Error: below 2^-22 *
 //    max|x_chunk| * sum|w| on top of the f32 rounding (bound in the parity test).
 // `variant` 0 picks int8x3 when each warp owns one slice (the quantization done once per block;
-// <= 16 slices, i.e. up to 8192 columns) and float otherwise; 1 and 2 force int8x3 / float.
+// <= 12 slices, i.e. up to 6144 columns) and float otherwise; 1 and 2 force int8x3 / float.
 //
 // Determinism and batch invariance: every addition happens in an order fixed by the shape and the
 // dot kind alone (which itself depends on the shape and the GPU only); a token's arithmetic is the
@@ -44,7 +44,7 @@ namespace {
 
 constexpr int kLaneCols = 16;                   // quants of one uint4
 constexpr int kSliceCols = kWarp * kLaneCols;   // 512 columns per warp
-constexpr int kMaxBlockWarps = 16;
+constexpr int kMaxBlockWarps = 16;  // launch bound (caps registers at 128); geometry() uses <= 12
 constexpr int kMaxTokensPerLaunch = 4;          // activations live in registers
 constexpr int kRangeRows = 16;                  // rows per range of the persistent loop
 constexpr size_t kPartialBytesMax = 48 * 1024;  // shared memory for the (slice, row, token) partials
@@ -338,14 +338,22 @@ struct Geometry {
   bool int_dot;
 };
 
+// Up to kOneSliceMaxWarps slices (6144 columns) a block has a warp per slice and the int8x3 dot
+// (activations quantized once per block). Wider rows (the FFN down projections) take the float
+// dot with the largest divisor of the slice count up to 8 as warps: a 12-warp block of the
+// 128-register float kernel left one block, 12 warps, per SM for the 9B ffn_down (54% of HBM).
+constexpr int kOneSliceMaxWarps = 12;
+
 Geometry geometry(int cols, int variant) {
   Geometry g;
   g.slices = cols / kSliceCols;
-  const int per_warp = (g.slices + kMaxBlockWarps - 1) / kMaxBlockWarps;
-  g.warps = (g.slices + per_warp - 1) / per_warp;
+  g.warps = g.slices;
+  if (g.slices > kOneSliceMaxWarps) {
+    g.warps = 8;
+    while (g.slices % g.warps != 0) --g.warps;
+  }
   g.range_rows = kRangeRows;
-  // int8x3 when each warp keeps one slice (its activations quantized once per block).
-  g.int_dot = variant == 1 || (variant == 0 && per_warp == 1);
+  g.int_dot = variant == 1 || (variant == 0 && g.warps == g.slices);
   return g;
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"
@@ -167,17 +169,21 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
-  // Q8_0 fast paths (matmul_fast.h). Split rows (the CUDA backend's default layout): 1..8 tokens
-  // on the split GEMV, always — it is batch-invariant, so a speculative verify row gives the bits
-  // of a plain decode step (at 8 tokens it measured as fast as the tensor-core kernel, H200
-  // 2026-11-29). Then the small-batch tensor-core GEMV (opt-in), bf16 tensor cores for prefill
-  // (opt-in), the GGUF-order streaming GEMV for decode.
-  if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
-    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream);
-  }
-  if (tc.small_batch_mma && n_tokens >= tc.small_batch_mma_min && n_tokens <= tc.small_batch_mma_max &&
+  // Q8_0 fast paths (matmul_fast.h): small batches on the tensor-core GEMV (opt-in; split rows
+  // from kGemvSplitBestTokens + 1 tokens: at 8 tokens it measured 7.2 vs 9.5 ms per 9B step's
+  // matrices against two split-GEMV launches, H200 2026-11-29), the split-rows GEMV (the CUDA
+  // backend's default layout; batch-invariant up to kGemvSplitBestTokens, so a 1+3 speculative
+  // verify row has the bits of a plain decode step), bf16 tensor cores for prefill (opt-in), the
+  // GGUF-order streaming GEMV for decode.
+  const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
+                             ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)
+                             : tc.small_batch_mma_min;
+  if (tc.small_batch_mma && n_tokens >= mma_min && n_tokens <= tc.small_batch_mma_max &&
       detail::gemv_q8_mma_applies(w, x, x_stride, y, y_stride, n_tokens)) {
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
+  }
+  if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
+    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);

@@ -45,6 +45,9 @@ cudaError_t gemv_q8(const cpu::WeightView& w, const float* x, size_t xs, size_t 
 // 1..kGemvSplitMaxTokens tokens, coalesced 16-byte quant loads straight into registers
 // (gemv_q8_split.cu). Deterministic and batch-invariant (a token's bits do not depend on n).
 inline constexpr size_t kGemvSplitMaxTokens = 8;
+// Up to this many tokens one launch reads the weights once; cuda::matmul sends larger small
+// batches of split rows to the tensor-core kernel when that is on.
+inline constexpr size_t kGemvSplitBestTokens = 4;
 bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
 cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                           cudaStream_t stream);

@@ -40,8 +40,10 @@ struct GdnWeights {
   const float* a = nullptr;         // [nv], = -exp(A_log)
   const float* ssm_norm = nullptr;  // [dv], shared by all value heads
   // Stacked copies (Backend::weight_stack; data == nullptr when the backend keeps them apart):
-  // [qkv ; gate] and [alpha ; beta]; qkv/gate/alpha/beta are then row ranges of these.
-  WeightView qkv_gate, alpha_beta;
+  // [qkv ; gate] and [alpha ; beta]; qkv/gate/alpha/beta are then row ranges of these. When all
+  // four share a type, in_proj = [qkv ; gate ; alpha ; beta] is one stack (one decode GEMV) and
+  // the other two are row ranges of it.
+  WeightView qkv_gate, alpha_beta, in_proj;
 };
 
 struct LayerWeights {
@@ -195,9 +197,18 @@ LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
                f(p + "attn_q_norm.weight"), f(p + "attn_k_norm.weight")};
   } else {
     lw.gdn = {{}, {}, {}, {}, w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
-              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight"), {}, {}};
-    lw.gdn.qkv_gate = stacked({p + "attn_qkv.weight", p + "attn_gate.weight"}, {&lw.gdn.qkv, &lw.gdn.gate});
-    lw.gdn.alpha_beta = stacked({p + "ssm_alpha.weight", p + "ssm_beta.weight"}, {&lw.gdn.alpha, &lw.gdn.beta});
+              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight"), {}, {}, {}};
+    lw.gdn.in_proj = stacked({p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_alpha.weight",
+                              p + "ssm_beta.weight"},
+                             {&lw.gdn.qkv, &lw.gdn.gate, &lw.gdn.alpha, &lw.gdn.beta});
+    if (lw.gdn.in_proj.data != nullptr) {
+      const size_t n_qkv_gate = lw.gdn.qkv.rows + lw.gdn.gate.rows;
+      lw.gdn.qkv_gate = row_range(lw.gdn.in_proj, 0, n_qkv_gate);
+      lw.gdn.alpha_beta = row_range(lw.gdn.in_proj, n_qkv_gate, lw.gdn.alpha.rows + lw.gdn.beta.rows);
+    } else {
+      lw.gdn.qkv_gate = stacked({p + "attn_qkv.weight", p + "attn_gate.weight"}, {&lw.gdn.qkv, &lw.gdn.gate});
+      lw.gdn.alpha_beta = stacked({p + "ssm_alpha.weight", p + "ssm_beta.weight"}, {&lw.gdn.alpha, &lw.gdn.beta});
+    }
   }
   lw.ffn_gate_up = stacked({p + "ffn_gate.weight", p + "ffn_up.weight"}, {&lw.ffn_gate, &lw.ffn_up});
   lw.ffn_down = w(p + "ffn_down.weight");
@@ -314,23 +325,32 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   float* o = ws_.get(Slot::kMix, T * nv * dv);
   float* y = ws_.get(Slot::kGated, T * nv * dv);
 
-  if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
-    // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
-    qkv = ws_.get(Slot::kProjA, C + nv * dv);
+  if (T == 1 && lw.gdn.in_proj.data != nullptr) {
+    // One token: one GEMV over [qkv ; gate ; alpha ; beta]; its row splits into [qkv | z | alpha | beta_raw].
+    qkv = ws_.get(Slot::kProjA, C + nv * dv + 2 * nv);
     z = qkv + C;
-    be_->matmul(lw.gdn.qkv_gate, x, D, 1, qkv, C + nv * dv);
-  } else {
-    be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
-    be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
-  }
-  if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
-    alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
-    be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
+    alpha = z + nv * dv;
+    be_->matmul(lw.gdn.in_proj, x, D, 1, qkv, C + nv * dv + 2 * nv);
     be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
   } else {
-    be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
-    be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
-    be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
+      // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
+      qkv = ws_.get(Slot::kProjA, C + nv * dv);
+      z = qkv + C;
+      be_->matmul(lw.gdn.qkv_gate, x, D, 1, qkv, C + nv * dv);
+    } else {
+      be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
+      be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
+    }
+    if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
+      alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
+      be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
+      be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    } else {
+      be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
+      be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
+      be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    }
   }
   const size_t gl = cache_index_[local];
   StatePool& st = cache_->states();
