@@ -83,6 +83,26 @@ class Backend {
   }
   virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out) = 0;
+  // Decode steps of n_seqs sequences, one token each (rows 0..n_seqs-1 of the inputs and
+  // outputs), whose states live in one pool: sequence i's at state0 + host_slots[i] * slot_stride
+  // floats. Defaults: the one-sequence ops in a loop; backends may run all sequences at once.
+  virtual void conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel,
+                                  float* state0, size_t slot_stride, const uint32_t* host_slots, size_t n_seqs,
+                                  size_t n_norm_heads, size_t head_dim, float eps, float* y) {
+    for (size_t i = 0; i < n_seqs; ++i) {
+      conv_silu_l2_token(x + i * channels, channels, weight, kernel, state0 + host_slots[i] * slot_stride,
+                         n_norm_heads, head_dim, eps, y + i * channels);
+    }
+  }
+  // s.n_tokens == 1; q / k rows at s.qk_token_stride, v at s.v_token_stride, g / beta at n_v_heads.
+  virtual void gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, float* state0, size_t slot_stride, const uint32_t* host_slots,
+                                size_t n_seqs, float* out) {
+    for (size_t i = 0; i < n_seqs; ++i) {
+      gdn(s, q + i * s.qk_token_stride, k + i * s.qk_token_stride, v + i * s.v_token_stride, g + i * s.n_v_heads,
+          beta + i * s.n_v_heads, state0 + host_slots[i] * slot_stride, out + i * s.n_v_heads * s.dv);
+    }
+  }
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;

@@ -250,6 +250,32 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cuda::conv_silu_l2_token(x, channels, w, kernel, state, n_norm_heads, head_dim, eps, y, stream_));
   }
+  // All decode sequences in one launch each (the slot list is the same for every GDN layer of a
+  // step, so its upload is skipped after the first layer).
+  void conv_silu_l2_slots(const float* x, size_t channels, const float* w, size_t kernel, float* state0,
+                          size_t slot_stride, const uint32_t* host_slots, size_t n_seqs, size_t n_norm_heads,
+                          size_t head_dim, float eps, float* y) override {
+    if (!fused_ops_ || kernel < 2 || !cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) {
+      return Backend::conv_silu_l2_slots(x, channels, w, kernel, state0, slot_stride, host_slots, n_seqs,
+                                         n_norm_heads, head_dim, eps, y);
+    }
+    on_device();
+    const auto* slots = static_cast<const uint32_t*>(slots_.put(host_slots, n_seqs * sizeof(uint32_t), stream_));
+    DS_CUDA_CHECK(cuda::conv_silu_l2_slots(x, channels, w, kernel, state0, slot_stride, slots, n_seqs, n_norm_heads,
+                                           head_dim, eps, y, stream_));
+  }
+  void gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                        const float* beta, float* state0, size_t slot_stride, const uint32_t* host_slots,
+                        size_t n_seqs, float* out) override {
+    if (!fused_ops_ || !cuda::gdn_decode_slots_applies(s, n_seqs)) {
+      return Backend::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, host_slots, n_seqs, out);
+    }
+    on_device();
+    const auto* slots = static_cast<const uint32_t*>(slots_.put(host_slots, n_seqs * sizeof(uint32_t), stream_));
+    DS_CUDA_CHECK(
+        cuda::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, slots, n_seqs, out, stream_));
+  }
+
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void synchronize() override {
@@ -290,7 +316,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, void*> small_tensors_;  // mapped small tensor -> device f32
   // One buffer per kind of control array, so repeated identical uploads (every layer of a step
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
-  ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_;
+  ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
 };
 
 CudaBackend::~CudaBackend() {

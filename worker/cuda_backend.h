@@ -31,7 +31,8 @@ struct CudaBackendOptions {
   bool device_logit_digest = true;
   // Fused decode ops, one kernel each: Backend::add_rms_norm (residual add + the next RMSNorm,
   // norm.cu) and Backend::conv_silu_l2_token (GDN conv + SiLU + q/k L2 norm of one token,
-  // conv_l2_decode.cu); false: the separate ops.
+  // conv_l2_decode.cu); and the GDN decode of all sequences of a step in one launch per layer
+  // (Backend::conv_silu_l2_slots, gdn_decode_slots); false: the separate ops, per sequence.
   bool fused_decode_ops = true;
   // Backend::weight_stack: matrices that share an input (GDN alpha+beta, qkv+gate, FFN gate+up)
   // uploaded as one stacked matrix so decode runs one GEMV for them; false: separate uploads.

@@ -12,10 +12,17 @@ namespace {
 constexpr size_t kMaxHeadDim = 1024;
 constexpr size_t kMaxKernel = 16;  // a sanity bound on the taps (Qwen3.5: 4)
 
+// blockIdx.y = sequence of a batched decode (x / y row y, state at state + slots[y] * slot_stride);
+// slots == nullptr: one sequence.
 __global__ void conv_silu_l2_kernel(const float* __restrict__ x, size_t channels, const float* __restrict__ weight,
                                     size_t kernel, float* __restrict__ state, size_t n_norm_heads, float eps,
-                                    float* __restrict__ y) {
+                                    float* __restrict__ y, const uint32_t* __restrict__ slots, size_t slot_stride) {
   __shared__ float warp_part[kMaxHeadDim / detail::kWarp];
+  if (slots != nullptr) {
+    x += size_t{blockIdx.y} * channels;
+    y += size_t{blockIdx.y} * channels;
+    state += slots[blockIdx.y] * slot_stride;
+  }
   const size_t head = blockIdx.x, c = head * blockDim.x + threadIdx.x;
   const size_t hist = kernel - 1;
   // Taps oldest first, the current token last (as the CPU sums them).
@@ -61,7 +68,23 @@ cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* wei
     return cudaErrorMisalignedAddress;
   }
   conv_silu_l2_kernel<<<static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(head_dim), 0, stream>>>(
-      x, channels, weight, kernel, state, n_norm_heads, eps, y);
+      x, channels, weight, kernel, state, n_norm_heads, eps, y, nullptr, 0);
+  return detail::launch_status();
+}
+
+cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,
+                               size_t slot_stride, const uint32_t* slots, size_t n_seqs, size_t n_norm_heads,
+                               size_t head_dim, float eps, float* y, cudaStream_t stream) {
+  if (!conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim) || n_seqs == 0 || n_seqs > 65535 ||
+      x == nullptr || weight == nullptr || y == nullptr || state0 == nullptr || slots == nullptr || y == x) {
+    return cudaErrorInvalidValue;
+  }
+  if (!detail::f32_ok(x) || !detail::f32_ok(weight) || !detail::f32_ok(y) || !detail::aligned_to(state0, 4)) {
+    return cudaErrorMisalignedAddress;
+  }
+  const dim3 grid(static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(n_seqs));
+  conv_silu_l2_kernel<<<grid, static_cast<unsigned>(head_dim), 0, stream>>>(x, channels, weight, kernel, state0,
+                                                                          n_norm_heads, eps, y, slots, slot_stride);
   return detail::launch_status();
 }
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ds::cuda {
 
@@ -19,5 +20,12 @@ bool conv_silu_l2_token_applies(size_t channels, size_t kernel, size_t n_norm_he
 
 cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
                                size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream);
+
+// n_seqs decode sequences in one launch: row i of x / y ([n_seqs][channels]) with the state at
+// state0 + slots[i] * slot_stride floats (`slots` on the device). Same bits as one
+// conv_silu_l2_token per sequence; kernel >= 2 (a state to update).
+cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,
+                               size_t slot_stride, const uint32_t* slots, size_t n_seqs, size_t n_norm_heads,
+                               size_t head_dim, float eps, float* y, cudaStream_t stream);
 
 }  // namespace ds::cuda

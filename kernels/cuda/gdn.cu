@@ -24,7 +24,25 @@ struct GdnArgs {
   float* state;
   float* out;
   float q_scale;
+  // Decode of several sequences in one launch (blockIdx.z = sequence, one token each): sequence
+  // z's inputs and output are "token" z of the arrays and its state is state + slots[z] *
+  // slot_stride. nullptr: one sequence, state as given.
+  const uint32_t* slots = nullptr;
+  size_t slot_stride = 0;
 };
+
+// The arguments of sequence `seq` of a batched decode launch (unchanged for a single sequence).
+__device__ __forceinline__ GdnArgs for_sequence(GdnArgs a, unsigned seq) {
+  if (a.slots == nullptr) return a;
+  a.q += seq * a.s.qk_token_stride;
+  a.k += seq * a.s.qk_token_stride;
+  a.v += seq * a.s.v_token_stride;
+  a.g += size_t{seq} * a.s.n_v_heads;
+  a.beta += size_t{seq} * a.s.n_v_heads;
+  a.out += size_t{seq} * a.s.n_v_heads * a.s.dv;
+  a.state += a.slots[seq] * a.slot_stride;
+  return a;
+}
 
 // 1/sqrt(dk) rounded once from double, as kernels/cpu/gdn.cpp does.
 float q_scale(size_t dk) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
@@ -90,7 +108,8 @@ __global__ void gdn_kernel(GdnArgs a) {
 // shared memory (zero-padded to 128, so padded rows contribute nothing), double-buffered by token.
 constexpr int kPJ = 16, kPGroups = 8, kPI = 16, kPThreads = kPJ * kPGroups, kPMaxDk = kPGroups * kPI;
 
-__global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs a) {
+__global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs args) {
+  const GdnArgs a = for_sequence(args, blockIdx.z);
   __shared__ float qs[2][kPMaxDk], ks[2][kPMaxDk];
   __shared__ float red_m[kPGroups][kPJ], red_o[kPGroups][kPJ];
   const GdnShape& s = a.s;
@@ -208,6 +227,26 @@ cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, con
 cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, float* state, float* out, cudaStream_t stream) {
   return launch_gdn<true>(s, q, k, v, g, beta, state, out, stream);
+}
+
+bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs) {
+  return s.n_tokens == 1 && s.dk > 0 && s.dk <= static_cast<size_t>(kPMaxDk) && s.dv > 0 && s.n_k_heads > 0 &&
+         s.n_v_heads > 0 && s.n_v_heads <= detail::kMaxGridX && (s.dv + kPJ - 1) / kPJ <= 65535 && n_seqs >= 1 &&
+         n_seqs <= 65535 && s.qk_token_stride >= s.n_k_heads * s.dk && s.v_token_stride >= s.n_v_heads * s.dv;
+}
+
+cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots,
+                             size_t n_seqs, float* out, cudaStream_t stream) {
+  if (!gdn_decode_slots_applies(s, n_seqs) || slots == nullptr) return cudaErrorInvalidValue;
+  if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state0, out); e != cudaSuccess) return e;
+  GdnArgs args{s, q, k, v, g, beta, state0, out, q_scale(s.dk)};
+  args.slots = slots;
+  args.slot_stride = slot_stride;
+  const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ),
+                  static_cast<unsigned>(n_seqs));
+  gdn_block_kernel<<<grid, kPThreads, 0, stream>>>(args);
+  return detail::launch_status();
 }
 
 cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,

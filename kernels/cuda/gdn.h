@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/gdn.h"  // GdnShape
 
@@ -25,6 +26,16 @@ cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, con
 // (read and written back once). Falls back to gdn_recurrent when dk is too large for shared memory.
 cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, float* state, float* out, cudaStream_t stream);
+
+// Decode of n_seqs sequences in one launch, one token each (s.n_tokens == 1): sequence i reads
+// token row i of q / k (stride s.qk_token_stride), v (s.v_token_stride), g and beta (n_v_heads)
+// and writes row i of out; its state is state0 + slots[i] * slot_stride floats (`slots` on the
+// device). The same block kernel and bits as gdn_recurrent per sequence. Needs dk <= 128
+// (gdn_decode_slots_applies); cudaErrorInvalidValue otherwise.
+bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs);
+cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots,
+                             size_t n_seqs, float* out, cudaStream_t stream);
 
 // g = a * softplus(alpha + dt_bias), beta = sigmoid(beta_raw); inputs [n_tokens, nv] with row
 // strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous.

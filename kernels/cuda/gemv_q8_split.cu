@@ -340,8 +340,9 @@ struct Geometry {
 
 // Up to kOneSliceMaxWarps slices (6144 columns) a block has a warp per slice and the int8x3 dot
 // (activations quantized once per block). Wider rows (the FFN down projections) take the float
-// dot with the largest divisor of the slice count up to 8 as warps: a 12-warp block of the
-// 128-register float kernel left one block, 12 warps, per SM for the 9B ffn_down (54% of HBM).
+// dot and at most 8 warps (ceil(slices / 8) slices each): a 12-warp block of the 128-register
+// float kernel left one block, 12 warps, per SM for the 9B ffn_down (54% of HBM). (A 2-warp block
+// for the 27B ffn_down's 34 slices, the first try, cost 27B decode 4%.)
 constexpr int kOneSliceMaxWarps = 12;
 
 Geometry geometry(int cols, int variant) {
@@ -349,8 +350,8 @@ Geometry geometry(int cols, int variant) {
   g.slices = cols / kSliceCols;
   g.warps = g.slices;
   if (g.slices > kOneSliceMaxWarps) {
-    g.warps = 8;
-    while (g.slices % g.warps != 0) --g.warps;
+    const int per_warp = (g.slices + 7) / 8;
+    g.warps = (g.slices + per_warp - 1) / per_warp;
   }
   g.range_rows = kRangeRows;
   g.int_dot = variant == 1 || (variant == 0 && g.warps == g.slices);

@@ -225,9 +225,9 @@ void gemv_split(int reps) {
     size_t rows, cols, per_step;
   };
   const StepShape shapes[] = {{"gate+up 24576x4096", 24576, 4096, 32}, {"ffn_down 4096x12288", 4096, 12288, 32},
-                              {"qkv+z 12288x4096", 12288, 4096, 24},   {"attn_q 8192x4096", 8192, 4096, 8},
+                              {"qkv+z+a+b 12352x4096", 12352, 4096, 24}, {"attn_q 8192x4096", 8192, 4096, 8},
                               {"gdn_out/o 4096x4096", 4096, 4096, 32}, {"attn_k/v 1024x4096", 1024, 4096, 16},
-                              {"alpha+beta 64x4096", 64, 4096, 24},    {"lm_head 248320x4096", 248320, 4096, 1}};
+                              {"lm_head 248320x4096", 248320, 4096, 1}};
   const size_t ns[] = {1, 2, 3, 4, 8};
   double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {};
   std::vector<std::unique_ptr<Q8Matrix>> mats;

@@ -90,6 +90,14 @@ std::vector<GdnPiece> gdn_pieces(const SeqSpan& s) {
   return out;
 }
 
+// Plain decode: every span is one token (no drafts) and span i sits at row i.
+bool one_row_per_span(const std::vector<SeqSpan>& spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].n_tokens != 1 || spans[i].offset != i || spans[i].n_draft != 0) return false;
+  }
+  return true;
+}
+
 class Qwen35Stage final : public StageModel {
  public:
   Qwen35Stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config, StageRange range,
@@ -127,6 +135,9 @@ class Qwen35Stage final : public StageModel {
   float* run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden);
 
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
+  void gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
+                             bool single_tokens, const float* qkv, float* conv, const float* g, const float* beta,
+                             float* o);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
                        size_t local);
   void ffn(const LayerWeights& lw, size_t T, const float* next_norm);
@@ -156,6 +167,7 @@ class Qwen35Stage final : public StageModel {
   std::unique_ptr<StageCache> cache_;  // after be_: released before the backend goes
   std::vector<int32_t> positions_;  // host [3][T]
   std::vector<uint32_t> kv_rows_;   // host [T]: pool row of every token of the step
+  std::vector<uint32_t> slots_;     // host: state slot of every sequence of a decode step
   std::vector<std::vector<float>> layer_hidden_;
 };
 
@@ -311,6 +323,46 @@ void Qwen35Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
 
 // ---- layers ----------------------------------------------------------------------------------------
 
+// The GDN conv and recurrence piece by piece (prefill chunks, verify rows with their state
+// captures, mixed steps): one launch per piece.
+void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
+                                        bool single_tokens, const float* qkv, float* conv, const float* g,
+                                        const float* beta, float* o) {
+  const size_t C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
+  const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
+  StatePool& st = cache_->states();
+  for (const SeqSpan& s : spans) {
+    for (const GdnPiece& p : gdn_pieces(s)) {
+      if (single_tokens) {
+        be_->conv_silu_l2_token(qkv + p.offset * C, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk, dk,
+                                cfg_.rms_eps, conv + p.offset * C);
+      } else {
+        be_->causal_conv1d_silu(qkv + p.offset * C, C, p.n_tokens, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl),
+                                conv + p.offset * C);
+      }
+      if (p.capture >= 0) st.capture_conv(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
+    }
+  }
+  // Otherwise L2-normalize every q and k head in place: the 2*nk heads of a token are contiguous
+  // rows of dk, so short steps take one launch per token instead of one per head.
+  if (single_tokens) {
+    // normalized by conv_silu_l2_token above
+  } else if (T < 2 * nk) {
+    for (size_t t = 0; t < T; ++t) be_->l2_norm(conv + t * C, dk, cfg_.rms_eps, 2 * nk, dk, conv + t * C, dk);
+  } else {
+    be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
+  }
+  for (const SeqSpan& s : spans) {
+    for (const GdnPiece& p : gdn_pieces(s)) {
+      const float* q = conv + p.offset * C;
+      const GdnShape shape{p.n_tokens, nk, nv, dk, dv, C, C};
+      be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + p.offset * nv, beta + p.offset * nv, st.ssm(s.seq->slot, gl),
+               o + p.offset * nv * dv);
+      if (p.capture >= 0) st.capture_ssm(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
+    }
+  }
+}
+
 void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T) {
   const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
   const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
@@ -355,41 +407,23 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   const size_t gl = cache_index_[local];
   StatePool& st = cache_->states();
   // Conv for all rows, then the recurrence: each captures its own state after every piece.
-  // When every piece is one token (decode), conv + SiLU + the q/k L2 norms go together
-  // (Backend::conv_silu_l2_token: one launch per sequence on CUDA).
+  // When every piece is one token, conv + SiLU + the q/k L2 norms go together
+  // (Backend::conv_silu_l2_token); a plain decode step runs all its sequences at once.
   bool single_tokens = true;
   for (const SeqSpan& s : spans) {
     for (const GdnPiece& p : gdn_pieces(s)) single_tokens = single_tokens && p.n_tokens == 1;
   }
-  for (const SeqSpan& s : spans) {
-    for (const GdnPiece& p : gdn_pieces(s)) {
-      if (single_tokens) {
-        be_->conv_silu_l2_token(qkv + p.offset * C, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk, dk,
-                                cfg_.rms_eps, conv + p.offset * C);
-      } else {
-        be_->causal_conv1d_silu(qkv + p.offset * C, C, p.n_tokens, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl),
-                                conv + p.offset * C);
-      }
-      if (p.capture >= 0) st.capture_conv(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
-    }
-  }
-  // Otherwise L2-normalize every q and k head in place: the 2*nk heads of a token are contiguous
-  // rows of dk, so short steps take one launch per token instead of one per head.
-  if (single_tokens) {
-    // normalized by conv_silu_l2_token above
-  } else if (T < 2 * nk) {
-    for (size_t t = 0; t < T; ++t) be_->l2_norm(conv + t * C, dk, cfg_.rms_eps, 2 * nk, dk, conv + t * C, dk);
+  if (single_tokens && one_row_per_span(spans)) {
+    const GdnShape token_shape{1, nk, nv, dk, dv, C, C};
+    // Decode: every sequence's conv and recurrence in one launch each (states addressed by slot).
+    slots_.clear();
+    for (const SeqSpan& s : spans) slots_.push_back(s.seq->slot);
+    be_->conv_silu_l2_slots(qkv, C, lw.gdn.conv, Kc, st.conv(0, gl), st.record_floats(), slots_.data(), spans.size(),
+                            2 * nk, dk, cfg_.rms_eps, conv);
+    be_->gdn_decode_slots(token_shape, conv, conv + nk * dk, conv + 2 * nk * dk, g, beta, st.ssm(0, gl),
+                          st.record_floats(), slots_.data(), spans.size(), o);
   } else {
-    be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
-  }
-  for (const SeqSpan& s : spans) {
-    for (const GdnPiece& p : gdn_pieces(s)) {
-      const float* q = conv + p.offset * C;
-      const GdnShape shape{p.n_tokens, nk, nv, dk, dv, C, C};
-      be_->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g + p.offset * nv, beta + p.offset * nv, st.ssm(s.seq->slot, gl),
-               o + p.offset * nv * dv);
-      if (p.capture >= 0) st.capture_ssm(s.seq->slot, static_cast<uint32_t>(p.capture), gl);
-    }
+    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, qkv, conv, g, beta, o);
   }
   be_->gated_rms_norm(o, z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
   float* mixed = ws_.get(Slot::kOut, T * D);
