@@ -73,6 +73,7 @@ struct Options {
   bool stacked = true;        // --no-stacked-weights: alpha/beta, qkv/gate, gate/up as separate GEMVs
   bool small_batch_mma = true;  // --no-small-batch-mma: 2..64-token products on the f32 GEMV / prefill paths
   bool q8_split = true;         // --q8-gguf-order: Q8_0 weights on the device in GGUF order (no split rows)
+  bool pdl = false;             // --pdl: the decode GEMV as a programmatic dependent launch (sm_90)
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -85,7 +86,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--pdl] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -175,6 +176,8 @@ Options parse(int argc, char** argv) {
       o.small_batch_mma = false;
     } else if (a == "--q8-gguf-order") {
       o.q8_split = false;
+    } else if (a == "--pdl") {
+      o.pdl = true;
     } else {
       args.unknown();
     }
@@ -257,6 +260,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.stacked_weights = o.stacked;
   c.small_batch_mma = o.small_batch_mma;
   c.q8_split = o.q8_split;
+  c.decode_pdl = o.pdl;
   return c;
 }
 #endif

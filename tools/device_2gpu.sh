@@ -5,9 +5,13 @@
 # load (time until it serves again, requests lost); the streams with and without --micro-batches 2.
 # Results go to OUT_DIR/summary.txt as they come,
 # so a run cut short still returns what it measured.
-#   tools/device_2gpu.sh BUNDLE_DIR OUT_DIR [MODELS]     (MODELS default "9b 27b")
+#   tools/device_2gpu.sh BUNDLE_DIR|BUNDLE.tar.xz OUT_DIR [MODELS]     (MODELS default "9b 27b")
 set -u
 B=$1 O=$2 MODELS=${3:-9b 27b}
+if [ -f "$B" ]; then  # a tarball of the bundle, as for tools/device_check.sh
+  mkdir -p /tmp/ds_bundle && tar xf "$B" -C /tmp/ds_bundle || exit 1
+  B=$(dirname "$(find /tmp/ds_bundle -path '*/bin/deltaserve' | head -1)")/..
+fi
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$O"
 S=$O/summary.txt

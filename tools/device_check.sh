@@ -4,13 +4,18 @@
 # synthetic 9B / 27B benchmarks: prefill + tg128 at several contexts, MTP draft/verify costs,
 # 1 vs 2 worker processes on one GPU, batched decode and TTFT through HTTP. Short table last.
 #   tools/device_check.sh BUNDLE_DIR TESTDATA_DIR OUT_DIR
-# BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run); TESTDATA_DIR is the path the test
+# BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run), or is a tarball of it (e.g.
+# `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
 # split-rows GEMV table when the bundle has deltaserve-kernel-lab) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
+if [ -f "$B" ]; then  # a tarball of the bundle (binaries compress ~8x: the carried tree must stay < 64 MiB)
+  mkdir -p /tmp/ds_bundle && tar xf "$B" -C /tmp/ds_bundle || exit 1
+  B=$(dirname "$(find /tmp/ds_bundle -path '*/bin/deltaserve' | head -1)")/..
+fi
 SECTIONS=${SECTIONS:-tests serve spec16 9b spec workers http 27b}
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$O" "$DATA/reference" "$DATA/tokenizer"

@@ -126,7 +126,8 @@ class CudaBackend final : public Backend {
         small_batch_mma_(options.small_batch_mma),
         mma_min_(options.small_batch_mma_min),
         mma_max_(options.small_batch_mma_max),
-        q8_split_(options.q8_split) {
+        q8_split_(options.q8_split),
+        decode_pdl_(options.decode_pdl) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -307,6 +308,7 @@ class CudaBackend final : public Backend {
   bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
   size_t mma_min_, mma_max_;
   bool q8_split_;                    // eligible Q8_0 matrices uploaded in the split-rows layout
+  bool decode_pdl_;                  // split-rows decode GEMV as a programmatic dependent launch
   DeviceScratch digest_scratch_, digest_rows_;
   PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
@@ -472,6 +474,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma = small_batch_mma_;
   tc.small_batch_mma_min = mma_min_;
   tc.small_batch_mma_max = mma_max_;
+  tc.decode_pdl = decode_pdl_;
   if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q8_0_SPLIT) && w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
     tc.bf16_weights = bf16_weights(w);
   }

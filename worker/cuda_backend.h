@@ -60,6 +60,9 @@ struct CudaBackendOptions {
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads
   // both layouts with identical weights. false: GGUF order everywhere.
   bool q8_split = true;
+  // The decode GEMV as a programmatic dependent launch (kernels/cuda/matmul.h TcGemmOptions::
+  // decode_pdl): off by default, not yet measured (deltaserve-bench --pdl).
+  bool decode_pdl = false;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});
 

@@ -8,4 +8,7 @@ namespace ds::cuda {
 int device_count();
 // Free and total memory of `device` in bytes; false when it cannot be queried.
 bool device_memory(int device, size_t* free_bytes, size_t* total_bytes);
+// Whether the current device is compute capability 9.0 or newer (thread-block clusters,
+// programmatic dependent launch); cached per device, false when it cannot be queried.
+bool current_device_is_sm90_or_newer();
 }  // namespace ds::cuda

@@ -28,12 +28,6 @@ static_assert(kWarp * kQuadWords == 544, "one quad of all 32 rows is 544 words, 
 constexpr int kRowStride32 = 35;                 // shared row stride in 4-byte words (odd: no bank conflicts)
 constexpr size_t kQuadCols = 4 * kQ8Block;       // 128
 
-// Four int8 in a word -> four exact floats (PRMT + FADD instead of the quarter-rate I2F).
-__device__ __forceinline__ void widen4(uint32_t w, float* f) {
-  const uint32_t u = w ^ 0x80808080u;  // biased to unsigned
-#pragma unroll
-  for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + k)) - 8388736.0f;
-}
 
 // Byte offsets (from the block's first row, quad 0) of the words lane L copies: words L, L+32,
 // ... of the 544 (word i = row i / 17, word i % 17 of that row's quad). Rows past the end
@@ -93,7 +87,7 @@ __device__ __forceinline__ void dot_block(float d, const uint32_t (&qw)[8], cons
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
     float f[4];
-    widen4(qw[m], f);
+    widen_int8x4(qw[m], f);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < n) {

@@ -28,14 +28,16 @@
 // `variant` 0 picks int8x3 when each warp owns one slice (the quantization done once per block;
 // <= 12 slices, i.e. up to 6144 columns) and float otherwise; 1 and 2 force int8x3 / float.
 //
-// Determinism and batch invariance: every addition happens in an order fixed by the shape and the
-// dot kind alone (which itself depends on the shape and the GPU only); a token's arithmetic is the
-// same for any number of companions, so a row's bits do not depend on how many tokens run with it
-// (speculative verification and plain decode agree bit for bit). 5..8 tokens: two launches.
+// Determinism and batch invariance: every addition happens in an order fixed by the shape (which
+// also picks the dot kind); a token's arithmetic is the same for any number of companions, so a
+// row's bits do not depend on how many tokens run with it: a verify row of 1 + 3 tokens gives the
+// bits of a plain decode step (cuda::matmul sends 5+ tokens to the tensor-core kernel when that is
+// on). 5..8 tokens here run as two launches.
 #include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
@@ -50,14 +52,6 @@ constexpr int kRangeRows = 16;                  // rows per range of the persist
 constexpr size_t kPartialBytesMax = 48 * 1024;  // shared memory for the (slice, row, token) partials
 
 // ---- the float dot -----------------------------------------------------------------------------
-
-// Four int8 in a word -> four exact floats: bias to unsigned, place the byte in the mantissa of
-// 2^23 (PRMT), subtract 2^23 + 128 (FADD). Cheaper than the quarter-rate I2F.
-__device__ __forceinline__ void widen4(uint32_t w, float (&f)[4]) {
-  const uint32_t u = w ^ 0x80808080u;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + k)) - 8388736.0f;
-}
 
 template <int NT>
 struct FloatActivations {
@@ -82,7 +76,7 @@ struct FloatActivations {
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       float f[4];
-      widen4(words[m], f);
+      widen_int8x4(words[m], f);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
 #pragma unroll
@@ -212,6 +206,14 @@ __device__ __forceinline__ float reduce_rows(const float (&v)[N], int lane) {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
+// griddepcontrol.wait: returns at once unless the kernel was launched as a programmatic dependent
+// launch, then waits until the previous kernel in the stream completed and its writes are visible.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The lane's 16 quants and its block scale of UR consecutive rows from block row r (rows past the
 // matrix re-read its last row; never stored).
 template <int UR>
@@ -289,11 +291,15 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
   Act act;
   RowGroup<UR> a;
   int range = static_cast<int>(blockIdx.x);
-  if (warp < slices) {  // the first group's loads go out before the activations are read
+  // The first group's loads go out before the activations are read; launched as a programmatic
+  // dependent (pdl), the kernel may start while the previous one still runs: the weights never
+  // depend on it, x and y do, so everything after the wait sees the previous kernel complete.
+  if (warp < slices) {
     a.load(range_base(range) + lane_col(warp), range_base(range) + cols + 2 * (lane_col(warp) / 32), row_bytes, 0,
            rows - 1 - range * range_rows);
-    act.load(x, xs, lane_col(warp));
   }
+  wait_for_previous_kernel();
+  if (warp < slices) act.load(x, xs, lane_col(warp));
   for (; range < n_ranges; range += static_cast<int>(gridDim.x)) {
     const int row0 = range * range_rows, last = rows - 1 - row0;
     const uint8_t* base = range_base(range);
@@ -375,30 +381,41 @@ int blocks_per_sm(int threads, size_t smem) {
 
 template <int NT, int UR, bool kInt>
 cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys,
-                          const Geometry& g, cudaStream_t s) {
+                          const Geometry& g, bool pdl, cudaStream_t s) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
   const size_t smem = static_cast<size_t>(g.slices) * g.range_rows * NT * sizeof(float);
   const int grid = std::min(n_ranges, sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
-  gemv_q8_split_kernel<NT, UR, kInt><<<grid, threads, smem, s>>>(static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, xs, y, ys,
-                                     g.range_rows);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl && current_device_is_sm90_or_newer()) {
+    config.attrs = &dependent;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, gemv_q8_split_kernel<NT, UR, kInt>, static_cast<const uint8_t*>(w.data), rows,
+                            cols, w.row_bytes, x, xs, y, ys, g.range_rows);
 }
 
 template <int NT, int UR>
 cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys, const Geometry& g,
-                   cudaStream_t s) {
-  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, xs, y, ys, g, s)
-                   : launch_kernel<NT, UR, false>(w, x, xs, y, ys, g, s);
+                   bool pdl, cudaStream_t s) {
+  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, xs, y, ys, g, pdl, s)
+                   : launch_kernel<NT, UR, false>(w, x, xs, y, ys, g, pdl, s);
 }
 
 cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                          const Geometry& g, cudaStream_t s) {
+                          const Geometry& g, bool pdl, cudaStream_t s) {
   switch (n) {
-    case 1: return launch<1, 4>(w, x, xs, y, ys, g, s);
-    case 2: return launch<2, 4>(w, x, xs, y, ys, g, s);
-    case 3: return launch<3, 2>(w, x, xs, y, ys, g, s);
-    case 4: return launch<4, 2>(w, x, xs, y, ys, g, s);
+    case 1: return launch<1, 4>(w, x, xs, y, ys, g, pdl, s);
+    case 2: return launch<2, 4>(w, x, xs, y, ys, g, pdl, s);
+    case 3: return launch<3, 2>(w, x, xs, y, ys, g, pdl, s);
+    case 4: return launch<4, 2>(w, x, xs, y, ys, g, pdl, s);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -417,13 +434,13 @@ bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, 
 }
 
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream) {
+                                  float* y, size_t ys, cudaStream_t stream, bool pdl) {
   if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
   if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
   const Geometry g = geometry(static_cast<int>(w.cols), variant);
   for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
     const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
-    const cudaError_t e = launch_tokens(w, x + t0 * xs, xs, nt, y + t0 * ys, ys, g, stream);
+    const cudaError_t e = launch_tokens(w, x + t0 * xs, xs, nt, y + t0 * ys, ys, g, pdl, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -434,8 +451,8 @@ bool gemv_q8_split_int_dot(size_t /*rows*/, size_t cols, int variant) {
 }
 
 cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                          cudaStream_t stream) {
-  return gemv_q8_split_variant(kGemvSplitDefaultVariant, w, x, xs, n, y, ys, stream);
+                          cudaStream_t stream, bool pdl) {
+  return gemv_q8_split_variant(kGemvSplitDefaultVariant, w, x, xs, n, y, ys, stream, pdl);
 }
 
 }  // namespace ds::cuda::detail

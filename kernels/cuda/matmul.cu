@@ -183,7 +183,7 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
-    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream);
+    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
   }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);

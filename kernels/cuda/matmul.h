@@ -62,6 +62,10 @@ struct TcGemmOptions {
   // 1..4 and 32..64 tokens, docs/PERFORMANCE.md).
   bool small_batch_mma = false;
   size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
+  // The split-rows decode GEMV as a programmatic dependent launch (sm_90+): its weight loads start
+  // while the previous kernel finishes. Off by default: written after the last H200 run of session
+  // 3, compiled, NOT yet measured (bench --pdl; test CudaGemvSplit.DependentLaunchGivesTheSameBits).
+  bool decode_pdl = false;
 };
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,

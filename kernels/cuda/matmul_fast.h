@@ -49,14 +49,16 @@ inline constexpr size_t kGemvSplitMaxTokens = 8;
 // batches of split rows to the tensor-core kernel when that is on.
 inline constexpr size_t kGemvSplitBestTokens = 4;
 bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
+// pdl: launched as a programmatic dependent launch on sm_90+ (it may start loading weights while
+// the previous kernel in the stream finishes; activations are read after it completed).
 cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                          cudaStream_t stream);
+                          cudaStream_t stream, bool pdl = false);
 // Variants: 0 (default) the int8x3 dot product for tall matrices and the float one for short
 // ones (gemv_q8_split.cu explains both); 1 int8x3 always; 2 float always. Each is batch-invariant;
 // int8x3 and float results differ in rounding (both within the bounds in test_cuda_gemv_split.cpp).
 inline constexpr int kGemvSplitVariants = 3, kGemvSplitDefaultVariant = 0;
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream);
+                                  float* y, size_t ys, cudaStream_t stream, bool pdl = false);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 

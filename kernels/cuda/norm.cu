@@ -2,10 +2,8 @@
 
 #include <cooperative_groups.h>
 
-#include <array>
-#include <atomic>
-
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
 
 namespace ds::cuda {
 namespace {
@@ -258,22 +256,9 @@ __global__ void __launch_bounds__(kClusterThreads)
 #endif
 }
 
-// Whether the current device has thread-block clusters (compute capability >= 9), cached per device.
-bool device_has_clusters() {
-  static std::array<std::atomic<int>, 64> known{};  // 0 unknown, 1 no, 2 yes
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  int k = known[static_cast<size_t>(dev)].load(std::memory_order_relaxed);
-  if (k == 0) {
-    k = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 ? 2 : 1;
-    known[static_cast<size_t>(dev)].store(k, std::memory_order_relaxed);
-  }
-  return k == 2;
-}
-
 bool cluster_rows(size_t n_rows, size_t dim) {
   return n_rows <= kClusterMaxRows && dim >= kWideMinDim && dim <= kClusterStride * kClusterPerThread &&
-         device_has_clusters();
+         current_device_is_sm90_or_newer();  // thread-block clusters
 }
 
 template <bool kAdd>

@@ -23,6 +23,15 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_
 
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 
+// Four int8 quants in a word -> four exact floats: bias to unsigned, place each byte in the
+// mantissa of 2^23 (PRMT), subtract 2^23 + 128 (FADD). Cheaper than the quarter-rate I2F (the
+// decode GEMVs, gemv_q8.cu and gemv_q8_split.cu).
+__device__ __forceinline__ void widen_int8x4(uint32_t w, float* f) {
+  const uint32_t u = w ^ 0x80808080u;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[k] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u + k)) - 8388736.0f;
+}
+
 template <GgmlType T>
 struct WeightRow;
 

@@ -135,6 +135,13 @@ class Qwen35Stage final : public StageModel {
   float* run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden);
 
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
+  struct GdnInputs {
+    float* qkv;  // raw conv input [T, C]
+    float* z;    // output gate [T, nv*dv]
+  };
+  GdnInputs gdn_projections(const LayerWeights& lw, size_t T, float* g, float* beta);
+  void gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, const float* qkv,
+                      float* conv, const float* g, const float* beta, float* o);
   void gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
                              bool single_tokens, const float* qkv, float* conv, const float* g, const float* beta,
                              float* o);
@@ -363,49 +370,69 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
   }
 }
 
-void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T) {
-  const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
-  const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
+// The GDN input projections of T rows and the gates: returns the raw conv input qkv [T, C] and the
+// output gate z [T, nv*dv] (rows of one stacked product at T == 1 when the backend stacks), and
+// writes g, beta [T, nv].
+Qwen35Stage::GdnInputs Qwen35Stage::gdn_projections(const LayerWeights& lw, size_t T, float* g, float* beta) {
+  const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nv = cfg_.ssm_dt_rank, dv = cfg_.ssm_head_v_dim();
   const float* x = ws_.get(Slot::kNorm, T * D);
-  float* qkv = ws_.get(Slot::kProjA, T * C);       // raw conv input [T, C]
-  float* z = ws_.get(Slot::kProjB, T * nv * dv);   // output gate [T, nv*dv]
-  float* alpha = ws_.get(Slot::kAlpha, T * nv);
-  float* beta_raw = ws_.get(Slot::kBeta, T * nv);
-  float* g = ws_.get(Slot::kGateG, T * nv);
-  float* beta = ws_.get(Slot::kGateBeta, T * nv);
-  float* conv = ws_.get(Slot::kConv, T * C);       // silu(conv) [T, C] = [q | k | v]
-  float* o = ws_.get(Slot::kMix, T * nv * dv);
-  float* y = ws_.get(Slot::kGated, T * nv * dv);
-
   if (T == 1 && lw.gdn.in_proj.data != nullptr) {
     // One token: one GEMV over [qkv ; gate ; alpha ; beta]; its row splits into [qkv | z | alpha | beta_raw].
-    qkv = ws_.get(Slot::kProjA, C + nv * dv + 2 * nv);
-    z = qkv + C;
-    alpha = z + nv * dv;
+    float* qkv = ws_.get(Slot::kProjA, C + nv * dv + 2 * nv);
+    float* alpha = qkv + C + nv * dv;
     be_->matmul(lw.gdn.in_proj, x, D, 1, qkv, C + nv * dv + 2 * nv);
     be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
-  } else {
-    if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
-      // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
-      qkv = ws_.get(Slot::kProjA, C + nv * dv);
-      z = qkv + C;
-      be_->matmul(lw.gdn.qkv_gate, x, D, 1, qkv, C + nv * dv);
-    } else {
-      be_->matmul(lw.gdn.qkv, x, D, T, qkv, C);
-      be_->matmul(lw.gdn.gate, x, D, T, z, nv * dv);
-    }
-    if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
-      alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
-      be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
-      be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
-    } else {
-      be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
-      be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
-      be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
-    }
+    return {qkv, qkv + C};
   }
-  const size_t gl = cache_index_[local];
+  GdnInputs in{ws_.get(Slot::kProjA, T * C), ws_.get(Slot::kProjB, T * nv * dv)};
+  if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
+    // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
+    in.qkv = ws_.get(Slot::kProjA, C + nv * dv);
+    in.z = in.qkv + C;
+    be_->matmul(lw.gdn.qkv_gate, x, D, 1, in.qkv, C + nv * dv);
+  } else {
+    be_->matmul(lw.gdn.qkv, x, D, T, in.qkv, C);
+    be_->matmul(lw.gdn.gate, x, D, T, in.z, nv * dv);
+  }
+  if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
+    float* alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
+    be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
+    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  } else {
+    float* alpha = ws_.get(Slot::kAlpha, T * nv);
+    float* beta_raw = ws_.get(Slot::kBeta, T * nv);
+    be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
+    be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
+    be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+  }
+  return in;
+}
+
+// A plain decode step: every sequence's conv and recurrence in one launch each, states addressed
+// by their pool slot.
+void Qwen35Stage::gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans,
+                                 const float* qkv, float* conv, const float* g, const float* beta, float* o) {
+  const size_t C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
+  const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
   StatePool& st = cache_->states();
+  slots_.clear();
+  for (const SeqSpan& s : spans) slots_.push_back(s.seq->slot);
+  be_->conv_silu_l2_slots(qkv, C, lw.gdn.conv, Kc, st.conv(0, gl), st.record_floats(), slots_.data(), spans.size(),
+                          2 * nk, dk, cfg_.rms_eps, conv);
+  const GdnShape token_shape{1, nk, nv, dk, dv, C, C};
+  be_->gdn_decode_slots(token_shape, conv, conv + nk * dk, conv + 2 * nk * dk, g, beta, st.ssm(0, gl),
+                        st.record_floats(), slots_.data(), spans.size(), o);
+}
+
+void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T) {
+  const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nv = cfg_.ssm_dt_rank, dv = cfg_.ssm_head_v_dim();
+  float* g = ws_.get(Slot::kGateG, T * nv);
+  float* beta = ws_.get(Slot::kGateBeta, T * nv);
+  float* conv = ws_.get(Slot::kConv, T * C);  // silu(conv) [T, C] = [q | k | v]
+  float* o = ws_.get(Slot::kMix, T * nv * dv);
+  float* y = ws_.get(Slot::kGated, T * nv * dv);
+  const GdnInputs in = gdn_projections(lw, T, g, beta);
+  const size_t gl = cache_index_[local];
   // Conv for all rows, then the recurrence: each captures its own state after every piece.
   // When every piece is one token, conv + SiLU + the q/k L2 norms go together
   // (Backend::conv_silu_l2_token); a plain decode step runs all its sequences at once.
@@ -414,18 +441,11 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
     for (const GdnPiece& p : gdn_pieces(s)) single_tokens = single_tokens && p.n_tokens == 1;
   }
   if (single_tokens && one_row_per_span(spans)) {
-    const GdnShape token_shape{1, nk, nv, dk, dv, C, C};
-    // Decode: every sequence's conv and recurrence in one launch each (states addressed by slot).
-    slots_.clear();
-    for (const SeqSpan& s : spans) slots_.push_back(s.seq->slot);
-    be_->conv_silu_l2_slots(qkv, C, lw.gdn.conv, Kc, st.conv(0, gl), st.record_floats(), slots_.data(), spans.size(),
-                            2 * nk, dk, cfg_.rms_eps, conv);
-    be_->gdn_decode_slots(token_shape, conv, conv + nk * dk, conv + 2 * nk * dk, g, beta, st.ssm(0, gl),
-                          st.record_floats(), slots_.data(), spans.size(), o);
+    gdn_decode_all(lw, gl, spans, in.qkv, conv, g, beta, o);
   } else {
-    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, qkv, conv, g, beta, o);
+    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, in.qkv, conv, g, beta, o);
   }
-  be_->gated_rms_norm(o, z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
+  be_->gated_rms_norm(o, in.z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
   float* mixed = ws_.get(Slot::kOut, T * D);
   be_->matmul(lw.gdn.out, y, nv * dv, T, mixed, D);
 }

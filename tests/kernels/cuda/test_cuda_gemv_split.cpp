@@ -24,6 +24,7 @@
 #include "common/ggml_types.h"
 #include "common/q8_split.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -169,6 +170,30 @@ TEST(CudaGemvSplit, BatchInvariantBitwise) {
     const int picked = detail::gemv_q8_split_int_dot(s.rows, s.cols, 0) ? 1 : 2;
     EXPECT_EQ(std::memcmp(by_variant[0].data(), by_variant[picked].data(), by_variant[0].size() * sizeof(float)), 0)
         << s.rows << "x" << s.cols;
+  }
+}
+
+// As a programmatic dependent launch the kernel may start during the previous kernel; it must still
+// read the activations that kernel wrote: a producer kernel (add_inplace writing x = 0 + x right
+// before) followed by the dependent GEMV gives the bits of the ordinary launch.
+TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
+  DS_REQUIRE_GPU();
+  Rng rng(91);
+  const SplitHost w = make_split(4096, 4096, rng);
+  DeviceArray<uint8_t> dw(w.split);
+  const std::vector<float> x = rng.vec(4 * 4096);
+  for (size_t n : {size_t{1}, size_t{4}}) {
+    const std::vector<float> want = run_split(w, dw, x, 4096, n, 4096);
+    DeviceArray<float> src(x), dx(x.size()), dy(n * 4096);
+    for (int rep = 0; rep < 3; ++rep) {
+      DS_CUDA_CHECK(cudaMemset(dy.get(), 0, n * 4096 * sizeof(float)));
+      DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
+      DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
+      DS_CUDA_CHECK(detail::gemv_q8_split(w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096, nullptr,
+                                          /*pdl=*/true));
+      const std::vector<float> got = dy.download();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n << " rep " << rep;
+    }
   }
 }
 
