@@ -2,12 +2,16 @@
 # Issue 13 on a 2-GPU machine (kind nvidia-h200-x2): the synthetic 9B and 27B on 1 GPU vs split over 2
 # worker processes, one per GPU — prefill at 2K/8K/18K and batch-1 decode (deltaserve-bench --workers),
 # decode throughput at 32 and 64 streams through `deltaserve serve`, and a kill -9 of one worker under
-# load (time until it serves again, requests lost); the streams with and without --micro-batches 2.
+# load (time until it serves again, requests lost); the streams with and without --micro-batches 2, and
+# the 9B with systemd-style workers (started separately; external_run below).
 # Results go to OUT_DIR/summary.txt as they come,
 # so a run cut short still returns what it measured.
 #   tools/device_2gpu.sh BUNDLE_DIR|BUNDLE.tar.xz OUT_DIR [MODELS]     (MODELS default "9b 27b")
+#   BACKEND=cpu VOCAB_FLAG="--vocab 151936" EXT_CONCURRENCY=4 tools/device_2gpu.sh BIN_PARENT OUT MODEL.gguf
+#     checks the systemd-style part locally on CPU workers
 set -u
 B=$1 O=$2 MODELS=${3:-9b 27b}
+BACKEND=${BACKEND:-cuda}
 if [ -f "$B" ]; then  # a tarball of the bundle, as for tools/device_check.sh
   mkdir -p /tmp/ds_bundle && tar xf "$B" -C /tmp/ds_bundle || exit 1
   B=$(dirname "$(find /tmp/ds_bundle -path '*/bin/deltaserve' | head -1)")/..
@@ -16,7 +20,7 @@ export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBR
 mkdir -p "$O"
 S=$O/summary.txt
 note() { echo "$*" | tee -a "$S"; }
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee -a "$S"
+[ "$BACKEND" = cuda ] && nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee -a "$S"
 date -u | tee -a "$S"
 
 wait_listening() { for _ in $(seq 900); do grep -q "listening on" "$1" && return 0; sleep 0.2; done; return 1; }
@@ -64,6 +68,53 @@ kill_under_load() {  # $1 = model: 2 workers on 2 GPUs, 16 streams, worker rank 
   kill -TERM $pid; wait $pid
 }
 
+# Systemd-style (issue 13): the coordinator with --external-workers and each worker started as its own
+# process by this script, which also plays systemd's Restart=always: after a kill -9 of rank 1 under 16
+# streams it starts that worker again 1 s later (RestartSec=1) and times the kill until the coordinator
+# reports "recovered". BACKEND=cpu runs the same steps on CPU workers (a local check of the script).
+start_external_worker() {  # $1 = rank, $2 = endpoint; prints the pid
+  local dev=()
+  [ "$BACKEND" = cuda ] && dev=(--device "$1")
+  "$B/bin/deltaserve-worker" --coordinator "$2" --rank "$1" --backend "$BACKEND" "${dev[@]}" >> "$O/worker_ext_$1.log" 2>&1 &
+  echo $!
+}
+
+external_run() {  # $1 = model, $2 = tag
+  local log="$O/serve_ext_$2.log" ep="ipc:///tmp/ds_ext_$$.ctl"
+  "$B/bin/deltaserve" serve --model "$1" --backend "$BACKEND" --workers 2 --external-workers --control-endpoint "$ep" \
+    --port 18092 --max-seqs 64 > "$log" 2>&1 &
+  local pid=$! w0 w1
+  w0=$(start_external_worker 0 "$ep")
+  w1=$(start_external_worker 1 "$ep")
+  if ! wait_listening "$log"; then
+    note "external $2: server did not start"; kill -TERM $pid $w0 $w1; wait $pid; return
+  fi
+  timeout 90 "$B/bin/deltaserve-bench-http" --port 18092 --concurrency ${EXT_CONCURRENCY:-32,64} --requests 64 \
+    --prompt-tokens 128 --max-tokens 128 ${VOCAB_FLAG:-} > "$O/http_ext_$2.log" 2>&1
+  note "external workers $2: $(grep -E '^\| [0-9]+ ' "$O/http_ext_$2.log" | awk -F'|' '{printf "c=%s %s tok/s failed %s; ", $2, $7, $4}')"
+  timeout 90 "$B/bin/deltaserve-bench-http" --port 18092 --concurrency 16 --requests 32 --prompt-tokens 256 \
+    --max-tokens 256 ${VOCAB_FLAG:-} > "$O/http_ext_kill_$2.log" 2>&1 &
+  local bench=$! before t0 t1
+  sleep 3
+  before=$(grep -c "recovered, epoch" "$log")
+  t0=$(date +%s.%N)
+  kill -9 "$w1"
+  sleep 1
+  w1=$(start_external_worker 1 "$ep")
+  for _ in $(seq 600); do [ "$(grep -c "recovered, epoch" "$log")" -gt "$before" ] && break; sleep 0.1; done
+  t1=$(date +%s.%N)
+  wait $bench
+  note "external $2: kill -9 of worker rank 1 under 16 streams, restarted 1 s later: recovered after" \
+    "$(python3 -c "print(round($t1 - $t0, 2))") s; $(grep -E '^\| 16 ' "$O/http_ext_kill_$2.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}')"
+  kill -TERM $pid; wait $pid
+  kill -TERM $w0 $w1 2> /dev/null; wait $w0 $w1 2> /dev/null
+}
+
+if [ "$BACKEND" = cpu ]; then  # local check: the fixture model on CPU workers, the systemd-style run only
+  external_run "$MODELS" cpu
+  exit 0
+fi
+
 for m in $MODELS; do
   F=/tmp/$m.gguf
   timeout 60 "$B/bin/deltaserve-synth" --shape "$m" --out "$F" > "$O/synth_$m.log" 2>&1 || { note "synth $m failed"; continue; }
@@ -78,5 +129,6 @@ for m in $MODELS; do
   http_run "$F" 2 0,1 "${m}_2gpu"
   http_run "$F" 2 0,1 "${m}_2gpu_mb2" --micro-batches 2
   [ "$m" = 9b ] && kill_under_load "$F"
+  [ "$m" = 9b ] && external_run "$F" 9b
   rm -f "$F"
 done
