@@ -115,8 +115,12 @@ void unlink_shm_ring(const std::string& name) { shm_unlink(name.c_str()); }
 
 // ---- producer -----------------------------------------------------------------------------
 
+ShmRingMapping::~ShmRingMapping() {
+  if (base_ != nullptr) munmap(base_, size_);
+}
+
 ShmRingProducer::ShmRingProducer(const std::string& name, ShmRingGeometry geometry, uint64_t generation)
-    : name_(name), geometry_(geometry), generation_(generation == 0 ? 1 : generation) {
+    : ShmRingMapping(name, geometry, generation == 0 ? 1 : generation) {
   const Layout l = layout_of(geometry_);
   shm_unlink(name_.c_str());  // a crashed producer's ring: its consumer keeps its own mapping
   const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -153,10 +157,7 @@ ShmRingProducer::ShmRingProducer(const std::string& name, ShmRingGeometry geomet
   h->initialized.store(1, std::memory_order_release);
 }
 
-ShmRingProducer::~ShmRingProducer() {
-  if (base_ != nullptr) munmap(base_, size_);
-  shm_unlink(name_.c_str());
-}
+ShmRingProducer::~ShmRingProducer() { shm_unlink(name_.c_str()); }
 
 std::optional<SlotRef> ShmRingProducer::write(std::span<const uint8_t> bytes, int timeout_ms) {
   if (bytes.size() > geometry_.slot_bytes) return std::nullopt;
@@ -194,7 +195,7 @@ bool ShmRingProducer::all_free() const {
 
 // ---- consumer -----------------------------------------------------------------------------
 
-ShmRingConsumer::ShmRingConsumer(const std::string& name) : name_(name) {
+ShmRingConsumer::ShmRingConsumer(const std::string& name) : ShmRingMapping(name) {
   const int fd = shm_open(name_.c_str(), O_RDWR, 0);
   if (fd < 0) throw ShmRingError(errno_text("shm_open", name_));
   struct stat st {};
@@ -233,10 +234,6 @@ ShmRingConsumer::ShmRingConsumer(const std::string& name) : name_(name) {
     throw ShmRingError("shm ring " + name_ + ": " + bad);
   }
   generation_ = h->generation;
-}
-
-ShmRingConsumer::~ShmRingConsumer() {
-  if (base_ != nullptr) munmap(base_, size_);
 }
 
 std::span<const uint8_t> ShmRingConsumer::view(const SlotRef& ref) const {

@@ -30,6 +30,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ds::ipc {
 
@@ -59,7 +60,33 @@ std::string shm_ring_name(const std::string& data_endpoint);
 // Removes a ring by name (no-op when absent): the coordinator clears leftovers at shutdown.
 void unlink_shm_ring(const std::string& name);
 
-class ShmRingProducer {
+// What both ends hold: the ring's name, geometry and generation and their own mapping of it
+// (unmapped on destruction).
+class ShmRingMapping {
+ public:
+  ShmRingMapping(const ShmRingMapping&) = delete;
+  ShmRingMapping& operator=(const ShmRingMapping&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t generation() const { return generation_; }
+  const ShmRingGeometry& geometry() const { return geometry_; }
+  // The whole mapping (e.g. for cudaHostRegister).
+  void* base() const { return base_; }
+  size_t mapped_bytes() const { return size_; }
+
+ protected:
+  explicit ShmRingMapping(std::string name, ShmRingGeometry geometry = {}, uint64_t generation = 0)
+      : name_(std::move(name)), geometry_(geometry), generation_(generation) {}
+  ~ShmRingMapping();
+
+  std::string name_;
+  ShmRingGeometry geometry_;
+  uint64_t generation_ = 0;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+class ShmRingProducer : public ShmRingMapping {
  public:
   // Creates the ring `name`, first unlinking any object of that name a crashed producer left.
   // Memory is reserved up front (posix_fallocate), so a full /dev/shm is an error here rather
@@ -77,27 +104,14 @@ class ShmRingProducer {
   // Whether every slot is free (the ring may then be replaced by a bigger one).
   bool all_free() const;
 
-  const std::string& name() const { return name_; }
-  uint64_t generation() const { return generation_; }
-  const ShmRingGeometry& geometry() const { return geometry_; }
-  // The whole mapping (e.g. for cudaHostRegister).
-  void* base() const { return base_; }
-  size_t mapped_bytes() const { return size_; }
-
  private:
-  std::string name_;
-  ShmRingGeometry geometry_;
-  uint64_t generation_ = 0;
   uint64_t next_sequence_ = 1;
-  void* base_ = nullptr;
-  size_t size_ = 0;
 };
 
-class ShmRingConsumer {
+class ShmRingConsumer : public ShmRingMapping {
  public:
   // Maps the existing ring `name` and checks its header. Throws ShmRingError.
   explicit ShmRingConsumer(const std::string& name);
-  ~ShmRingConsumer();
   ShmRingConsumer(const ShmRingConsumer&) = delete;
   ShmRingConsumer& operator=(const ShmRingConsumer&) = delete;
 
@@ -108,19 +122,6 @@ class ShmRingConsumer {
   // Hands the slot back. False when it no longer held ref's message (handed back by someone
   // else and overwritten while being read), so what was read must be discarded.
   bool release(const SlotRef& ref);
-
-  const std::string& name() const { return name_; }
-  uint64_t generation() const { return generation_; }
-  const ShmRingGeometry& geometry() const { return geometry_; }
-  void* base() const { return base_; }
-  size_t mapped_bytes() const { return size_; }
-
- private:
-  std::string name_;
-  ShmRingGeometry geometry_;
-  uint64_t generation_ = 0;
-  void* base_ = nullptr;
-  size_t size_ = 0;
 };
 
 }  // namespace ds::ipc

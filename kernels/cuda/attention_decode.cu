@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
 
 namespace ds::cuda::detail {
@@ -167,15 +168,6 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, 
   if (dim < s.head_dim) out[t * s.out_token_stride + h * s.head_dim + dim] = o / sum;
 }
 
-int sm_count() {
-  int device = 0, n = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) !=
-                                                   cudaSuccess) {
-    return 132;
-  }
-  return n;
-}
-
 }  // namespace
 
 bool attention_decode_applies(const cpu::AttentionShape& s) {
@@ -188,7 +180,7 @@ cudaError_t attention_decode(const cpu::AttentionShape& s, const float* q, const
                              float* out, cudaStream_t stream) {
   // Enough splits for ~2 blocks per SM over all (kv head, token) pairs, each split >= 32 keys.
   const size_t pairs = s.n_kv_heads * s.n_q_tokens;
-  const size_t want = (2 * static_cast<size_t>(sm_count()) + pairs - 1) / pairs;
+  const size_t want = (2 * static_cast<size_t>(current_device_sm_count()) + pairs - 1) / pairs;
   const size_t most = (s.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
   const size_t n_splits = std::max<size_t>(1, std::min({want, most, kMaxSplits}));
   const size_t chunk = (s.kv_len + n_splits - 1) / n_splits;

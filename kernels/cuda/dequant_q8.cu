@@ -38,16 +38,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) dequant_v2_kernel(cons
     in_s[warp][lane + kWarp] = b;
     if (lane + 2 * kWarp < kGroupInVecs) in_s[warp][lane + 2 * kWarp] = c;
     __syncwarp();
-    const auto* blk = reinterpret_cast<const uint8_t*>(in_s[warp]) + lane * kQ8BlockBytes;
-    const float d = half_bits_to_float(load_u16(blk));
     uint4 packed[4];
-    auto* h = reinterpret_cast<__nv_bfloat162*>(packed);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint16_t pair = load_u16(blk + 2 + 2 * j);
-      h[j] = __floats2bfloat162_rn(d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu)),
-                                   d * static_cast<float>(static_cast<int8_t>(pair >> 8)));
-    }
+    q8_block_to_bf16(reinterpret_cast<const uint8_t*>(in_s[warp]) + lane * kQ8BlockBytes, packed);
 #pragma unroll
     for (int j = 0; j < 4; ++j) out_s[warp][4 * lane + j] = packed[j];
     __syncwarp();
@@ -75,11 +67,7 @@ __global__ void dequant_split_kernel(const uint8_t* __restrict__ w, size_t row_b
     uint4 packed[2];
     auto* h = reinterpret_cast<__nv_bfloat162*>(packed);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t pair = words[j / 2] >> (16 * (j % 2));  // quants 2j, 2j + 1 in the low 16 bits
-      h[j] = __floats2bfloat162_rn(d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu)),
-                                   d * static_cast<float>(static_cast<int8_t>((pair >> 8) & 0xFFu)));
-    }
+    for (int j = 0; j < 8; ++j) h[j] = q8_pair_to_bf16(d, words[j / 2] >> (16 * (j % 2)));  // quants 2j, 2j + 1
     auto* dst = reinterpret_cast<uint4*>(out + r * cols + c);
     dst[0] = packed[0];
     dst[1] = packed[1];

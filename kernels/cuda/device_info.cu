@@ -27,19 +27,35 @@ bool device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
   return ok;
 }
 
-bool current_device_is_sm90_or_newer() {
-  static std::array<std::atomic<int>, 64> known{};  // per device: 0 unknown, 1 no, 2 yes
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// attribute of the current device, cached per device (0 = not yet asked); `fallback` when the
+// query fails (not cached, so a later call may succeed).
+template <cudaDeviceAttr kAttr>
+int cached_attribute(int fallback) {
+  static std::array<std::atomic<int>, kMaxDevices> known{};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
     cudaGetLastError();
-    return false;
+    return fallback;
   }
-  int k = known[static_cast<size_t>(dev)].load(std::memory_order_relaxed);
-  if (k == 0) {
-    k = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 ? 2 : 1;
-    known[static_cast<size_t>(dev)].store(k, std::memory_order_relaxed);
+  int v = known[static_cast<size_t>(dev)].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, kAttr, dev) != cudaSuccess || v <= 0) {
+      cudaGetLastError();
+      return fallback;
+    }
+    known[static_cast<size_t>(dev)].store(v, std::memory_order_relaxed);
   }
-  return k == 2;
+  return v;
 }
+
+}  // namespace
+
+bool current_device_is_sm90_or_newer() { return cached_attribute<cudaDevAttrComputeCapabilityMajor>(0) >= 9; }
+
+int current_device_sm_count() { return cached_attribute<cudaDevAttrMultiProcessorCount>(132); }
 
 }  // namespace ds::cuda

@@ -125,16 +125,8 @@ __global__ void dequant_q8_bf16_kernel(const uint8_t* __restrict__ w, size_t row
   const size_t blocks_per_row = cols / kQ8Block;
   for (size_t b = global_thread(); b < rows * blocks_per_row; b += global_threads()) {
     const size_t r = b / blocks_per_row, c = b % blocks_per_row;
-    const uint8_t* blk = w + r * row_bytes + c * kQ8BlockBytes;
-    const float d = half_bits_to_float(load_u16(blk));
     uint4 packed[4];
-    auto* h = reinterpret_cast<__nv_bfloat162*>(packed);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint16_t pair = load_u16(blk + 2 + 2 * j);
-      h[j] = __floats2bfloat162_rn(d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu)),
-                                   d * static_cast<float>(static_cast<int8_t>(pair >> 8)));
-    }
+    q8_block_to_bf16(w + r * row_bytes + c * kQ8BlockBytes, packed);
     auto* dst = reinterpret_cast<uint4*>(out + r * cols + c * kQ8Block);
 #pragma unroll
     for (int j = 0; j < 4; ++j) dst[j] = packed[j];

@@ -330,14 +330,6 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
   }
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    return 132;
-  }
-  return sms;
-}
-
 // The launch geometry of a shape (never of the token count, so the bits stay batch-invariant).
 struct Geometry {
   int slices, warps, range_rows;
@@ -385,7 +377,7 @@ cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, f
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
   const size_t smem = static_cast<size_t>(g.slices) * g.range_rows * NT * sizeof(float);
-  const int grid = std::min(n_ranges, sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
+  const int grid = std::min(n_ranges, current_device_sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(static_cast<unsigned>(threads));

@@ -72,20 +72,25 @@ __global__ void l2_norm_kernel(const float* x, size_t xs, float eps, size_t n_ro
 constexpr int kWideThreads = 256;
 constexpr size_t kWideMinDim = 1024;
 
-// Sum of squares of one row over the whole block: f32 thread partials, warp trees, then every
-// thread adds the 8 warp sums in the same order (so all threads hold the same value).
-__device__ float block_sum_squares(const float* x, size_t dim) {
+// Sum of v over the whole block: f32 warp trees, then every thread adds the 8 warp sums in the
+// same order (so all threads hold the same value).
+__device__ __forceinline__ float block_total(float v) {
   __shared__ float warp_part[kWideThreads / kWarp];
-  float s = 0.0f;
-#pragma unroll 8
-  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) s += x[i] * x[i];
-  s = detail::warp_sum(s);
-  if (threadIdx.x % kWarp == 0) warp_part[threadIdx.x / kWarp] = s;
+  v = detail::warp_sum(v);
+  if (threadIdx.x % kWarp == 0) warp_part[threadIdx.x / kWarp] = v;
   __syncthreads();
   float total = 0.0f;
 #pragma unroll
   for (int k = 0; k < kWideThreads / kWarp; ++k) total += warp_part[k];
   return total;
+}
+
+// Sum of squares of one row over the whole block: f32 thread partials, then block_total.
+__device__ float block_sum_squares(const float* x, size_t dim) {
+  float s = 0.0f;
+#pragma unroll 8
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) s += x[i] * x[i];
+  return block_total(s);
 }
 
 // Each thread reads and writes only its own indices, so y == x is safe.
@@ -123,17 +128,6 @@ __global__ void __launch_bounds__(kWideThreads)
 // step). Same arithmetic and order as the loop it replaces. Rows wider than kWideThreads *
 // kAddNormPerThread take the loop.
 constexpr int kAddNormPerThread = 32;  // rows up to 8192 wide held in registers
-
-__device__ __forceinline__ float block_total(float v) {
-  __shared__ float warp_part[kWideThreads / kWarp];
-  v = detail::warp_sum(v);
-  if (threadIdx.x % kWarp == 0) warp_part[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kWideThreads / kWarp; ++k) total += warp_part[k];
-  return total;
-}
 
 __global__ void __launch_bounds__(kWideThreads)
     add_rms_norm_kernel(float* x, const float* delta, const float* w, float eps, size_t dim, float* y) {

@@ -5,6 +5,7 @@
 // column count `cols` (the split layout's scales start at row + cols; the others ignore it).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +23,22 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
 
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// Two int8 quants (the low 16 bits of `pair`, first quant lowest) times the block scale d, each
+// rounded to bf16 (nearest even): the one rounding every Q8_0 -> bf16 path shares (dequant v1,
+// v2 and split rows), so all of them produce identical GEMM operands.
+__device__ __forceinline__ __nv_bfloat162 q8_pair_to_bf16(float d, uint32_t pair) {
+  return __floats2bfloat162_rn(d * static_cast<float>(static_cast<int8_t>(pair & 0xFFu)),
+                               d * static_cast<float>(static_cast<int8_t>((pair >> 8) & 0xFFu)));
+}
+
+// One GGUF-order Q8_0 block (34 bytes at `blk`, 2-byte aligned) as 32 bf16 in four 16-byte words.
+__device__ __forceinline__ void q8_block_to_bf16(const uint8_t* blk, uint4 (&packed)[4]) {
+  const float d = half_bits_to_float(load_u16(blk));
+  auto* h = reinterpret_cast<__nv_bfloat162*>(packed);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) h[j] = q8_pair_to_bf16(d, load_u16(blk + 2 + 2 * j));
+}
 
 // Four int8 quants in a word -> four exact floats: bias to unsigned, place each byte in the
 // mantissa of 2^23 (PRMT), subtract 2^23 + 128 (FADD). Cheaper than the quarter-rate I2F (the

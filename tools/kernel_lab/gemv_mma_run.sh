@@ -10,14 +10,9 @@ LIMIT=${2:-190}
 B=$D/bin
 O=${OUT:-/tmp/gemv_mma_out}
 mkdir -p "$O"
-lt_dir=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && lt_dir=$d && break
-done
-[ -z "$lt_dir" ] && lt_dir=$(dirname "$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/$D/lib:$lt_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-date -u
+. "$(dirname "$0")/lib.sh"
+kl_library_path "$D"
+kl_gpu_header
 "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1 &
 synth_pid=$!
 timeout 60 "$B/test_cuda_gemv_mma" > "$O/test.log" 2>&1
