@@ -4,7 +4,7 @@
 //   deltaserve-bench -m|--model F.gguf [--backend cpu|cuda] [--device N] [-p|--prompt 512,2048,8192]
 //                    [-n|--gen 128] [-b|--batch N] [-r|--repeat 3] [-t|--threads T] [--workers N]
 //                    [--devices a,b,...] [--prefill-precision bf16|f32] [-o|--output table|json]
-//                    [--no-warmup] [--spec-k K]
+//                    [--no-warmup] [--spec-k K] [--parallel 1,8,32,64] [--peak-gbps G]
 //   deltaserve-bench --http URL [deltaserve-bench-http flags]   (a running server; see bench_http.h)
 //
 // Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
@@ -22,6 +22,15 @@
 // uses GPU r, or the r-th entry of --devices (0,0: two worker processes sharing GPU 0, as with
 // `deltaserve serve --devices`); --device applies to the in-process stage only. CPU workers
 // ignore --devices (it is still checked: one entry per worker) and always compute in f32.
+// --parallel N,... (issue 14): for N = 1 the rows above; for each N > 1 and prompt length P,
+// batched decode: N sequences prefilled one after another with the same prompt (not timed),
+// then --gen steps in which all N advance one token in ONE forward step (in-process: one
+// StepInput of N SeqSteps with a digest row each, like the server's batched step; --workers:
+// one engine.step() with N SeqRequests). Reported per (P, N): mean step time, aggregate tok/s,
+// the bytes a step must move (weights once + N x (GDN state r/w + KV of the context)) and, with
+// the device's bandwidth (--peak-gbps; cuda default: the H200's measured ~4300 GB/s copy), the
+// aggregate tok/s that byte count allows and the fraction reached. Each --repeat run prefills
+// its N sequences afresh and drops them afterwards.
 //
 // Roofline context: weight bytes streamed per decode token (every main-stack weight, the LM
 // head, one embedding row) plus f32 GDN state read+write and f32 KV read at that context, and
@@ -73,21 +82,30 @@ struct Options {
   bool stacked = true;        // --no-stacked-weights: alpha/beta, qkv/gate, gate/up as separate GEMVs
   bool small_batch_mma = true;  // --no-small-batch-mma: 2..64-token products on the f32 GEMV / prefill paths
   bool q8_split = true;         // --q8-gguf-order: Q8_0 weights on the device in GGUF order (no split rows)
-  bool pdl = false;             // --pdl: the decode GEMV as a programmatic dependent launch (sm_90)
+  bool pdl = true;              // --no-pdl: the decode GEMV as an ordinary launch (not a dependent one)
+  bool split_small = true;      // --no-split-small: 5..64-token split-rows products on the older paths
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
+  std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
+  double peak_gbps = 0;        // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
 };
+
+// Sane upper bound for --parallel (the server's batches are far smaller; a typo like 6400 should fail fast).
+constexpr size_t kMaxParallel = 1024;
+// The H200's measured copy bandwidth (docs/PERFORMANCE.md), the cuda default for --peak-gbps.
+constexpr double kH200CopyGbps = 4300;
 
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--pdl] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
+                            "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
 // -o table | json; anything else is a usage error.
@@ -100,6 +118,21 @@ bool parse_output_format(const std::string& v) {
 bool parse_prefill_precision(const std::string& v) {
   if (v != "bf16" && v != "f32") kUsage.fail("--prefill-precision must be bf16 or f32, got '" + v + "'");
   return v == "bf16";
+}
+
+bool wants_single(const Options& o) {
+  return std::find(o.parallel.begin(), o.parallel.end(), size_t{1}) != o.parallel.end();
+}
+
+bool wants_batched(const Options& o) {
+  return std::any_of(o.parallel.begin(), o.parallel.end(), [](size_t n) { return n > 1; });
+}
+
+// --parallel N > 1 times decode steps only, and --spec-k belongs to the N = 1 rows.
+void check_parallel(Options& o) {
+  if (wants_batched(o) && o.gen == 0) kUsage.fail("--parallel N > 1 times batched decode steps: --gen must be >= 1");
+  if (o.spec_k > 0 && !wants_single(o)) kUsage.fail("--spec-k runs with the single-sequence rows: include 1 in --parallel");
+  if (o.peak_gbps == 0 && o.backend == "cuda") o.peak_gbps = kH200CopyGbps;
 }
 
 // --devices only places worker processes, one entry each (the in-process stage takes --device).
@@ -142,6 +175,10 @@ Options parse(int argc, char** argv) {
       o.json = parse_output_format(args.value());
     } else if (a == "--spec-k") {
       o.spec_k = parse_number<uint32_t>(kUsage, a, args.value(), 1, 4);
+    } else if (a == "--parallel") {
+      o.parallel = ds::cli::parse_list<size_t>(kUsage, a, args.value(), 1, kMaxParallel);
+    } else if (a == "--peak-gbps") {
+      o.peak_gbps = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1000000);
     } else if (a == "--no-warmup") {
       o.warmup = false;
     } else if (a == "--bf16-prefill") {  // the default now; kept so older scripts still run
@@ -176,8 +213,12 @@ Options parse(int argc, char** argv) {
       o.small_batch_mma = false;
     } else if (a == "--q8-gguf-order") {
       o.q8_split = false;
-    } else if (a == "--pdl") {
+    } else if (a == "--pdl") {  // the default now; kept so older scripts still run
       o.pdl = true;
+    } else if (a == "--no-pdl") {
+      o.pdl = false;
+    } else if (a == "--no-split-small") {
+      o.split_small = false;
     } else {
       args.unknown();
     }
@@ -186,6 +227,7 @@ Options parse(int argc, char** argv) {
   if (o.spec_k > 0 && o.workers > 0) kUsage.fail("--spec-k times the in-process stage; drop --workers");
   check_devices(o);
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
+  check_parallel(o);
 #ifndef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
 #endif
@@ -239,6 +281,13 @@ double decode_bytes(const ModelCost& m, size_t ctx) {
   return m.decode_weight_bytes + 2.0 * m.state_bytes + m.kv_bytes_per_pos * static_cast<double>(ctx);
 }
 
+// Bytes one batched decode step of `n_seqs` sequences at context `ctx` must move: the weights
+// once, each sequence's GDN state read+write and K/V.
+double batch_decode_bytes(const ModelCost& m, size_t n_seqs, size_t ctx) {
+  const double per_seq = 2.0 * m.state_bytes + m.kv_bytes_per_pos * static_cast<double>(ctx);
+  return m.decode_weight_bytes + static_cast<double>(n_seqs) * per_seq;
+}
+
 // ---- runs -------------------------------------------------------------------------------------
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -261,6 +310,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.small_batch_mma = o.small_batch_mma;
   c.q8_split = o.q8_split;
   c.decode_pdl = o.pdl;
+  if (!o.split_small) c.split_small_max = 0;
   return c;
 }
 #endif
@@ -311,8 +361,10 @@ void print_header(const Options& o, const ds::ModelConfig& cfg, const ModelCost&
               m.decode_weight_bytes * 1e-9, 2 * m.state_bytes * 1e-9, m.kv_bytes_per_pos * 1e-3);
   std::printf("per prefill token: %.2f GFLOP in matrices (+ causal attention, counted per prompt)\n",
               2 * m.matrix_params * 1e-9);
-  std::printf("%-7s %-10s %-11s %-9s %-9s %-10s %-8s %-9s %-8s\n", "prompt", "prefill_s", "pp_tok/s", "pp_TFLOP/s",
-              "tg_tok/s", "tg_ms/tok", "tg_GB/s", "GB/tok", "mem_GiB");
+  if (wants_single(o)) {
+    std::printf("%-7s %-10s %-11s %-9s %-9s %-10s %-8s %-9s %-8s\n", "prompt", "prefill_s", "pp_tok/s", "pp_TFLOP/s",
+                "tg_tok/s", "tg_ms/tok", "tg_GB/s", "GB/tok", "mem_GiB");
+  }
   std::fflush(stdout);
 }
 
@@ -388,6 +440,101 @@ void print_json_rows(PromptResult r, const ModelCost& cost, const ds::ModelConfi
   if (o.gen > 0) std::printf("%s\n", ds::bench::json_row(ctx, r.tg).c_str());
 }
 
+// ---- batched decode (--parallel N > 1) --------------------------------------------------------
+
+struct BatchResult {
+  ds::bench::ReportRow tg;  // aggregate: tokens = N * steps per repetition
+  double gb_per_step = 0;   // bytes the step must move at the run's mean context
+  double mem_gib = -1;      // device memory in use with the N sequences cached (in-process cuda only)
+};
+
+// --repeat runs of: prefill `n_seqs` fresh sequences with `ids` one after another (untimed),
+// `--gen` batched decode steps of all of them, drop them.
+BatchResult measure_batch(ds::bench::BenchRunner& runner, const Options& o, const ModelCost& cost,
+                          const std::vector<int32_t>& ids, size_t n_seqs, uint64_t& seq) {
+  BatchResult r;
+  r.tg.test = "tg";
+  r.tg.n_gen = o.gen;
+  r.tg.n_depth = ids.size();
+  r.tg.n_parallel = n_seqs;
+  r.gb_per_step = batch_decode_bytes(cost, n_seqs, ids.size() + o.gen / 2) * 1e-9;  // mean context of the run
+  r.tg.gb_per_token = r.gb_per_step / static_cast<double>(n_seqs);  // each token's share: gb_per_s stays exact
+  if (o.peak_gbps > 0) r.tg.limit_ts = static_cast<double>(n_seqs) * o.peak_gbps / r.gb_per_step;
+  for (int k = 0; k < o.repeat; ++k) {
+    std::vector<uint64_t> seqs;
+    for (size_t i = 0; i < n_seqs; ++i) {
+      seqs.push_back(seq++);
+      runner.prefill(seqs.back(), ids, o.chunk);
+    }
+    const ds::bench::RunStats d = runner.decode_batch(seqs, static_cast<uint32_t>(ids.size()), o.gen);
+    r.tg.seconds.push_back(d.seconds);
+    r.tg.tokens = d.tokens;
+    r.tg.steps = d.steps;
+    if (o.workers == 0) r.mem_gib = std::max(r.mem_gib, device_used_gib(o));  // all N still cached here
+    for (uint64_t s : seqs) runner.drop(s);
+  }
+  return r;
+}
+
+void print_batch_header(const Options& o) {
+  char limit[64] = "no --peak-gbps: byte limit not reported";
+  if (o.peak_gbps > 0) std::snprintf(limit, sizeof limit, "byte limit at %.0f GB/s", o.peak_gbps);
+  std::printf("batched decode: N sequences advance one token per forward step; mean of %d runs%s; %s\n", o.repeat,
+              o.warmup ? " after a warm-up run per N" : "", limit);
+  std::printf("%-7s %-5s %-9s %-11s %-9s %-8s %-11s %-8s %-8s\n", "prompt", "seqs", "step_ms", "agg_tok/s",
+              "GB/step", "GB/s", "limit_tok/s", "of_limit", "mem_GiB");
+  std::fflush(stdout);
+}
+
+void print_batch_row(const BatchResult& r) {
+  const double agg = ds::bench::rate_stats(r.tg).avg_ts;
+  const double step_ms = agg > 0 ? static_cast<double>(r.tg.n_parallel) * 1e3 / agg : 0;
+  char limit_s[32] = "-", frac_s[32] = "-", mem_s[32] = "-";
+  if (r.tg.limit_ts > 0) {
+    std::snprintf(limit_s, sizeof limit_s, "%.1f", r.tg.limit_ts);
+    std::snprintf(frac_s, sizeof frac_s, "%.1f%%", 100 * agg / r.tg.limit_ts);
+  }
+  if (r.mem_gib >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", r.mem_gib);
+  std::printf("%-7zu %-5zu %-9.3f %-11.1f %-9.3f %-8.1f %-11s %-8s %-8s\n", r.tg.n_depth, r.tg.n_parallel, step_ms,
+              agg, r.gb_per_step, step_ms > 0 ? r.gb_per_step * 1e3 / step_ms : 0, limit_s, frac_s, mem_s);
+}
+
+// The start-up warm-up decodes one sequence; batched steps of N rows may take other kernels
+// and grow workspaces, so each N gets its own short untimed run first.
+void warm_up_batches(ds::bench::BenchRunner& runner, const Options& o, uint64_t& seq) {
+  for (size_t n_seqs : o.parallel) {
+    if (n_seqs == 1) continue;
+    std::vector<uint64_t> seqs;
+    for (size_t i = 0; i < n_seqs; ++i) {
+      seqs.push_back(seq++);
+      runner.prefill(seqs.back(), std::vector<int32_t>(32, 1), 0);
+    }
+    runner.decode_batch(seqs, 32, 2);
+    for (uint64_t s : seqs) runner.drop(s);
+  }
+}
+
+// Every prompt length at every --parallel N > 1, after the single-sequence rows.
+void run_batched(ds::bench::BenchRunner& runner, const Options& o, const ModelCost& cost,
+                 const std::vector<std::vector<int32_t>>& prompts, uint64_t& seq) {
+  if (o.warmup) warm_up_batches(runner, o, seq);
+  if (!o.json) print_batch_header(o);
+  for (const std::vector<int32_t>& ids : prompts) {
+    for (size_t n_seqs : o.parallel) {
+      if (n_seqs == 1) continue;
+      const BatchResult r = measure_batch(runner, o, cost, ids, n_seqs, seq);
+      if (o.json) {
+        const size_t n = ids.size();
+        const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers, o.threads};
+        std::printf("%s\n", ds::bench::json_row(ctx, r.tg).c_str());
+      } else {
+        print_batch_row(r);
+      }
+      std::fflush(stdout);
+    }
+  }
+}
+
 // --http URL ...: the serving benchmark of deltaserve-bench-http (same code), with the flag
 // turned into its --url.
 bool wants_http(int argc, char** argv) {
@@ -425,9 +572,12 @@ int main(int argc, char** argv) {
     }
     if (!o.json) print_header(o, cfg, cost, load_s);
     uint64_t seq = 1;
+    std::vector<std::vector<int32_t>> prompts;  // the same random prompts for every N
     for (size_t n : o.prompts) {
       std::vector<int32_t> ids(n);
       for (auto& id : ids) id = static_cast<int32_t>(rng() % cfg.n_vocab);
+      prompts.push_back(ids);
+      if (!wants_single(o)) continue;
       const PromptResult r = measure_prompt(*runner, o, ids, seq);
       if (o.json) {
         print_json_rows(r, cost, cfg, o);
@@ -441,6 +591,7 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);  // keep finished rows if a later, longer prompt runs out of time
     }
+    if (wants_batched(o)) run_batched(*runner, o, cost, prompts, seq);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deltaserve-bench: %s\n", e.what());
     return 1;

@@ -37,6 +37,16 @@ void field(std::string& out, const char* key, const std::string& json_value) {
   out += std::string("\"") + key + "\": " + json_value;
 }
 
+// The batched decode fields (n_parallel > 1): step time at the mean rate, bytes per step, limit.
+void batch_fields(std::string& out, const ReportRow& row, const RateStats& st) {
+  const double n = static_cast<double>(row.n_parallel);
+  field(out, "n_parallel", std::to_string(row.n_parallel));
+  field(out, "step_ms", json_number(st.avg_ts > 0 ? n * 1e3 / st.avg_ts : 0));
+  field(out, "gb_per_step", row.gb_per_token > 0 ? json_number(row.gb_per_token * n) : "null");
+  field(out, "limit_ts", row.limit_ts > 0 ? json_number(row.limit_ts) : "null");
+  field(out, "limit_fraction", row.limit_ts > 0 ? json_number(st.avg_ts / row.limit_ts) : "null");
+}
+
 }  // namespace
 
 RateStats rate_stats(const ReportRow& row) {
@@ -77,6 +87,7 @@ std::string json_row(const ReportContext& ctx, const ReportRow& row) {
   field(out, "gb_per_s", row.gb_per_token > 0 ? json_number(row.gb_per_token * st.avg_ts) : "null");
   field(out, "tflop_per_s",
         row.flop_per_run > 0 && mean_s > 0 ? json_number(row.flop_per_run / mean_s * 1e-12) : "null");
+  if (row.n_parallel > 1) batch_fields(out, row, st);
   std::string samples = "[";
   for (size_t i = 0; i < st.samples_ts.size(); ++i) samples += (i ? ", " : "") + json_number(st.samples_ts[i]);
   field(out, "samples_ts", samples + "]");

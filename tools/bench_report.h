@@ -3,6 +3,11 @@
 // "tg" (n_gen one-token decode steps at a context of n_depth = that prompt). Rates are
 // tokens/s per repetition; avg_ts / stddev_ts are their mean and sample standard deviation
 // (0 with one repetition), as in llama-bench.
+// Batched decode (deltaserve-bench --parallel N, N > 1) gives "tg" rows with n_parallel = N:
+// every step advances N sequences, so tokens = N * steps and the rates are aggregate; these
+// rows (only these) add n_parallel, step_ms (at the mean rate), gb_per_step and, when the
+// device's bandwidth is known, limit_ts (aggregate tok/s at the step's byte limit) and
+// limit_fraction (avg_ts / limit_ts).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +35,8 @@ struct ReportRow {
   std::vector<double> seconds;  // one per repetition
   double gb_per_token = 0;      // bytes one decode token streams (GB); 0: not reported
   double flop_per_run = 0;      // FLOPs of one repetition; 0: not reported
+  size_t n_parallel = 1;        // sequences per decode step; > 1: a batched decode row
+  double limit_ts = 0;          // batched: aggregate tok/s at the byte limit; 0: not reported
 };
 
 struct RateStats {

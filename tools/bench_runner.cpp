@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 
 #include "coordinator/engine/engine.h"
 #include "worker/stage_model.h"
@@ -50,6 +51,39 @@ RunStats timed_decode(size_t n, Step step) {
   return r;
 }
 
+// Greedy batched decoding: step i feeds `toks` (one token per sequence, all starting at 1)
+// and `step(i, toks)` replaces them with that step's picks; each step counts one token per sequence.
+template <typename Step>
+RunStats timed_batch_decode(size_t n_seqs, size_t n, Step step) {
+  RunStats r;
+  std::vector<int32_t> toks(n_seqs, 1);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    step(i, toks);
+    r.tokens += n_seqs;
+    ++r.steps;
+  }
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+// Each sequence's greedy pick from a batched step's output: its device digest, or the argmax
+// of its downloaded logits row.
+void pick_greedy(const StepOutput& out, size_t n_vocab, std::vector<int32_t>& toks) {
+  if (out.digests.size() == toks.size()) {
+    for (size_t s = 0; s < toks.size(); ++s) toks[s] = out.digests[s].token;
+    return;
+  }
+  if (out.logits.size() != toks.size() * n_vocab) {
+    throw std::runtime_error("batched decode step returned " + std::to_string(out.logits.size()) +
+                             " logits for " + std::to_string(toks.size()) + " rows");
+  }
+  for (size_t s = 0; s < toks.size(); ++s) {
+    const auto row = out.logits.begin() + static_cast<std::ptrdiff_t>(s * n_vocab);
+    toks[s] = static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(n_vocab)) - row);
+  }
+}
+
 class StageRunner final : public BenchRunner {
  public:
   StageRunner(StageModel& model, size_t n_vocab) : model_(model), n_vocab_(n_vocab) {}
@@ -81,6 +115,19 @@ class StageRunner final : public BenchRunner {
       if (!out.digests.empty()) return out.digests[0].token;
       const auto row_end = out.logits.begin() + static_cast<std::ptrdiff_t>(n_vocab_);
       return static_cast<int32_t>(std::max_element(out.logits.begin(), row_end) - out.logits.begin());
+    });
+  }
+
+  RunStats decode_batch(const std::vector<uint64_t>& seqs, uint32_t start, size_t n) override {
+    return timed_batch_decode(seqs.size(), n, [&](size_t i, std::vector<int32_t>& toks) {
+      StepInput in;
+      for (size_t s = 0; s < seqs.size(); ++s) {
+        in.seqs.push_back({seqs[s], static_cast<uint32_t>(start + i), {toks[s]}, {0}});
+        in.digest_rows.push_back({});  // one per logit row, as the server's batched step asks
+      }
+      StepOutput out;
+      model_.forward(in, &out);
+      pick_greedy(out, n_vocab_, toks);
     });
   }
 
@@ -129,6 +176,26 @@ class PipelineRunner final : public BenchRunner {
       if (out.rows.size() != 1)
         throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for 1");
       return out.rows[0].token;
+    });
+  }
+
+  // One engine.step() with a SeqRequest per sequence; the rows come back in request order.
+  RunStats decode_batch(const std::vector<uint64_t>& seqs, uint32_t start, size_t n) override {
+    return timed_batch_decode(seqs.size(), n, [&](size_t i, std::vector<int32_t>& toks) {
+      std::vector<SeqRequest> qs(seqs.size());
+      for (size_t s = 0; s < seqs.size(); ++s) {
+        qs[s].seq_id = seqs[s];
+        qs[s].start_pos = static_cast<uint32_t>(start + i);
+        qs[s].tokens = {toks[s]};
+        qs[s].logit_rows = {0};
+        qs[s].random_u = {0.0};  // greedy
+      }
+      const StepOutcome out = engine_.step(qs);
+      if (out.rows.size() != seqs.size()) {
+        throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for " +
+                                 std::to_string(seqs.size()));
+      }
+      for (size_t s = 0; s < seqs.size(); ++s) toks[s] = out.rows[s].token;
     });
   }
 

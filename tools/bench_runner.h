@@ -31,6 +31,9 @@ class BenchRunner {
   virtual RunStats prefill(uint64_t seq, const std::vector<int32_t>& ids, size_t batch) = 0;
   // `n` greedy one-token steps from position `start`, each fed the previous step's argmax.
   virtual RunStats decode(uint64_t seq, uint32_t start, size_t n) = 0;
+  // `n` greedy steps in which every sequence of `seqs` (each cached up to `start`) advances one
+  // token in ONE forward step, like the server's batched decode: tokens = seqs.size() * steps.
+  virtual RunStats decode_batch(const std::vector<uint64_t>& seqs, uint32_t start, size_t n) = 0;
   virtual void drop(uint64_t seq) = 0;
 };
 

@@ -8,7 +8,9 @@
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
-# split-rows GEMV table when the bundle has deltaserve-kernel-lab) picks what runs; every step has its
+# split-rows GEMV and small-batch GEMM tables when the bundle has deltaserve-kernel-lab; "batched":
+# in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
+# tg128 with the decode GEMV as a dependent launch vs without) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -110,7 +112,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want spec || want workers || want http; then
+if want 9b || want spec || want workers || want http || want batched || want pdl; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -128,8 +130,22 @@ if want 9b; then
 fi
 
 if want lab && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
-  echo "==== kernel lab: split-rows GEMV vs GGUF order"
+  echo "==== kernel lab: split-rows GEMV vs GGUF order, small-batch GEMM vs today's paths"
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 10 > "$O/lab_gemv_split.log" 2>&1; note "lab gemv-split rc=$?"
+  timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-split --reps 10 > "$O/lab_gemm_split.log" 2>&1; note "lab gemm-split rc=$?"
+fi
+
+if want batched; then
+  echo "==== 9B batched decode in-process: N sequences per step"
+  bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 1,8,32,64 > "$O/batched9.log" 2>&1; note "batched9 rc=$?"
+  bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --no-split-small \
+    > "$O/batched9_nosmall.log" 2>&1; note "batched9 --no-split-small rc=$?"
+fi
+
+if want pdl; then
+  echo "==== 9B tg128: decode GEMV as a programmatic dependent launch"
+  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 --no-pdl > "$O/pdl_off.log" 2>&1; note "pdl off rc=$?"
+  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 > "$O/pdl_on.log" 2>&1; note "pdl on rc=$?"
 fi
 
 if want spec; then
@@ -174,6 +190,9 @@ fi
 echo "==== summary"
 cat "$SUMMARY"
 [ -f "$O/lab_gemv_split.log" ] && { echo "---- lab_gemv_split"; grep -E "step|n=1 " "$O/lab_gemv_split.log"; }
+[ -f "$O/lab_gemm_split.log" ] && { echo "---- lab_gemm_split"; grep -E "step" "$O/lab_gemm_split.log"; }
+for f in batched9 batched9_nosmall; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done

@@ -19,6 +19,8 @@ namespace ds {
 
 struct GgufTensor;
 using cpu::AttentionShape;
+using cpu::DecodeAttentionBatch;
+using cpu::DecodeAttentionSeq;
 using cpu::GdnShape;
 using cpu::KvPages;
 using cpu::WeightView;
@@ -106,6 +108,15 @@ class Backend {
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;
+  // A decode step's attention: b.n_seqs sequences of one query token each (HOST block tables, as
+  // above). Default: attention_causal per sequence (the CPU reference); the CUDA backend runs
+  // them all in one launch with the same bits per sequence.
+  virtual void attention_decode_batch(const DecodeAttentionBatch& b) {
+    for (size_t i = 0; i < b.n_seqs; ++i) {
+      attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,
+                       b.out + b.seqs[i].out_offset);
+    }
+  }
   virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
   // The FFN's SwiGLU and down projection: y = w (silu(gate) * up), gate and up [n_rows][w.cols]
   // contiguous; `gate` may be overwritten. Default: the two ops (the CPU reference); the CUDA

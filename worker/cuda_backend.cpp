@@ -21,6 +21,7 @@
 #include "common/q8_split.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv1d.h"
@@ -127,7 +128,8 @@ class CudaBackend final : public Backend {
         mma_min_(options.small_batch_mma_min),
         mma_max_(options.small_batch_mma_max),
         q8_split_(options.q8_split),
-        decode_pdl_(options.decode_pdl) {
+        decode_pdl_(options.decode_pdl),
+        split_small_max_(options.split_small_max) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -211,6 +213,7 @@ class CudaBackend final : public Backend {
            float* state, float* out) override;
   void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                         float* out) override;
+  void attention_decode_batch(const DecodeAttentionBatch& b) override;
   void swiglu(const float* gate, const float* up, size_t n, float* y) override {
     on_device();
     DS_CUDA_CHECK(cuda::swiglu(gate, up, n, y, stream_));
@@ -221,7 +224,8 @@ class CudaBackend final : public Backend {
     // In the small-batch kernel's range the unfused ops win: the down projection then streams
     // Q8_0 on that kernel instead of a bf16 dequantization pass.
     if (!prefill_fusions_ || precision_ != cuda::MatmulPrecision::kBf16TensorCores ||
-        !cuda::swiglu_matmul_applies(w, n) || (small_batch_mma_ && n >= mma_min_ && n <= mma_max_)) {
+        !cuda::swiglu_matmul_applies(w, n) || (small_batch_mma_ && n >= mma_min_ && n <= mma_max_) ||
+        (w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_)) {
       Backend::swiglu_matmul(gate, up, n, w, y, ys);
       return;
     }
@@ -309,6 +313,7 @@ class CudaBackend final : public Backend {
   size_t mma_min_, mma_max_;
   bool q8_split_;                    // eligible Q8_0 matrices uploaded in the split-rows layout
   bool decode_pdl_;                  // split-rows decode GEMV as a programmatic dependent launch
+  size_t split_small_max_;           // split-rows batches up to this many tokens on gemm_q8_split_small
   DeviceScratch digest_scratch_, digest_rows_;
   PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
@@ -319,6 +324,7 @@ class CudaBackend final : public Backend {
   // One buffer per kind of control array, so repeated identical uploads (every layer of a step
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
   ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
+  ControlBuffer decode_batch_;  // batched decode attention: descriptors + block tables, same for every layer of a step
 };
 
 CudaBackend::~CudaBackend() {
@@ -475,6 +481,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma_min = mma_min_;
   tc.small_batch_mma_max = mma_max_;
   tc.decode_pdl = decode_pdl_;
+  tc.split_small_max = split_small_max_;
   if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q8_0_SPLIT) && w.cols % 32 == 0 && n >= cuda::kTcMinTokens) {
     tc.bf16_weights = bf16_weights(w);
   }
@@ -562,6 +569,19 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
     }
   }
   DS_CUDA_CHECK(cuda::attention_causal(s, q, dev, scale, out, stream_));
+}
+
+// All one-token sequences of a decode step in one launch pair (kernels/cuda/attention_decode.h);
+// its upload is the same for every attention layer of the step, so only the first one copies.
+void CudaBackend::attention_decode_batch(const DecodeAttentionBatch& b) {
+  if (!fused_ops_ || b.n_seqs < 2 || !cuda::attention_decode_batch_applies(b)) {
+    return Backend::attention_decode_batch(b);
+  }
+  on_device();
+  const cuda::DeviceUpload upload = [this](const void* host, size_t bytes) {
+    return decode_batch_.put(host, bytes, stream_);
+  };
+  DS_CUDA_CHECK(cuda::attention_decode_batch(b, upload, stream_));
 }
 
 // One sync per step: the digests come back in one small copy; a row the device flags (NaN,

@@ -32,7 +32,8 @@ struct CudaBackendOptions {
   // Fused decode ops, one kernel each: Backend::add_rms_norm (residual add + the next RMSNorm,
   // norm.cu) and Backend::conv_silu_l2_token (GDN conv + SiLU + q/k L2 norm of one token,
   // conv_l2_decode.cu); and the GDN decode of all sequences of a step in one launch per layer
-  // (Backend::conv_silu_l2_slots, gdn_decode_slots); false: the separate ops, per sequence.
+  // (Backend::conv_silu_l2_slots, gdn_decode_slots), likewise the attention of all one-token
+  // sequences (Backend::attention_decode_batch); false: the separate ops, per sequence.
   bool fused_decode_ops = true;
   // Backend::weight_stack: matrices that share an input (GDN alpha+beta, qkv+gate, FFN gate+up)
   // uploaded as one stacked matrix so decode runs one GEMV for them; false: separate uploads.
@@ -55,14 +56,19 @@ struct CudaBackendOptions {
   // (docs/PERFORMANCE.md, "Small-batch tensor-core GEMV").
   bool small_batch_mma = true;
   size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
+  // Split-rows products of 5..split_small_max tokens in the bf16 mode on the small-batch bf16 GEMM
+  // over split rows (kernels/cuda/matmul_fast.h gemm_q8_split_small; batched decode, verify rows):
+  // weights read once per call, no dequantization pass. 0: off (the paths below).
+  size_t split_small_max = 64;
   // Q8_0 matrices whose width is a multiple of 512 are uploaded in the split-rows layout
   // (common/q8_split.h: each row's quants, then its scales; same bytes) so the decode GEMV reads
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads
   // both layouts with identical weights. false: GGUF order everywhere.
   bool q8_split = true;
   // The decode GEMV as a programmatic dependent launch (kernels/cuda/matmul.h TcGemmOptions::
-  // decode_pdl): off by default, not yet measured (deltaserve-bench --pdl).
-  bool decode_pdl = false;
+  // decode_pdl): on by default (H200, 2026-11-29: 9B tg128 263.2 vs 256.7 tok/s; same bits,
+  // CudaGemvSplit.DependentLaunchGivesTheSameBits). deltaserve-bench --no-pdl switches it off.
+  bool decode_pdl = true;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});
 

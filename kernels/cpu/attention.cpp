@@ -59,4 +59,22 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
   });
 }
 
+AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i) {
+  // One query token: the token strides only need to be large enough to be valid.
+  const size_t row = b.n_heads == 0 ? 0 : (b.n_heads - 1) * b.q_head_stride + b.head_dim;
+  return AttentionShape{1, b.seqs[i].kv_len, b.n_heads, b.n_kv_heads, b.head_dim, row, b.q_head_stride,
+                        b.kv_row_stride, b.n_heads * b.head_dim};
+}
+
+KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i) {
+  return KvPages{b.k_pool, b.v_pool, b.seqs[i].block_table, b.block_size};
+}
+
+void attention_decode_batch(const DecodeAttentionBatch& b, ThreadPool* pool) {
+  for (size_t i = 0; i < b.n_seqs; ++i) {
+    attention_causal(decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, decode_seq_pages(b, i), b.scale,
+                     b.out + b.seqs[i].out_offset, pool);
+  }
+}
+
 }  // namespace ds::cpu

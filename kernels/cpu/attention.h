@@ -43,4 +43,36 @@ constexpr size_t kv_row_offset(const int32_t* block_table, size_t block_size, si
 void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
                       ThreadPool* pool);
 
+// ---- a decode step over many sequences ------------------------------------------------------------
+// One sequence of a decode batch: ONE query token (the last of its kv_len cache rows).
+struct DecodeAttentionSeq {
+  size_t kv_len;               // cache rows, the new token's included (>= 1)
+  size_t q_offset;             // floats from DecodeAttentionBatch::q to its query row (head h at h*q_head_stride)
+  size_t out_offset;           // floats from DecodeAttentionBatch::out to its output row [H][d]
+  const int32_t* block_table;  // ceil(kv_len / block_size) pool block ids
+};
+
+// N such sequences sharing the KV pools and the head layout: attention_causal once per sequence.
+struct DecodeAttentionBatch {
+  size_t n_heads, n_kv_heads, head_dim;
+  size_t q_head_stride;  // floats between query heads of a row
+  size_t kv_row_stride;  // floats between cache rows
+  const float* k_pool;
+  const float* v_pool;
+  size_t block_size;
+  float scale;
+  const float* q;
+  float* out;
+  const DecodeAttentionSeq* seqs;
+  size_t n_seqs;
+};
+
+// Sequence i of `b` as the one-sequence op sees it (shape and pages): the one place that maps a
+// batch entry to attention_causal's arguments, so every backend's per-sequence path agrees.
+AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i);
+KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i);
+
+// The reference: attention_causal for each sequence in turn.
+void attention_decode_batch(const DecodeAttentionBatch& b, ThreadPool* pool);
+
 }  // namespace ds::cpu

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
@@ -20,12 +23,52 @@ constexpr size_t kMinKeysPerSplit = 32;  // below this a split costs more than i
 constexpr size_t kMaxSplits = 256;
 static_assert(kThreads >= static_cast<int>(kMaxAttentionHeadDim), "one thread per head dim in the V pass");
 
-// Where a split's partial result lives: acc [n_q][H][splits][d], then (max, sum) [n_q][H][splits][2].
+// Where the splits' partial results live: acc [item][H][its splits][d], then (max, sum) in the
+// same order, two floats each.
 struct Partials {
   float* acc;
   float* ml;
-  size_t n_splits;
 };
+
+// One sequence of a batch as the device reads it (packed by the host, uploaded with the tables).
+struct BatchSeq {
+  unsigned long long q_offset, out_offset;  // floats from Work::q / Work::out
+  unsigned long long part;                  // its first partial (head 0, split 0), from the launch's first
+  unsigned int kv_len, table;               // table: its first entry in Work::tables
+  unsigned int chunk, n_splits;             // its split plan (split_plan)
+};
+
+// What a launch works on: the query tokens of one sequence (seqs == nullptr; grid z = token), or
+// one-token sequences of a batch (grid z = sequence). Both run the same kernels, which is what
+// makes a batched sequence's bits equal to its one-sequence call.
+struct Work {
+  const float* q;
+  float* out;
+  // one sequence
+  const int32_t* table;
+  size_t kv_len, n_q_tokens, q_token_stride, out_token_stride, chunk, n_splits;
+  // batch
+  const BatchSeq* seqs;
+  const int32_t* tables;
+};
+
+// Grid z-index `z` of `w`: its query row, keys, split plan, partials and output row.
+struct Item {
+  const float* q;
+  const int32_t* table;
+  size_t n_keys, chunk, n_splits, part;
+  float* out;
+};
+
+__device__ Item item_of(const Work& w, size_t z, size_t n_heads) {
+  if (w.seqs == nullptr) {
+    const size_t n_keys = w.kv_len - w.n_q_tokens + z + 1;  // causal
+    return Item{w.q + z * w.q_token_stride, w.table, n_keys, w.chunk, w.n_splits, z * n_heads * w.n_splits,
+                w.out + z * w.out_token_stride};
+  }
+  const BatchSeq& b = w.seqs[z];
+  return Item{w.q + b.q_offset, w.tables + b.table, b.kv_len, b.chunk, b.n_splits, b.part, w.out + b.out_offset};
+}
 
 struct SplitState {  // per query head of the group, in shared memory
   float mx[kGroup], sum[kGroup], corr[kGroup];
@@ -88,22 +131,24 @@ __device__ void softmax_round(int nk, int group, float (*p)[kSub], SplitState& s
   }
 }
 
+// s supplies the head layout (n_heads, n_kv_heads, head_dim, q_head_stride, kv_row_stride) and kv
+// the pools and block size; each item's block table comes from `w`.
 __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is sized for that
-    split_kernel(cpu::AttentionShape s, const float* __restrict__ q, KvPages kv, float scale, size_t chunk,
-                 Partials part) {
+    split_kernel(cpu::AttentionShape s, Work w, KvPages kv, float scale, Partials part) {
   __shared__ float p[kGroup][kSub];
   __shared__ size_t rowoff[kSub];
   __shared__ SplitState st;
-  const size_t split = blockIdx.x, g = blockIdx.y, t = blockIdx.z;
+  const size_t split = blockIdx.x, g = blockIdx.y;
+  const Item it = item_of(w, blockIdx.z, s.n_heads);
+  if (split >= it.n_splits) return;  // a batch's grid has the most splits of any of its sequences
   const int group = static_cast<int>(s.n_heads / s.n_kv_heads);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
-  const size_t n_keys = s.kv_len - s.n_q_tokens + t + 1;  // causal
-  const size_t k_begin = split * chunk, k_end = min(k_begin + chunk, n_keys);
+  const size_t k_begin = split * it.chunk, k_end = min(k_begin + it.chunk, it.n_keys);
 
   float qv[kGroup][kPerLane];
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
-    const float* qh = q + t * s.q_token_stride + (g * group + j) * s.q_head_stride;
+    const float* qh = it.q + (g * group + j) * s.q_head_stride;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const size_t c = static_cast<size_t>(lane + kWarp * e);
@@ -120,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   for (size_t k0 = k_begin; k0 < k_end; k0 += kSub) {
     const int nk = static_cast<int>(min(size_t{kSub}, k_end - k0));
     if (tid < nk) {
-      rowoff[tid] = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, k0 + tid) + g * s.head_dim;
+      rowoff[tid] = cpu::kv_row_offset(it.table, kv.block_size, s.kv_row_stride, k0 + tid) + g * s.head_dim;
     }
     __syncthreads();
     score_keys(s, kv, rowoff, nk, qv, group, scale, p);
@@ -142,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
     if (j >= group) break;
-    const size_t idx = (t * s.n_heads + g * group + j) * part.n_splits + split;
+    const size_t idx = it.part + (g * group + j) * it.n_splits + split;
     if (dim < s.head_dim) part.acc[idx * s.head_dim + dim] = acc[j];
     if (tid == 0) {
       part.ml[2 * idx] = st.mx[j];  // -inf and 0 for a split with no keys
@@ -151,21 +196,51 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   }
 }
 
-// One block per (head, token): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-__global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, Partials part, float* out) {
-  const size_t h = blockIdx.x, t = blockIdx.y, dim = threadIdx.x;
-  const size_t base = (t * s.n_heads + h) * part.n_splits;
+// One block per (head, item): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+__global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, Work w, Partials part) {
+  const size_t h = blockIdx.x, dim = threadIdx.x;
+  const Item it = item_of(w, blockIdx.y, s.n_heads);
+  const size_t base = it.part + h * it.n_splits;
   float m = -INFINITY;
-  for (size_t k = 0; k < part.n_splits; ++k) m = fmaxf(m, part.ml[2 * (base + k)]);
+  for (size_t k = 0; k < it.n_splits; ++k) m = fmaxf(m, part.ml[2 * (base + k)]);
   float sum = 0.0f, o = 0.0f;
-  for (size_t k = 0; k < part.n_splits; ++k) {
+  for (size_t k = 0; k < it.n_splits; ++k) {
     const float mk = part.ml[2 * (base + k)];
     if (mk == -INFINITY) continue;  // a split past this token's last key
     const float wgt = expf(mk - m);
     sum += part.ml[2 * (base + k) + 1] * wgt;
     if (dim < s.head_dim) o += part.acc[(base + k) * s.head_dim + dim] * wgt;
   }
-  if (dim < s.head_dim) out[t * s.out_token_stride + h * s.head_dim + dim] = o / sum;
+  if (dim < s.head_dim) it.out[h * s.head_dim + dim] = o / sum;
+}
+
+// How many splits a query token with kv_len cache rows gets, and how many keys each: enough for
+// ~2 blocks per SM over all `pairs` (kv head, query token) of the launch, each split >= 32 keys.
+// A batched sequence is planned with pairs = n_kv_heads, exactly as if it ran alone.
+struct SplitPlan {
+  size_t n_splits, chunk;
+};
+SplitPlan split_plan(size_t kv_len, size_t pairs, int sm_count) {
+  const size_t want = (2 * static_cast<size_t>(sm_count) + pairs - 1) / pairs;
+  const size_t most = (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  const size_t n_splits = std::max<size_t>(1, std::min({want, most, kMaxSplits}));
+  return SplitPlan{n_splits, (kv_len + n_splits - 1) / n_splits};
+}
+
+// The split and merge launches over grid z-items [0, n_items) of `w`; `n_partials` partials.
+cudaError_t launch(const cpu::AttentionShape& s, const Work& w, const KvPages& kv, float scale, size_t n_items,
+                   size_t max_splits, size_t n_partials, cudaStream_t stream) {
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<float*>(stream_workspace(n_partials * (s.head_dim + 2) * sizeof(float), stream, &e));
+  if (ws == nullptr) return e;
+  const Partials part{ws, ws + n_partials * s.head_dim};
+  const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(s.n_kv_heads),
+                  static_cast<unsigned>(n_items));
+  split_kernel<<<grid, kThreads, 0, stream>>>(s, w, kv, scale, part);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  merge_kernel<<<dim3(static_cast<unsigned>(s.n_heads), static_cast<unsigned>(n_items)), kThreads, 0, stream>>>(
+      s, w, part);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -178,25 +253,129 @@ bool attention_decode_applies(const cpu::AttentionShape& s) {
 
 cudaError_t attention_decode(const cpu::AttentionShape& s, const float* q, const cpu::KvPages& kv, float scale,
                              float* out, cudaStream_t stream) {
-  // Enough splits for ~2 blocks per SM over all (kv head, token) pairs, each split >= 32 keys.
-  const size_t pairs = s.n_kv_heads * s.n_q_tokens;
-  const size_t want = (2 * static_cast<size_t>(current_device_sm_count()) + pairs - 1) / pairs;
-  const size_t most = (s.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-  const size_t n_splits = std::max<size_t>(1, std::min({want, most, kMaxSplits}));
-  const size_t chunk = (s.kv_len + n_splits - 1) / n_splits;
-
-  const size_t n_part = s.n_q_tokens * s.n_heads * n_splits;
-  cudaError_t e = cudaSuccess;
-  auto* ws = static_cast<float*>(stream_workspace(n_part * (s.head_dim + 2) * sizeof(float), stream, &e));
-  if (ws == nullptr) return e;
-  const Partials part{ws, ws + n_part * s.head_dim, n_splits};
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
-                  static_cast<unsigned>(s.n_q_tokens));
-  split_kernel<<<grid, kThreads, 0, stream>>>(s, q, kv, scale, chunk, part);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  merge_kernel<<<dim3(static_cast<unsigned>(s.n_heads), static_cast<unsigned>(s.n_q_tokens)), kThreads, 0, stream>>>(
-      s, part, out);
-  return cudaGetLastError();
+  const SplitPlan plan = split_plan(s.kv_len, s.n_kv_heads * s.n_q_tokens, current_device_sm_count());
+  Work w{};
+  w.q = q;
+  w.out = out;
+  w.table = kv.block_table;
+  w.kv_len = s.kv_len;
+  w.n_q_tokens = s.n_q_tokens;
+  w.q_token_stride = s.q_token_stride;
+  w.out_token_stride = s.out_token_stride;
+  w.chunk = plan.chunk;
+  w.n_splits = plan.n_splits;
+  return launch(s, w, kv, scale, s.n_q_tokens, plan.n_splits, s.n_q_tokens * s.n_heads * plan.n_splits, stream);
 }
 
 }  // namespace ds::cuda::detail
+
+namespace ds::cuda {
+namespace {
+
+// A batch's partials live in the per-stream workspace; past this many bytes the batch is cut
+// into several launches (each sequence's work, hence its bits, is the same either way).
+constexpr size_t kMaxBatchPartialBytes = size_t{128} << 20;
+constexpr size_t kMaxGridZ = 65535;
+constexpr size_t kMaxPacked = 0xFFFFFFFFu;  // kv_len and table offsets are 32-bit on the device
+
+cudaError_t check_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload) {
+  if (b.seqs == nullptr || b.q == nullptr || b.out == nullptr || b.k_pool == nullptr || b.v_pool == nullptr ||
+      !upload) {
+    return cudaErrorInvalidValue;
+  }
+  for (const void* p : {static_cast<const void*>(b.q), static_cast<const void*>(b.out),
+                        static_cast<const void*>(b.k_pool), static_cast<const void*>(b.v_pool)}) {
+    if (!detail::aligned_to(p, alignof(float))) return cudaErrorMisalignedAddress;
+  }
+  if (!attention_decode_batch_applies(b) || b.block_size == 0 || b.q_head_stride < b.head_dim ||
+      b.kv_row_stride < b.n_kv_heads * b.head_dim) {
+    return cudaErrorInvalidValue;
+  }
+  for (size_t i = 0; i < b.n_seqs; ++i) {
+    if (b.seqs[i].block_table == nullptr || b.seqs[i].kv_len == 0 || b.seqs[i].kv_len > kMaxPacked) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  return cudaSuccess;
+}
+
+// Consecutive sequences [first, first + n) launched together; `max_splits` sizes the grid.
+struct BatchLaunch {
+  size_t first = 0, n = 0, max_splits = 0, n_partials = 0;
+};
+
+// The host side of a batch: descriptors [n_seqs] followed by every block table (one upload), and
+// how the sequences are cut into launches.
+struct PackedBatch {
+  std::vector<detail::BatchSeq> seqs;
+  std::vector<int32_t> tables;
+  std::vector<BatchLaunch> launches;
+};
+
+cudaError_t pack(const DecodeAttentionBatch& b, PackedBatch* out) {
+  const size_t partial_bytes = (b.head_dim + 2) * sizeof(float);
+  out->seqs.resize(b.n_seqs);
+  out->launches.assign(1, BatchLaunch{});
+  const int sm_count = current_device_sm_count();
+  for (size_t i = 0; i < b.n_seqs; ++i) {
+    const DecodeAttentionSeq& in = b.seqs[i];
+    const detail::SplitPlan plan = detail::split_plan(in.kv_len, b.n_kv_heads, sm_count);  // as if it ran alone
+    const size_t n_partials = b.n_heads * plan.n_splits;
+    BatchLaunch* l = &out->launches.back();
+    if (l->n > 0 && (l->n == kMaxGridZ || (l->n_partials + n_partials) * partial_bytes > kMaxBatchPartialBytes)) {
+      out->launches.push_back(BatchLaunch{i, 0, 0, 0});
+      l = &out->launches.back();
+    }
+    const size_t n_blocks = (in.kv_len + b.block_size - 1) / b.block_size;
+    if (out->tables.size() + n_blocks > kMaxPacked) return cudaErrorInvalidValue;
+    out->seqs[i] = detail::BatchSeq{in.q_offset,
+                                    in.out_offset,
+                                    l->n_partials,
+                                    static_cast<unsigned>(in.kv_len),
+                                    static_cast<unsigned>(out->tables.size()),
+                                    static_cast<unsigned>(plan.chunk),
+                                    static_cast<unsigned>(plan.n_splits)};
+    out->tables.insert(out->tables.end(), in.block_table, in.block_table + n_blocks);
+    l->n += 1;
+    l->n_partials += n_partials;
+    l->max_splits = std::max(l->max_splits, plan.n_splits);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+bool attention_decode_batch_applies(const DecodeAttentionBatch& b) {
+  const cpu::AttentionShape one{1, 1, b.n_heads, b.n_kv_heads, b.head_dim, 0, b.q_head_stride, b.kv_row_stride, 0};
+  return b.n_heads > 0 && b.n_kv_heads > 0 && b.n_heads % b.n_kv_heads == 0 && b.head_dim > 0 &&
+         detail::attention_decode_applies(one);
+}
+
+cudaError_t attention_decode_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream) {
+  if (b.n_seqs == 0) return cudaSuccess;
+  if (const cudaError_t e = check_batch(b, upload); e != cudaSuccess) return e;
+  PackedBatch packed;
+  if (const cudaError_t e = pack(b, &packed); e != cudaSuccess) return e;
+
+  const size_t desc_bytes = packed.seqs.size() * sizeof(detail::BatchSeq);
+  std::vector<unsigned char> bytes(desc_bytes + packed.tables.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), packed.seqs.data(), desc_bytes);
+  std::memcpy(bytes.data() + desc_bytes, packed.tables.data(), packed.tables.size() * sizeof(int32_t));
+  const auto* dev = static_cast<const unsigned char*>(upload(bytes.data(), bytes.size()));
+  if (dev == nullptr) return cudaErrorMemoryAllocation;
+
+  const cpu::AttentionShape s{1, 1, b.n_heads, b.n_kv_heads, b.head_dim, 0, b.q_head_stride, b.kv_row_stride, 0};
+  const KvPages kv{b.k_pool, b.v_pool, nullptr, b.block_size};
+  for (const BatchLaunch& l : packed.launches) {
+    detail::Work w{};
+    w.q = b.q;
+    w.out = b.out;
+    w.seqs = reinterpret_cast<const detail::BatchSeq*>(dev) + l.first;
+    w.tables = reinterpret_cast<const int32_t*>(dev + desc_bytes);
+    const cudaError_t e = detail::launch(s, w, kv, b.scale, l.n, l.max_splits, l.n_partials, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace ds::cuda

@@ -6,11 +6,43 @@
 // keeps an online softmax per head (running max, sum, weighted V) over sub-chunks of keys, and
 // writes a partial (max, sum, acc[d]) per (token, head, split). A second kernel merges the
 // splits. Same math as kernels/cpu/attention.cpp in f32; only the summation order differs.
+//
+// attention_decode_batch runs the same kernels over a whole decode step: the grid's third
+// dimension walks the sequences instead of one sequence's query tokens, and each sequence keeps
+// the split count and chunking it would get alone, so its bits do not depend on the batch.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <functional>
+
 #include "kernels/cpu/attention.h"
+
+namespace ds::cuda {
+
+using cpu::DecodeAttentionBatch;
+using cpu::DecodeAttentionSeq;
+
+// Copies `bytes` host bytes to the device, queued on the launch's stream (the host bytes may
+// change once it returns), and returns the device copy, which must stay valid until the work
+// queued after it has run; nullptr on failure. The CUDA backend passes its control buffer.
+using DeviceUpload = std::function<const void*(const void* host, size_t bytes)>;
+
+// True when the batched kernels take `b`'s head layout (GQA group <= 8, head_dim <= 256, as the
+// one-sequence split-K path); otherwise run attention_causal per sequence.
+bool attention_decode_batch_applies(const DecodeAttentionBatch& b);
+
+// All sequences of `b` (q, out and the pools on the device; b.seqs and their block tables on the
+// HOST) after ONE upload of a per-sequence descriptor array and all block tables, in one split
+// launch and one merge launch (more only when the partials would pass 128 MiB of workspace or
+// the batch passes 65535 sequences). Sequence i's output is bit-identical to
+// attention_causal(decode_seq_shape(b, i), ...) alone. n_seqs == 0: nothing to do. Errors
+// (before any work is queued): cudaErrorInvalidValue for null pointers, a shape the kernels do
+// not take, kv_len 0 or >= 2^32; cudaErrorMisalignedAddress for pointers not float-aligned.
+cudaError_t attention_decode_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream);
+
+}  // namespace ds::cuda
 
 namespace ds::cuda::detail {
 

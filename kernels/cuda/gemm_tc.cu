@@ -293,6 +293,14 @@ cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, si
 
 }  // namespace
 
+cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
+                             cudaStream_t stream) {
+  if (cols % 2 != 0 || !aligned_to(out, 4)) return cudaErrorInvalidValue;
+  x_to_bf16_kernel<<<grid_for(n * cols / 2, 256, 132 * 16), 256, 0, stream>>>(x, xs, n, cols,
+                                                                             reinterpret_cast<__nv_bfloat162*>(out));
+  return cudaGetLastError();
+}
+
 cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                        const TcGemmOptions& tc, cudaStream_t stream) {
   return gemm_q8_tc_from(w, Activations{x, xs, nullptr}, n, y, ys, tc, stream);

@@ -62,9 +62,15 @@ struct TcGemmOptions {
   // 1..4 and 32..64 tokens, docs/PERFORMANCE.md).
   bool small_batch_mma = false;
   size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
+  // Split-rows batches of kGemvSplitBestTokens + 1 .. split_small_max tokens (at most
+  // detail::kSplitSmallMaxTokens = 64) in the bf16 precision mode on the small-batch bf16 tensor-core
+  // GEMM over split rows (matmul_fast.h gemm_q8_split_small: the prefill GEMM's operands without its
+  // dequantization pass; batched decode, speculative verify). Taken before small_batch_mma.
+  // 0 (the default here; the CUDA backend sets 64): off.
+  size_t split_small_max = 0;
   // The split-rows decode GEMV as a programmatic dependent launch (sm_90+): its weight loads start
-  // while the previous kernel finishes. Off by default: written after the last H200 run of session
-  // 3, compiled, NOT yet measured (bench --pdl; test CudaGemvSplit.DependentLaunchGivesTheSameBits).
+  // while the previous kernel finishes (same bits: CudaGemvSplit.DependentLaunchGivesTheSameBits).
+  // Off here; the CUDA backend turns it on (measured +2.5% 9B tg128 on the H200, 2026-11-29).
   bool decode_pdl = false;
 };
 

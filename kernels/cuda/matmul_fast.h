@@ -11,6 +11,7 @@
 //    (exact dequantization, block partial sums scaled by d): f32 accuracy.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -72,6 +73,29 @@ bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 inline constexpr int kGemvVariants = 5, kGemvDefaultVariant = 0, kGemvWideVariant = 1;
 cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
                             size_t ys, cudaStream_t stream);
+
+// Small batches over split rows on bf16 tensor cores (gemm_q8_split_small.cu; issue 14's batched
+// decode): 1..kSplitSmallMaxTokens tokens, each weight read once per call straight into registers
+// and widened there to bf16(d * q) — the operand the prefill dequantization writes — against the
+// activations rounded to bf16 once (f32 accumulation): the prefill GEMM's precision, |err| <=
+// 2^-8 sum|w x|, without its dequantization pass (which costs ~3 bytes per weight per call). The
+// K split depends on (rows, cols, SM count) only, so a token's bits are the same for every n.
+// Needs Q8_0_SPLIT with cols % 256 == 0, 16-byte aligned rows; x, y 4-byte aligned. Three launches
+// at most: activations to bf16, the product, the sum of the K splits' partials (stream workspace).
+inline constexpr size_t kSplitSmallMaxTokens = 64;
+bool gemm_q8_split_small_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
+                                 size_t n_tokens);
+cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                                cudaStream_t stream);
+// Launch variants (same bits, kernel lab): 0 one block per SM, 1 two blocks per SM up to 32 tokens.
+inline constexpr int kSplitSmallVariants = 2, kSplitSmallDefaultVariant = 0;
+cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                        float* y, size_t ys, cudaStream_t stream);
+// The K split gemm_q8_split_small uses for a shape on the current device (tests, lab).
+int gemm_q8_split_small_splits(size_t rows, size_t cols);
+// x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous.
+cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
+                             cudaStream_t stream);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/kernels/decode_batch_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace ds::cpu {
@@ -138,6 +139,25 @@ TEST(Attention, PagedEqualsContiguousBitForBit) {
                      nullptr);
     EXPECT_EQ(got, want) << "n_q " << c.n_q << " kv_len " << c.kv_len << " block " << c.block_size;
   }
+}
+
+// A decode step over many sequences (shuffled rows, shared pools, random tables) is, row for
+// row, attention_causal of each sequence alone with the model's per-sequence shape: bit for bit,
+// and the spare row that belongs to no sequence stays untouched.
+TEST(Attention, DecodeBatchEqualsPerSequenceCalls) {
+  Rng rng(77);
+  const test::DecodeBatchHost b = test::make_decode_batch(rng, 6, 2, 40, {1, 5, 100, 17, 64, 3}, 40, 4);
+  std::vector<float> got = b.sentinel_out(), want = b.sentinel_out();
+  attention_decode_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const KvPages kv{b.k_pool.data(), b.v_pool.data(), b.tables[i].data(), b.block_size};
+    attention_causal(b.shape(i), b.q.data() + b.seqs[i].q_offset, kv, b.scale, want.data() + b.seqs[i].out_offset,
+                     nullptr);
+  }
+  EXPECT_EQ(got, want);
+  const size_t spare = b.row_of.back() * b.out_row();
+  EXPECT_EQ(got[spare], -12345.0f);
+  EXPECT_NE(got[b.seqs[0].out_offset], -12345.0f);
 }
 
 // ---- rope ------------------------------------------------------------------------------------

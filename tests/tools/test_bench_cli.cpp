@@ -1,6 +1,7 @@
 // deltaserve-bench end to end on a synthetic tiny model: -o json rows in-process and through
 // two real worker processes (-b chunking, token and step counts, sane rates), llama-bench short
-// flags, the --http dispatch to the serving benchmark, and clear errors for bad flags.
+// flags, the --http dispatch to the serving benchmark, batched decode rows (--parallel), and
+// clear errors for bad flags.
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <sys/wait.h>
@@ -155,6 +156,68 @@ TEST(BenchCli, JsonRowsInProcessWithLongFlags) {
   }
 }
 
+// One batched decode row of `--parallel n_seqs`: N sequences per step, aggregate counts, the
+// step time and byte figures consistent with the rate; the limit only with a bandwidth.
+void expect_batch_row(const rapidjson::Document& d, uint64_t prompt, uint64_t gen, uint64_t n_seqs, uint64_t workers,
+                      uint64_t reps, double peak_gbps) {
+  EXPECT_STREQ(d["test"].GetString(), "tg");
+  EXPECT_EQ(u(d, "n_parallel"), n_seqs);
+  EXPECT_EQ(u(d, "n_workers"), workers);
+  EXPECT_EQ(u(d, "n_depth"), prompt);
+  EXPECT_EQ(u(d, "n_gen"), gen);
+  EXPECT_EQ(u(d, "steps"), gen);             // ONE forward step per decode position...
+  EXPECT_EQ(u(d, "tokens"), gen * n_seqs);   // ...advancing every sequence
+  expect_sane_rates(d, reps);
+  const double avg = num(d, "avg_ts");
+  // Printed with %.6g: relative 1e-4 covers the rounding of both operands.
+  EXPECT_NEAR(num(d, "step_ms"), 1e3 * static_cast<double>(n_seqs) / avg, num(d, "step_ms") * 1e-4);
+  const double gb_step = num(d, "gb_per_step");
+  EXPECT_GT(gb_step, 0.0);
+  EXPECT_NEAR(num(d, "gb_per_s"), gb_step * avg / static_cast<double>(n_seqs), num(d, "gb_per_s") * 1e-4);
+  if (peak_gbps <= 0) {
+    EXPECT_TRUE(d["limit_ts"].IsNull());
+    EXPECT_TRUE(d["limit_fraction"].IsNull());
+    return;
+  }
+  const double limit = num(d, "limit_ts");
+  EXPECT_NEAR(limit, static_cast<double>(n_seqs) * peak_gbps / gb_step, limit * 1e-4);
+  EXPECT_NEAR(num(d, "limit_fraction"), avg / limit, avg / limit * 1e-4);
+}
+
+TEST(BenchCli, ParallelAddsBatchedDecodeRowsInProcess) {
+  const CmdResult r = run(kBin + "/deltaserve-bench -m " + tiny_model() +
+                          " -p 40,24 -n 3 --parallel 1,3,2 -r 2 -t 1 --peak-gbps 50 -o json --no-warmup 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 2u * 2u + 2u * 2u) << r.output;  // pp + tg per prompt, then 2 batched per prompt
+  std::vector<rapidjson::Document> single;  // Documents move, they do not copy
+  for (size_t i = 0; i < 4; ++i) single.push_back(std::move(rows[i]));
+  ASSERT_NO_FATAL_FAILURE(expect_rows(single, {40, 24}, 3, 40, 0, 2));
+  for (const auto& row : single) EXPECT_FALSE(row.HasMember("n_parallel"));  // N = 1 rows as before
+  expect_batch_row(rows[4], 40, 3, 3, 0, 2, 50);
+  expect_batch_row(rows[5], 40, 3, 2, 0, 2, 50);
+  expect_batch_row(rows[6], 24, 3, 3, 0, 2, 50);
+  expect_batch_row(rows[7], 24, 3, 2, 0, 2, 50);
+  // More sequences at the same context: the weights are read once, so a step moves more bytes
+  // but less than proportionally more.
+  EXPECT_GT(num(rows[4], "gb_per_step"), num(rows[5], "gb_per_step"));
+  EXPECT_LT(num(rows[4], "gb_per_step"), 1.5 * num(rows[5], "gb_per_step"));
+}
+
+TEST(BenchCli, ParallelThroughTwoWorkerProcessesAndInTheTable) {
+  const CmdResult j = run(kBin + "/deltaserve-bench -m " + tiny_model() +
+                          " -p 32 -n 4 --parallel 4 --workers 2 -r 1 -t 1 -o json --no-warmup 2>/dev/null");
+  ASSERT_EQ(j.status, 0) << j.output;
+  const auto rows = json_lines(j.output);
+  ASSERT_EQ(rows.size(), 1u) << j.output;  // no 1 in --parallel: only the batched row
+  expect_batch_row(rows[0], 32, 4, 4, 2, 1, 0);
+  const CmdResult t = run(kBin + "/deltaserve-bench -m " + tiny_model() + " -p 16 -n 2 -r 1 --parallel 1,2 2>&1");
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("pp_tok/s"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("agg_tok/s"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("byte limit not reported"), std::string::npos) << t.output;
+}
+
 TEST(BenchCli, TableModeStillPrintsTheTable) {
   const CmdResult r = run(kBin + "/deltaserve-bench -m " + tiny_model() + " -p 16 -n 2 -r 1 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -224,6 +287,14 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
       {m + " --workers 2 --devices 0,-1", "--devices needs an integer in [0, 255], got '-1'"},
       {m + " --workers 2 --devices 0,,1", "--devices needs an integer in [0, 255], got ''"},
       {" -p 16", "--model is required"},
+      {m + " --parallel 0", "--parallel needs an integer in [1, 1024], got '0'"},
+      {m + " --parallel 1,eight", "--parallel needs an integer in [1, 1024], got 'eight'"},
+      {m + " --parallel 1025", "--parallel needs an integer in [1, 1024], got '1025'"},
+      {m + " --parallel -4", "--parallel needs an integer in [1, 1024], got '-4'"},
+      {m + " --parallel", "--parallel needs a value"},
+      {m + " --parallel 1,8 -n 0", "--parallel N > 1 times batched decode steps: --gen must be >= 1"},
+      {m + " --parallel 8 --spec-k 2", "--spec-k runs with the single-sequence rows: include 1 in --parallel"},
+      {m + " --peak-gbps 0", "--peak-gbps needs an integer in [1, 1000000], got '0'"},
       {" --http", "--url needs a value"},
       {" --http https://127.0.0.1:8080", "--url must start with http://"},
       {" --http http://127.0.0.1", "--url needs http://HOST:PORT"},

@@ -5,6 +5,7 @@
 //   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN prep v2/v3 and dequant v1/v2: prefill_ops.cu)
 //   deltaserve-kernel-lab [--reps N] --gemv-mma       (only the small-batch tensor-core GEMV vs today's paths)
 //   deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order paths)
+//   deltaserve-kernel-lab [--reps N] --gemm-split     (only the small-batch GEMM over split rows vs today's paths)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -301,6 +302,79 @@ void gemv_split(int reps) {
   LAB_CHECK(cudaFree(y));
 }
 
+// ---- Small-batch GEMM over split rows (kernels/cuda/gemm_q8_split_small.cu, batched decode)
+// against today's dispatch for the same split-rows matrix (3-term tensor-core GEMV <= 16 tokens,
+// dequantization + cuBLASLt beyond), at the 9B shapes of a multi-token step, each step's matrices
+// also queued back to back. ----
+void gemm_split(int reps) {
+  struct StepShape {
+    const char* name;
+    size_t rows, cols, per_step;
+  };
+  const StepShape shapes[] = {{"ffn_gate/up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
+                              {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"z/out/o 4096x4096", 4096, 4096, 56},
+                              {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
+                              {"lm_head 248320x4096", 248320, 4096, 1}};
+  const size_t ns[] = {5, 8, 16, 32, 64};
+  std::vector<std::unique_ptr<Q8Matrix>> mats;
+  float* x = device_f32(64 * 12288, 3);
+  float* y = device_f32(64 * 248320, 4);
+  double step_bytes = 0;
+  for (const StepShape& sh : shapes) {
+    mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
+    step_bytes += static_cast<double>(sh.rows * mats.back()->row_bytes) * sh.per_step;
+  }
+  const auto run = [&](size_t i, int copy, size_t n, bool small) {
+    const ds::cuda::WeightView v = mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT);
+    ds::cuda::TcGemmOptions tc{.small_batch_mma = true};
+    tc.split_small_max = small ? 64 : 0;
+    LAB_CHECK(ds::cuda::matmul(v, x, shapes[i].cols, n, y, shapes[i].rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
+                               tc, nullptr));
+  };
+  for (size_t i = 0; i < mats.size(); ++i) {
+    for (size_t n : ns) {
+      const double cur = median_ms(reps, [&](int c) { run(i, c, n, false); });
+      const double neu = median_ms(reps, [&](int c) { run(i, c, n, true); });
+      const double v1 = median_ms(reps, [&](int c) {
+        LAB_CHECK(ds::cuda::detail::gemm_q8_split_small_variant(1, mats[i]->view(c, ds::GgmlType::Q8_0_SPLIT), x,
+                                                                shapes[i].cols, n, y, shapes[i].rows, nullptr));
+      });
+      const double bytes = static_cast<double>(shapes[i].rows * mats[i]->row_bytes);
+      const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
+      std::printf("gemm-split n=%-2zu %-24s cur %8.1f us %5.1f%% | small %8.1f us %5.1f%% | v1 %8.1f us %5.1f%% "
+                  "(%d splits)\n",
+                  n, shapes[i].name, cur * 1e3, pct(cur), neu * 1e3, pct(neu), v1 * 1e3, pct(v1),
+                  ds::cuda::detail::gemm_q8_split_small_splits(shapes[i].rows, shapes[i].cols));
+    }
+  }
+  for (size_t n : ns) {
+    const auto queued = [&](bool small) {
+      return median_ms(reps, [&](int rep) {
+        int copy = rep * 7;
+        for (size_t i = 0; i < mats.size(); ++i) {
+          for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) run(i, copy, n, small);
+        }
+      });
+    };
+    const double cur = queued(false), neu = queued(true);
+    const double v1 = median_ms(reps, [&](int rep) {
+      int copy = rep * 7;
+      for (size_t i = 0; i < mats.size(); ++i) {
+        for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
+          LAB_CHECK(ds::cuda::detail::gemm_q8_split_small_variant(1, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x,
+                                                                  shapes[i].cols, n, y, shapes[i].rows, nullptr));
+        }
+      }
+    });
+    std::printf("gemm-split 9B step n=%-2zu queued (%.2f GB)  cur %7.3f ms %5.1f%% | small %7.3f ms %5.1f%% "
+                "(%.0f tok/s GEMM-only) | v1 %7.3f ms\n",
+                n, step_bytes / 1e9, cur, 100 * step_bytes / (cur * 1e-3) / kHbm, neu,
+                100 * step_bytes / (neu * 1e-3) / kHbm, n / (neu * 1e-3), v1);
+  }
+  LAB_CHECK(cudaFree(x));
+  LAB_CHECK(cudaFree(y));
+}
+
 }  // namespace
 
 // ---- Decode-step overheads (issue 14 round 2), 9B shapes: the logit digest against the full
@@ -388,12 +462,14 @@ int main(int argc, char** argv) {
   bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
   bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
   bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
+  bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
     if (std::strcmp(argv[i], "--prefill-ops") == 0) only_prefill_ops = true;
     if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
     if (std::strcmp(argv[i], "--gemv-split") == 0) only_gemv_split = true;
+    if (std::strcmp(argv[i], "--gemm-split") == 0) only_gemm_split = true;
   }
   cudaDeviceProp prop{};
   LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -405,6 +481,10 @@ int main(int argc, char** argv) {
   }
   if (only_gemv_split) {
     gemv_split(reps);
+    return 0;
+  }
+  if (only_gemm_split) {
+    gemm_split(reps);
     return 0;
   }
   if (only_gemv_mma) {

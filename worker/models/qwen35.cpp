@@ -147,6 +147,7 @@ class Qwen35Stage final : public StageModel {
                              float* o);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
                        size_t local);
+  void attend(const std::vector<SeqSpan>& spans, const float* k_pool, const float* v_pool, const float* qg, float* o);
   void ffn(const LayerWeights& lw, size_t T, const float* next_norm);
   void run_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
                  bool normed = false, const float* next_norm = nullptr);
@@ -175,6 +176,7 @@ class Qwen35Stage final : public StageModel {
   std::vector<int32_t> positions_;  // host [3][T]
   std::vector<uint32_t> kv_rows_;   // host [T]: pool row of every token of the step
   std::vector<uint32_t> slots_;     // host: state slot of every sequence of a decode step
+  std::vector<DecodeAttentionSeq> decode_seqs_;  // host: every sequence of a decode step, for attention
   std::vector<std::vector<float>> layer_hidden_;
 };
 
@@ -476,16 +478,36 @@ void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqS
   float* v_pool = cache_->kv().v(pool);
   be_->scatter_rows(k, kv_rows_.data(), T, row, k_pool);
   be_->scatter_rows(v, kv_rows_.data(), T, row, v_pool);
-  for (const SeqSpan& s : spans) {
-    const size_t kv_len = size_t{s.start_pos} + s.n_tokens;
-    const AttentionShape shape{s.n_tokens, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
-    const KvPages pages{k_pool, v_pool, s.seq->table.data(), cache_->kv().block_size()};
-    be_->attention_causal(shape, qg + s.offset * 2 * H * d, pages, 1.0f / std::sqrt(static_cast<float>(d)),
-                          o + s.offset * H * d);
-  }
+  attend(spans, k_pool, v_pool, qg, o);
   be_->sigmoid_gate(o, d, qg + d, 2 * d, T * H, d, y, d);
   float* mixed = ws_.get(Slot::kOut, T * D);
   be_->matmul(lw.attn.o, y, H * d, T, mixed, D);
+}
+
+// Each sequence attends over its cache rows through its block table; q rows are [H][query | gate].
+// A plain decode step of several sequences is one batched call (Backend::attention_decode_batch:
+// the same result per sequence, one launch pair on CUDA); anything else goes sequence by sequence.
+void Qwen35Stage::attend(const std::vector<SeqSpan>& spans, const float* k_pool, const float* v_pool,
+                         const float* qg, float* o) {
+  const size_t H = cfg_.n_head, Hkv = cfg_.n_head_kv, d = cfg_.head_dim, row = Hkv * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const size_t block_size = cache_->kv().block_size();
+  if (spans.size() >= 2 && one_row_per_span(spans)) {
+    decode_seqs_.clear();
+    for (const SeqSpan& s : spans) {
+      decode_seqs_.push_back(
+          DecodeAttentionSeq{size_t{s.start_pos} + 1, s.offset * 2 * H * d, s.offset * H * d, s.seq->table.data()});
+    }
+    be_->attention_decode_batch(DecodeAttentionBatch{H, Hkv, d, 2 * d, row, k_pool, v_pool, block_size, scale, qg, o,
+                                                     decode_seqs_.data(), decode_seqs_.size()});
+    return;
+  }
+  for (const SeqSpan& s : spans) {
+    const size_t kv_len = size_t{s.start_pos} + s.n_tokens;
+    const AttentionShape shape{s.n_tokens, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+    const KvPages pages{k_pool, v_pool, s.seq->table.data(), block_size};
+    be_->attention_causal(shape, qg + s.offset * 2 * H * d, pages, scale, o + s.offset * H * d);
+  }
 }
 
 // The FFN half of a block; kNorm holds RMSNorm(h) (post_norm) on entry. The residual add goes

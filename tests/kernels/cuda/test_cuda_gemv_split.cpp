@@ -3,6 +3,8 @@
 // multiple of the 8-row item, 1..24 column slices, every token count 1..8, padded strides, both
 // dot products (float and int8x3) and activations with outliers; bitwise batch invariance (a
 // token's bits do not depend on its companions or on n), rejected arguments, the matmul dispatch.
+// Then the same for the small-batch bf16 tensor-core GEMM over split rows (gemm_q8_split_small,
+// 1..64 tokens; its tolerances are stated above its tests).
 //
 // Tolerance (vs the exact product of the dequantized weights and x):
 //  * rounding of the f32 operations: along any path an output sees at most 16 fma roundings (the
@@ -240,6 +242,167 @@ TEST(CudaGemvSplit, MatmulDispatchUsesIt) {
     const std::vector<float> got = dy.download();
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n;
   }
+}
+
+// ---- gemm_q8_split_small: small batches (1..64 tokens) on bf16 tensor cores over split rows ----
+//
+// Its operands are bf16(d * q) and bf16(x), exactly those of the prefill GEMM. Tolerances:
+//  * versus the exact (double) product of those bf16 operands: only the f32 accumulation errs. One
+//    mma adds 16 exact products to its accumulator with at most ~17 roundings of 2^-24 relative to
+//    the running sum (<= S = sum|wb xb|); a split runs cols/16 mmas, and the splits are added in
+//    order (<= 16 more roundings): we allow (cols/16 + 16) * 17 * 2^-24 * S. (Typical errors are a
+//    random walk, far smaller; the worst observed ratio is printed.)
+//  * versus the exact product of the unrounded weights and activations (what the CPU computes):
+//    the two bf16 roundings add <= 2 * 2^-9 * sum|w x| (each operand is within 2^-9 relative).
+std::vector<float> run_small(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t xs,
+                             size_t n, size_t ys) {
+  DeviceArray<float> dx(x), dy(n * ys);
+  dy.upload(std::vector<float>(n * ys, 7.0f));  // stride padding must survive
+  DS_CUDA_CHECK(detail::gemm_q8_split_small(w.device_view(dw.get()), dx.get(), xs, n, dy.get(), ys, nullptr));
+  return dy.download();
+}
+
+float round_bf16(float v) { return bf16_to_fp32(fp32_to_bf16(v)); }
+
+double check_small(const SplitHost& w, const std::vector<float>& x, size_t xs, size_t n, const std::vector<float>& got,
+                   size_t ys) {
+  std::vector<float> wrow(w.cols);
+  const double acc_units = (static_cast<double>(w.cols) / 16 + 16) * 17 * std::ldexp(1.0, -24);
+  double worst = 0;
+  for (size_t r = 0; r < w.rows; ++r) {
+    cpu::weight_row(w.gguf_view(), r, wrow.data());
+    for (size_t t = 0; t < n; ++t) {
+      double exact_b = 0, abs_b = 0, exact = 0, abs_sum = 0;
+      for (size_t i = 0; i < w.cols; ++i) {
+        const double pb = static_cast<double>(round_bf16(wrow[i])) * round_bf16(x[t * xs + i]);
+        const double p = static_cast<double>(wrow[i]) * x[t * xs + i];
+        exact_b += pb;
+        abs_b += std::fabs(pb);
+        exact += p;
+        abs_sum += std::fabs(p);
+      }
+      const double g = got[t * ys + r];
+      const double e_b = std::fabs(g - exact_b) / (acc_units * abs_b + 1e-30);
+      const double e = std::fabs(g - exact) / (acc_units * abs_b + std::ldexp(abs_sum, -8) + 1e-30);
+      EXPECT_LE(e_b, 1.0) << "row " << r << " token " << t << " got " << g << " bf16-operand product " << exact_b;
+      EXPECT_LE(e, 1.0) << "row " << r << " token " << t << " got " << g << " exact " << exact;
+      worst = std::max(worst, e_b);
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t p = w.rows; p < ys; ++p) EXPECT_EQ(got[t * ys + p], 7.0f) << "stride padding overwritten";
+  }
+  return worst;
+}
+
+// Shapes: rows that are not multiples of the 256-row block or the 32-row warp; 1 to 48 K units of
+// 256 columns, so both one split and several (partials summed by the reduce kernel) run; every
+// tile count 1..8 with partial tiles.
+TEST(CudaGemmSplitSmall, MatchesReferencesForEveryTileCount) {
+  DS_REQUIRE_GPU();
+  const Shape shapes[] = {{37, 512}, {300, 1024}, {1001, 4096}, {9, 12288}, {4096, 4096}, {5000, 512}};
+  Rng rng(6262);
+  for (const Shape& s : shapes) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const size_t xs = s.cols + 4, ys = s.rows + 3;
+    const std::vector<float> x = rng.vec(detail::kSplitSmallMaxTokens * xs);
+    double worst = 0;
+    for (size_t n : {1, 5, 8, 9, 17, 24, 33, 47, 56, 64}) {
+      worst = std::max(worst, check_small(w, x, xs, n, run_small(w, dw, x, xs, n, ys), ys));
+    }
+    std::printf("gemm_split_small %zux%zu (%d splits): worst error / allowed = %.3g\n", s.rows, s.cols,
+                detail::gemm_q8_split_small_splits(s.rows, s.cols), worst);
+  }
+}
+
+// A token's bits must not depend on the other tokens of the call or on n (the K split is a function
+// of the shape alone), and a non-finite activation must not give a finite answer.
+TEST(CudaGemmSplitSmall, BatchInvariantBitwiseAndNonFinite) {
+  DS_REQUIRE_GPU();
+  Rng rng(818);
+  for (const Shape& s : {Shape{300, 1024}, Shape{4096, 4096}, Shape{1024, 12288}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const std::vector<float> x = rng.vec(64 * s.cols);
+    const std::vector<float> all = run_small(w, dw, x, s.cols, 64, s.rows);
+    for (size_t j : {0, 9, 31, 63}) {
+      const std::vector<float> xj(x.begin() + j * s.cols, x.begin() + (j + 1) * s.cols);
+      const std::vector<float> alone = run_small(w, dw, xj, s.cols, 1, s.rows);
+      ASSERT_EQ(std::memcmp(alone.data(), all.data() + j * s.rows, s.rows * sizeof(float)), 0)
+          << s.rows << "x" << s.cols << " token " << j << " alone differs from its 64-token row";
+    }
+    const std::vector<float> x7(x.begin() + 20 * s.cols, x.begin() + 27 * s.cols);
+    const std::vector<float> seven = run_small(w, dw, x7, s.cols, 7, s.rows);
+    ASSERT_EQ(std::memcmp(seven.data(), all.data() + 20 * s.rows, 7 * s.rows * sizeof(float)), 0) << s.rows;
+    // The launch variants differ in occupancy only: the same bits.
+    for (size_t n : {size_t{3}, size_t{32}}) {
+      DeviceArray<float> dx(x), dy(n * s.rows);
+      DS_CUDA_CHECK(detail::gemm_q8_split_small_variant(1, w.device_view(dw.get()), dx.get(), s.cols, n, dy.get(),
+                                                        s.rows, nullptr));
+      const std::vector<float> v1 = dy.download();
+      EXPECT_EQ(std::memcmp(v1.data(), all.data(), v1.size() * sizeof(float)), 0) << s.rows << " n=" << n;
+    }
+  }
+  const SplitHost w = make_split(64, 512, rng);
+  DeviceArray<uint8_t> dw(w.split);
+  std::vector<float> x = rng.vec(2 * 512);
+  x[512 + 5] = std::numeric_limits<float>::infinity();
+  const std::vector<float> got = run_small(w, dw, x, 512, 2, 64);
+  for (size_t r = 0; r < 64; ++r) {
+    EXPECT_TRUE(std::isfinite(got[r])) << "token 0 row " << r << " polluted by token 1";
+    EXPECT_FALSE(std::isfinite(got[64 + r])) << "row " << r;
+  }
+}
+
+TEST(CudaGemmSplitSmall, RejectsWhatItCannotRead) {
+  DS_REQUIRE_GPU();
+  DeviceArray<uint8_t> dw(64 * 1088 + 64);
+  DeviceArray<float> dx(65 * 1024 + 8), dy(65 * 64);
+  const cpu::WeightView ok{GgmlType::Q8_0_SPLIT, dw.get(), 64, 1024, 1088};
+  EXPECT_TRUE(detail::gemm_q8_split_small_applies(ok, dx.get(), 1024, dy.get(), 64, 64));
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(ok, dx.get(), 1024, dy.get(), 64, 65));  // too many tokens
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(ok, dx.get(), 1024, dy.get(), 64, 0));
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(ok, dx.get(), 1000, dy.get(), 64, 2));  // x rows overlap
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(ok, dx.get(), 1024, dy.get(), 63, 2));  // y rows overlap
+  cpu::WeightView gguf = ok;
+  gguf.type = GgmlType::Q8_0;
+  EXPECT_EQ(detail::gemm_q8_split_small(gguf, dx.get(), 1024, 8, dy.get(), 64, nullptr), cudaErrorNotSupported);
+  cpu::WeightView narrow{GgmlType::Q8_0_SPLIT, dw.get(), 64, 160, 170};  // not whole 256-column units
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(narrow, dx.get(), 160, dy.get(), 64, 8));
+  cpu::WeightView shifted = ok;
+  shifted.data = dw.get() + 8;
+  EXPECT_FALSE(detail::gemm_q8_split_small_applies(shifted, dx.get(), 1024, dy.get(), 64, 8));
+  EXPECT_EQ(detail::gemm_q8_split_small(ok, dx.get(), 1024, 65, dy.get(), 64, nullptr), cudaErrorInvalidValue);
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// cuda::matmul takes it for 5..split_small_max tokens in the bf16 mode (the same bits as calling it
+// directly), the split GEMV up to 4, and never in the f32 mode.
+TEST(CudaGemmSplitSmall, MatmulDispatch) {
+  DS_REQUIRE_GPU();
+  Rng rng(19);
+  const SplitHost w = make_split(200, 2048, rng);
+  DeviceArray<uint8_t> dw(w.split);
+  const std::vector<float> x = rng.vec(64 * 2048);
+  DeviceArray<float> dx(x);
+  TcGemmOptions tc;
+  tc.split_small_max = 64;
+  const auto via_matmul = [&](size_t n, MatmulPrecision p) {
+    DeviceArray<float> dy(n * 200);
+    DS_CUDA_CHECK(matmul(w.device_view(dw.get()), dx.get(), 2048, n, dy.get(), 200, p, tc, nullptr));
+    return dy.download();
+  };
+  for (size_t n : {size_t{5}, size_t{16}, size_t{64}}) {
+    const std::vector<float> want = run_small(w, dw, x, 2048, n, 200);
+    const std::vector<float> got = via_matmul(n, MatmulPrecision::kBf16TensorCores);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n;
+    const std::vector<float> f32 = via_matmul(n, MatmulPrecision::kF32);
+    EXPECT_NE(std::memcmp(f32.data(), want.data(), f32.size() * sizeof(float)), 0) << "n=" << n << " in f32 mode";
+  }
+  const std::vector<float> four = via_matmul(4, MatmulPrecision::kBf16TensorCores);
+  const std::vector<float> gemv = run_split(w, dw, x, 2048, 4, 200);
+  EXPECT_EQ(std::memcmp(four.data(), gemv.data(), four.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -1,0 +1,316 @@
+// Small-batch Q8_0 product over split rows on bf16 tensor cores (see matmul_fast.h,
+// gemm_q8_split_small).
+//
+// Work split: a block of 8 warps owns 256 consecutive rows and a range of columns (a K split);
+// each warp owns 32 rows (two m16 tiles) and every token of the call (up to 8 n8 tiles). The
+// weights stream from global memory straight into registers (16-byte loads, the next slice's loads
+// issued as soon as a span's registers are free), are widened to bf16(d * q) there, and meet the
+// activations (rounded to bf16 once per call by a small kernel), which the block stages once per
+// slice in shared memory (cp.async, three stages). With a K split, a second small kernel adds the
+// partial sums up in split order (deterministic). (Staging f32 activations with the conversion in
+// the block, and reducing the splits in the last block of each row block, measured slower on the
+// H200: 6.1 vs 5.7 ms for a 9B step's matrices at 5 tokens, 19.5 vs 8.2 ms at 64.)
+//
+// Column order: a quad of lanes (same g = lane / 4) covers a 64-column span of its rows with one
+// 16-byte load each (lane c: columns 16c .. 16c + 15). The mma's k index is a permutation of the
+// span's columns (k-step ks of lane c takes columns 16c + 4ks .. + 3); the activations are read
+// with the same permutation, and since every weight already carries its scale (bf16(d * q), the
+// same operand the prefill dequantization produces), sums may run over any column order.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/ptx_mma.cuh"
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda::detail {
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * kWarp;
+constexpr int kWarpRows = 32;                      // two m16 tiles
+constexpr int kBlockRows = kWarps * kWarpRows;     // 256
+constexpr int kSpanCols = 64;                      // one 16-byte load per lane per row
+constexpr int kSplitUnitCols = 256;                // K splits are whole units (any ring size divides it)
+constexpr int kStages = 3;                         // activation slices in shared memory
+constexpr int kMaxSplits = 16;
+constexpr int kMaxTiles = static_cast<int>(kSplitSmallMaxTokens) / 8;
+
+// Bytes of one token's row of a staged slice of R spans: 2 bytes per column plus 16, so the two
+// tokens a quarter-warp reads (rows t, t + 1) fall on disjoint banks.
+template <int R>
+constexpr int act_row_bytes() {
+  return R * kSpanCols * 2 + 16;
+}
+template <int NT, int R>
+constexpr size_t stage_bytes() {
+  return static_cast<size_t>(NT) * 8 * act_row_bytes<R>();
+}
+
+// The lane's share of one span: 16 quants and the block scale of each of its 4 rows.
+struct SpanWeights {
+  uint4 q[4];
+  uint16_t d[4];
+};
+
+// row_ptr[i]: start of row (warp row + g + 8 i) (clamped into the matrix; never stored).
+__device__ __forceinline__ void load_span(const uint8_t* const (&row_ptr)[4], int cols, int span, int c,
+                                          SpanWeights& s) {
+  const int col = span * kSpanCols + 16 * c;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s.q[i] = __ldcs(reinterpret_cast<const uint4*>(row_ptr[i] + col));
+    s.d[i] = __ldcs(reinterpret_cast<const unsigned short*>(row_ptr[i] + cols + 2 * (col / 32)));
+  }
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// A fragments of the span: a[mt][ks] = {row g lo, row g+8 lo, row g hi, row g+8 hi} of m tile mt
+// (rows 16 mt + g, + 8); lo / hi: columns 16c + 4ks + {0,1} / {2,3}. Each value is bf16(d * q),
+// rounded exactly like q8_pair_to_bf16 (d * q is exact in f32).
+__device__ __forceinline__ void span_fragments(const SpanWeights& s, uint32_t (&a)[2][4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int mt = i / 2, which = i % 2;
+    const float d = half_bits_to_float(s.d[i]);
+    const uint32_t words[4] = {s.q[i].x, s.q[i].y, s.q[i].z, s.q[i].w};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      float f[4];
+      widen_int8x4(words[ks], f);
+      a[mt][ks][which] = bf16_pair(d * f[0], d * f[1]);
+      a[mt][ks][2 + which] = bf16_pair(d * f[2], d * f[3]);
+    }
+  }
+}
+
+// One span against every token tile: act points at the span's first column of token 0's staged row.
+template <int NT, int R>
+__device__ __forceinline__ void compute_span(const SpanWeights& s, const uint8_t* act, int g, int c,
+                                             float (&acc)[2][NT][4]) {
+  uint32_t a[2][4][4];
+  span_fragments(s, a);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const uint8_t* p = act + (8 * j + g) * act_row_bytes<R>() + 32 * c;
+    const uint4 lo = *reinterpret_cast<const uint4*>(p);
+    const uint4 hi = *reinterpret_cast<const uint4*>(p + 16);
+    const uint32_t b[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) ptx::mma_bf16(acc[mt][j], a[mt][ks], b[2 * ks], b[2 * ks + 1]);
+    }
+  }
+}
+
+// Stages slice `slice` (R spans from column col0) of every token into `dst`: 16-byte cp.async
+// chunks of the bf16 activations; tokens >= n are zero-filled.
+template <int NT, int R>
+__device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb, int cols, int n, int col0,
+                                            uint8_t* dst) {
+  constexpr int kChunksPerRow = R * kSpanCols * 2 / 16;
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < NT * 8 * kChunksPerRow; chunk += kThreads) {
+    const int t = chunk / kChunksPerRow, part = chunk % kChunksPerRow;
+    const bool valid = t < n;
+    const auto* src = reinterpret_cast<const uint8_t*>(xb + static_cast<size_t>(valid ? t : 0) * cols + col0) + 16 * part;
+    ptx::cp_async16(ptx::smem_u32(dst + t * act_row_bytes<R>() + 16 * part), src, valid);
+  }
+}
+
+// out[t * out_stride + r] for this block's K range: the whole row when gridDim.y == 1, else a
+// partial sum (at out + blockIdx.y * split_stride) that gemm_split_reduce adds up in split order.
+template <int NT, int R, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    gemm_q8_split_small_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                               const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
+                               float* __restrict__ out, size_t out_stride, size_t split_stride) {
+  extern __shared__ __align__(16) uint8_t stages[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int first_span = static_cast<int>(blockIdx.y) * spans_per_split;
+  const int n_slices = (min(cols / kSpanCols, first_span + spans_per_split) - first_span) / R;
+  const int warp_row = static_cast<int>(blockIdx.x) * kBlockRows + warp * kWarpRows;
+  const uint8_t* row_ptr[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) row_ptr[i] = w + static_cast<size_t>(min(warp_row + g + 8 * i, rows - 1)) * row_bytes;
+  const auto slice_col = [&](int slice) { return (first_span + slice * R) * kSpanCols; };
+  const auto stage = [&](int slice) { return stages + (slice % kStages) * stage_bytes<NT, R>(); };
+
+  SpanWeights ring[R];
+  if (n_slices > 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_span(row_ptr, cols, first_span + r, c, ring[r]);
+  }
+#pragma unroll
+  for (int p = 0; p < kStages - 1; ++p) {
+    if (p < n_slices) stage_slice<NT, R>(xb, cols, n, slice_col(p), stage(p));
+    ptx::cp_async_commit();
+  }
+
+  float acc[2][NT][4] = {};
+  for (int i = 0; i < n_slices; ++i) {
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // slice i is staged for everyone; slice i - 1's buffer is free again
+    const int ahead = i + kStages - 1;
+    if (ahead < n_slices) stage_slice<NT, R>(xb, cols, n, slice_col(ahead), stage(ahead));
+    ptx::cp_async_commit();
+    const uint8_t* act = stage(i);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      compute_span<NT, R>(ring[r], act + r * kSpanCols * 2, g, c, acc);
+      if (i + 1 < n_slices) load_span(row_ptr, cols, first_span + (i + 1) * R + r, c, ring[r]);
+    }
+  }
+
+  float* dst = out + blockIdx.y * split_stride;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * c + e % 2;
+        if (r < rows && t < n) dst[static_cast<size_t>(t) * out_stride + r] = acc[mt][j][e];
+      }
+    }
+  }
+}
+
+// y[t][r] = sum over splits, in split order, of partial[s][t][r] (the whole GPU adds; a last-block
+// reduction inside the kernel measured slower: one block per row block summing serially).
+__global__ void gemm_split_reduce(const float* __restrict__ partial, int splits, int n, int rows, float* __restrict__ y,
+                                  size_t ys) {
+  const size_t total = static_cast<size_t>(n) * rows, split_stride = total;
+  for (size_t e = global_thread(); e < total; e += global_threads()) {
+    float sum = partial[e];
+    for (int s = 1; s < splits; ++s) sum += partial[s * split_stride + e];
+    y[(e / rows) * ys + e % rows] = sum;
+  }
+}
+
+// The K split of a shape: `splits` column ranges of `spans` spans each (the last may be shorter,
+// never empty).
+struct KSplit {
+  int splits = 1, spans = 0;
+};
+
+// Chosen from (rows, cols, SM count) only — never the token count — so a token's bits do not
+// depend on how many other tokens share the call. Cost model in bytes per SM: the weights of the
+// most loaded SM (waves x units per split) plus the partial sums written and read back (counted
+// at the largest token count).
+KSplit choose_split(int rows, int cols, int sms) {
+  const int row_blocks = (rows + kBlockRows - 1) / kBlockRows, units = cols / kSplitUnitCols;
+  const double unit_bytes = static_cast<double>(kBlockRows) * kSplitUnitCols * 34 / 32;
+  double best_cost = 0;
+  KSplit best;
+  for (int s = 1; s <= std::min(units, kMaxSplits); ++s) {
+    const int per = (units + s - 1) / s, eff = (units + per - 1) / per;  // eff <= s splits, none empty
+    const long blocks = static_cast<long>(row_blocks) * eff, waves = (blocks + sms - 1) / sms;
+    double cost = static_cast<double>(waves) * per * unit_bytes;
+    if (eff > 1) cost += 2.0 * eff * kSplitSmallMaxTokens * rows * sizeof(float) / sms;
+    if (s == 1 || cost < best_cost) {
+      best_cost = cost;
+      best = KSplit{eff, per * (kSplitUnitCols / kSpanCols)};
+    }
+  }
+  return best;
+}
+
+template <int NT, int R, int kMinBlocks = 1>
+cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split, float* out,
+                         size_t out_stride, size_t split_stride, cudaStream_t stream) {
+  constexpr size_t smem = kStages * stage_bytes<NT, R>();
+  // Per call: the attribute belongs to the current device (one process may drive several).
+  const cudaError_t attr =
+      cudaFuncSetAttribute(gemm_q8_split_small_kernel<NT, R, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem);
+  if (attr != cudaSuccess) return attr;
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
+  gemm_q8_split_small_kernel<NT, R, kMinBlocks><<<grid, kThreads, smem, stream>>>(
+      static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n, split.spans, out, out_stride, split_stride);
+  return cudaGetLastError();
+}
+
+// Variant 0: a ring of 4 spans (3 in flight) while the accumulators are few, 2 at 5+ tiles (register
+// budget), one block per SM. Variant 1: a ring of 2 and two blocks per SM (<= 128 registers) up to
+// 4 tiles. Same bits (same K split and order). H200 lab, 2026-11-29: variant 0 faster over a 9B
+// step at every token count; variant 1 faster on the LM head alone.
+cudaError_t launch_for_tokens(int variant, const cpu::WeightView& w, const __nv_bfloat16* xb, int n,
+                              const KSplit& split, float* out, size_t out_stride, size_t split_stride,
+                              cudaStream_t s) {
+  const int tiles = (n + 7) / 8;
+  if (variant == 1) {
+    switch (tiles) {
+      case 1: return launch_tiles<1, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+      case 2: return launch_tiles<2, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+      case 3: return launch_tiles<3, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+      case 4: return launch_tiles<4, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+      default: break;
+    }
+  }
+  switch (tiles) {
+    case 1: return launch_tiles<1, 4>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 2: return launch_tiles<2, 4>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 3: return launch_tiles<3, 4>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 4: return launch_tiles<4, 4>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 5: return launch_tiles<5, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 6: return launch_tiles<6, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 7: return launch_tiles<7, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 8: return launch_tiles<8, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+static_assert(kMaxTiles == 8, "launch_for_tokens covers 1..8 tiles");
+
+}  // namespace
+
+bool gemm_q8_split_small_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
+                                 size_t n_tokens) {
+  if (w.type != GgmlType::Q8_0_SPLIT || n_tokens < 1 || n_tokens > kSplitSmallMaxTokens) return false;
+  if (w.rows == 0 || w.cols % kSplitUnitCols != 0 || w.row_bytes != w.cols / kQ8Block * kQ8BlockBytes) return false;
+  if (!aligned_to(w.data, 16) || w.row_bytes % 16 != 0 || !aligned_to(x, 4) || !aligned_to(y, 4)) return false;
+  if (n_tokens > 1 && (xs < w.cols || ys < w.rows)) return false;
+  return w.rows < (size_t{1} << 30) && w.cols < (size_t{1} << 24);
+}
+
+int gemm_q8_split_small_splits(size_t rows, size_t cols) {
+  return choose_split(static_cast<int>(rows), static_cast<int>(cols), current_device_sm_count()).splits;
+}
+
+cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                        float* y, size_t ys, cudaStream_t stream) {
+  if (variant < 0 || variant >= kSplitSmallVariants) return cudaErrorInvalidValue;
+  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
+  if (!gemm_q8_split_small_applies(w, x, xs, y, ys, n)) return cudaErrorInvalidValue;
+  const KSplit split = choose_split(static_cast<int>(w.rows), static_cast<int>(w.cols), current_device_sm_count());
+  const size_t x_bytes = (n * w.cols * 2 + 255) / 256 * 256;
+  const size_t part_bytes = split.splits > 1 ? static_cast<size_t>(split.splits) * n * w.rows * sizeof(float) : 0;
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<uint8_t*>(stream_workspace(x_bytes + part_bytes, stream, &e));
+  if (ws == nullptr) return e;
+  auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
+  if ((e = launch_x_to_bf16(x, n > 1 ? xs : w.cols, n, w.cols, xb, stream)) != cudaSuccess) return e;
+  const int nt = static_cast<int>(n);
+  if (split.splits == 1) return launch_for_tokens(variant, w, xb, nt, split, y, n > 1 ? ys : w.rows, 0, stream);
+  auto* part = reinterpret_cast<float*>(ws + x_bytes);
+  if ((e = launch_for_tokens(variant, w, xb, nt, split, part, w.rows, n * w.rows, stream)) != cudaSuccess) return e;
+  const size_t total = n * w.rows;
+  gemm_split_reduce<<<static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8)), 256, 0, stream>>>(
+      part, split.splits, nt, static_cast<int>(w.rows), y, n > 1 ? ys : w.rows);
+  return cudaGetLastError();
+}
+
+cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                                cudaStream_t stream) {
+  return gemm_q8_split_small_variant(kSplitSmallDefaultVariant, w, x, xs, n, y, ys, stream);
+}
+
+}  // namespace ds::cuda::detail
