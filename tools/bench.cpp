@@ -56,6 +56,7 @@
 #include "tools/cli_args.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "worker/cuda_backend.h"
@@ -87,6 +88,7 @@ struct Options {
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
+  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each batched decode run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
@@ -104,7 +106,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -181,6 +183,8 @@ Options parse(int argc, char** argv) {
       o.peak_gbps = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1000000);
     } else if (a == "--no-warmup") {
       o.warmup = false;
+    } else if (a == "--profile-decode") {
+      o.profile_decode = true;
     } else if (a == "--bf16-prefill") {  // the default now; kept so older scripts still run
       o.bf16_prefill = true;
     } else if (a == "--f32-prefill") {
@@ -448,6 +452,25 @@ struct BatchResult {
   double mem_gib = -1;      // device memory in use with the N sequences cached (in-process cuda only)
 };
 
+// --profile-decode: only the batched decode steps go to a profiler started with
+// --profile-from-start off (ncu, nsys), so a step's kernels can be summed without the prefills.
+void profiler_range(const Options& o, bool start) {
+#ifdef DELTASERVE_HAVE_CUDA
+  if (o.profile_decode && o.backend == "cuda") {
+    if (start) {
+      cudaDeviceSynchronize();
+      cudaProfilerStart();
+    } else {
+      cudaDeviceSynchronize();
+      cudaProfilerStop();
+    }
+  }
+#else
+  (void)o;
+  (void)start;
+#endif
+}
+
 // --repeat runs of: prefill `n_seqs` fresh sequences with `ids` one after another (untimed),
 // `--gen` batched decode steps of all of them, drop them.
 BatchResult measure_batch(ds::bench::BenchRunner& runner, const Options& o, const ModelCost& cost,
@@ -466,7 +489,9 @@ BatchResult measure_batch(ds::bench::BenchRunner& runner, const Options& o, cons
       seqs.push_back(seq++);
       runner.prefill(seqs.back(), ids, o.chunk);
     }
+    profiler_range(o, true);
     const ds::bench::RunStats d = runner.decode_batch(seqs, static_cast<uint32_t>(ids.size()), o.gen);
+    profiler_range(o, false);
     r.tg.seconds.push_back(d.seconds);
     r.tg.tokens = d.tokens;
     r.tg.steps = d.steps;

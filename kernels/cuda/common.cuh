@@ -32,7 +32,37 @@ inline unsigned grid_for(size_t n, size_t per_block, size_t cap = 65535u * 32u) 
 // Largest grid.x a 1-D launch may use.
 inline constexpr size_t kMaxGridX = 0x7FFFFFFFu;
 
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when
+// `dependent` (sm_90+; elsewhere an ordinary launch): the kernel may start while the previous one in
+// the stream finishes, so it must call wait_for_previous_kernel() before it reads anything that
+// kernel wrote (or writes anything it may still read).
+template <typename... Params, typename... Args>
+cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                   bool dependent, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 // ---- device helpers ---------------------------------------------------------------------------
+
+// griddepcontrol.wait: returns at once unless the kernel was launched as a programmatic dependent
+// launch, then waits until the previous kernel in the stream completed and its writes are visible.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 inline constexpr int kWarp = 32;
 

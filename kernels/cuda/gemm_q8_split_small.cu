@@ -124,6 +124,23 @@ __device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb
   }
 }
 
+// The warp's accumulators (rows warp_row + 16 mt + g (+ 8), tokens 8 j + 2 c (+ 1)) to dst.
+template <int NT>
+__device__ __forceinline__ void store_acc(const float (&acc)[2][NT][4], int warp_row, int g, int c, int rows, int n,
+                                          float* dst, size_t stride) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * c + e % 2;
+        if (r < rows && t < n) dst[static_cast<size_t>(t) * stride + r] = acc[mt][j][e];
+      }
+    }
+  }
+}
+
 // out[t * out_stride + r] for this block's K range: the whole row when gridDim.y == 1, else a
 // partial sum (at out + blockIdx.y * split_stride) that gemm_split_reduce adds up in split order.
 template <int NT, int R, int kMinBlocks>
@@ -148,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int r = 0; r < R; ++r) load_span(row_ptr, cols, first_span + r, c, ring[r]);
   }
+  wait_for_previous_kernel();  // the weights never change; xb and out may be the previous kernel's
 #pragma unroll
   for (int p = 0; p < kStages - 1; ++p) {
     if (p < n_slices) stage_slice<NT, R>(xb, cols, n, slice_col(p), stage(p));
@@ -169,24 +187,109 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
-  float* dst = out + blockIdx.y * split_stride;
+  store_acc<NT>(acc, warp_row, g, c, rows, n, out + blockIdx.y * split_stride, out_stride);
+}
+
+// ---- Variant 1: the weights staged in shared memory too ----
+// Each stage holds one 128-column slice of the block's 256 rows (16-byte chunks; chunk j of row r
+// at position j ^ 4 (r & 1), so the two rows a quarter-warp reads fall on disjoint banks), their
+// 4 block scales per row, and the activations. kWStages stages: three slices of weights are in
+// flight per SM while one is computed, whatever the register budget.
+constexpr int kWStages = 4;
+constexpr int kSliceCols = 2 * kSpanCols;
+constexpr int kSliceScaleBytes = kSliceCols / 32 * 2;  // 4 fp16 per row
+
+template <int NT>
+struct WStage {
+  static constexpr int kWeights = kBlockRows * kSliceCols;
+  static constexpr int kScales = kBlockRows * kSliceScaleBytes;
+  static constexpr int kBytes = kWeights + kScales + NT * 8 * act_row_bytes<2>();
+};
+
+__device__ __forceinline__ int swizzled_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+
+template <int NT>
+__device__ __forceinline__ void stage_weights(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                                              int row0, int col0, uint8_t* dst) {
+  constexpr int kChunks = kBlockRows * kSliceCols / 16;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+  for (int k = 0; k < kChunks / kThreads; ++k) {
+    const int q = static_cast<int>(threadIdx.x) + k * kThreads, r = q / 8, j = q % 8;
+    const uint8_t* row = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes;
+    ptx::cp_async16(ptx::smem_u32(dst + r * kSliceCols + 16 * swizzled_chunk(r, j)), row + col0 + 16 * j, true);
+  }
+  const int r = static_cast<int>(threadIdx.x);  // one 8-byte scale group per row
+  const uint8_t* row = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes;
+  ptx::cp_async8(ptx::smem_u32(dst + WStage<NT>::kWeights + r * kSliceScaleBytes), row + cols + col0 / 16);
+}
+
+// The lane's share of span m of a staged slice (rows warp_row + g + 8 i, block-relative).
+__device__ __forceinline__ void span_from_stage(const uint8_t* weights, const uint8_t* scales, int warp_row, int g,
+                                                int c, int m, SpanWeights& s) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+  for (int i = 0; i < 4; ++i) {
+    const int r = warp_row + g + 8 * i;
+    s.q[i] = *reinterpret_cast<const uint4*>(weights + r * kSliceCols + 16 * swizzled_chunk(r, 4 * m + c));
+    s.d[i] = *reinterpret_cast<const uint16_t*>(scales + r * kSliceScaleBytes + 2 * (2 * m + c / 2));
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_q8_split_staged_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                                const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
+                                float* __restrict__ out, size_t out_stride, size_t split_stride) {
+  extern __shared__ __align__(16) uint8_t stages[];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int g = lane / 4, c = lane % 4;
+  const int first_span = static_cast<int>(blockIdx.y) * spans_per_split;
+  const int n_slices = (min(cols / kSpanCols, first_span + spans_per_split) - first_span) / 2;
+  const int row0 = static_cast<int>(blockIdx.x) * kBlockRows, warp_row = warp * kWarpRows;
+  const auto stage = [&](int slice) { return stages + (slice % kWStages) * WStage<NT>::kBytes; };
+  const auto col0 = [&](int slice) { return (first_span + 2 * slice) * kSpanCols; };
+  const auto load_weights = [&](int slice) {
+    stage_weights<NT>(w, rows, cols, row_bytes, row0, col0(slice), stage(slice));
+  };
+  const auto load_acts = [&](int slice) {
+    stage_slice<NT, 2>(xb, cols, n, col0(slice), stage(slice) + WStage<NT>::kWeights + WStage<NT>::kScales);
+  };
+  // The first stages' weights go out before the wait (they never change; xb and out may be the
+  // previous kernel's): they travel in the first commit group, with the first activations.
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * c + e % 2;
-        if (r < rows && t < n) dst[static_cast<size_t>(t) * out_stride + r] = acc[mt][j][e];
-      }
+  for (int p = 0; p < kWStages - 1; ++p) {
+    if (p < n_slices) load_weights(p);
+  }
+  wait_for_previous_kernel();
+#pragma unroll
+  for (int p = 0; p < kWStages - 1; ++p) {
+    if (p < n_slices) load_acts(p);
+    ptx::cp_async_commit();
+  }
+  float acc[2][NT][4] = {};
+  for (int i = 0; i < n_slices; ++i) {
+    ptx::cp_async_wait<kWStages - 2>();
+    __syncthreads();  // slice i is staged for everyone; slice i - 1's buffer is free again
+    if (i + kWStages - 1 < n_slices) {
+      load_weights(i + kWStages - 1);
+      load_acts(i + kWStages - 1);
+    }
+    ptx::cp_async_commit();
+    const uint8_t* s = stage(i);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      SpanWeights sw;
+      span_from_stage(s, s + WStage<NT>::kWeights, warp_row, g, c, m, sw);
+      compute_span<NT, 2>(sw, s + WStage<NT>::kWeights + WStage<NT>::kScales + m * kSpanCols * 2, g, c, acc);
     }
   }
+  store_acc<NT>(acc, row0 + warp_row, g, c, rows, n, out + blockIdx.y * split_stride, out_stride);
 }
 
 // y[t][r] = sum over splits, in split order, of partial[s][t][r] (the whole GPU adds; a last-block
 // reduction inside the kernel measured slower: one block per row block summing serially).
 __global__ void gemm_split_reduce(const float* __restrict__ partial, int splits, int n, int rows, float* __restrict__ y,
                                   size_t ys) {
+  wait_for_previous_kernel();
   const size_t total = static_cast<size_t>(n) * rows, split_stride = total;
   for (size_t e = global_thread(); e < total; e += global_threads()) {
     float sum = partial[e];
@@ -225,7 +328,7 @@ KSplit choose_split(int rows, int cols, int sms) {
 
 template <int NT, int R, int kMinBlocks = 1>
 cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split, float* out,
-                         size_t out_stride, size_t split_stride, cudaStream_t stream) {
+                         size_t out_stride, size_t split_stride, cudaStream_t stream, bool dependent) {
   constexpr size_t smem = kStages * stage_bytes<NT, R>();
   // Per call: the attribute belongs to the current device (one process may drive several).
   const cudaError_t attr =
@@ -234,37 +337,55 @@ cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int 
   if (attr != cudaSuccess) return attr;
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
-  gemm_q8_split_small_kernel<NT, R, kMinBlocks><<<grid, kThreads, smem, stream>>>(
-      static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n, split.spans, out, out_stride, split_stride);
-  return cudaGetLastError();
+  return launch_maybe_dependent(gemm_q8_split_small_kernel<NT, R, kMinBlocks>, grid, dim3(kThreads), smem, stream,
+                                dependent, static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n,
+                                split.spans, out, out_stride, split_stride);
 }
 
-// Variant 0: a ring of 4 spans (3 in flight) while the accumulators are few, 2 at 5+ tiles (register
-// budget), one block per SM. Variant 1: a ring of 2 and two blocks per SM (<= 128 registers) up to
-// 4 tiles. Same bits (same K split and order). H200 lab, 2026-11-29: variant 0 faster over a 9B
-// step at every token count; variant 1 faster on the LM head alone.
+template <int NT>
+cudaError_t launch_staged(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split, float* out,
+                          size_t out_stride, size_t split_stride, cudaStream_t stream, bool dependent) {
+  constexpr size_t smem = static_cast<size_t>(kWStages) * WStage<NT>::kBytes;
+  static_assert(smem <= 227 * 1024, "a block's stages must fit in shared memory");
+  const cudaError_t attr = cudaFuncSetAttribute(gemm_q8_split_staged_kernel<NT>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return attr;
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
+  return launch_maybe_dependent(gemm_q8_split_staged_kernel<NT>, grid, dim3(kThreads), smem, stream, dependent,
+                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n, split.spans, out,
+                                out_stride, split_stride);
+}
+
+// Variant 0: the weights stream into a register ring of 4 spans (3 in flight) while the accumulators
+// are few, 2 at 5+ tiles (register budget), one block per SM. Variant 1: the weights staged in
+// shared memory with the activations (kWStages stages). Same bits (same fragments, K split, order).
 cudaError_t launch_for_tokens(int variant, const cpu::WeightView& w, const __nv_bfloat16* xb, int n,
                               const KSplit& split, float* out, size_t out_stride, size_t split_stride,
-                              cudaStream_t s) {
+                              cudaStream_t s, bool dep) {
   const int tiles = (n + 7) / 8;
   if (variant == 1) {
     switch (tiles) {
-      case 1: return launch_tiles<1, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-      case 2: return launch_tiles<2, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-      case 3: return launch_tiles<3, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-      case 4: return launch_tiles<4, 2, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-      default: break;
+      case 1: return launch_staged<1>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 2: return launch_staged<2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 3: return launch_staged<3>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 4: return launch_staged<4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 5: return launch_staged<5>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 6: return launch_staged<6>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 7: return launch_staged<7>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 8: return launch_staged<8>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      default: return cudaErrorInvalidValue;
     }
   }
   switch (tiles) {
-    case 1: return launch_tiles<1, 4>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 2: return launch_tiles<2, 4>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 3: return launch_tiles<3, 4>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 4: return launch_tiles<4, 4>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 5: return launch_tiles<5, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 6: return launch_tiles<6, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 7: return launch_tiles<7, 2>(w, xb, n, split, out, out_stride, split_stride, s);
-    case 8: return launch_tiles<8, 2>(w, xb, n, split, out, out_stride, split_stride, s);
+    case 1: return launch_tiles<1, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 2: return launch_tiles<2, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 3: return launch_tiles<3, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 4: return launch_tiles<4, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 5: return launch_tiles<5, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 6: return launch_tiles<6, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 7: return launch_tiles<7, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 8: return launch_tiles<8, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -286,7 +407,8 @@ int gemm_q8_split_small_splits(size_t rows, size_t cols) {
 }
 
 cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                        float* y, size_t ys, cudaStream_t stream) {
+                                        float* y, size_t ys, cudaStream_t stream, bool dependent) {
+  dependent = dependent && current_device_is_sm90_or_newer();
   if (variant < 0 || variant >= kSplitSmallVariants) return cudaErrorInvalidValue;
   if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
   if (!gemm_q8_split_small_applies(w, x, xs, y, ys, n)) return cudaErrorInvalidValue;
@@ -297,20 +419,28 @@ cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, c
   auto* ws = static_cast<uint8_t*>(stream_workspace(x_bytes + part_bytes, stream, &e));
   if (ws == nullptr) return e;
   auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
-  if ((e = launch_x_to_bf16(x, n > 1 ? xs : w.cols, n, w.cols, xb, stream)) != cudaSuccess) return e;
+  if ((e = launch_x_to_bf16(x, n > 1 ? xs : w.cols, n, w.cols, xb, stream, dependent)) != cudaSuccess) return e;
   const int nt = static_cast<int>(n);
-  if (split.splits == 1) return launch_for_tokens(variant, w, xb, nt, split, y, n > 1 ? ys : w.rows, 0, stream);
+  if (split.splits == 1) {
+    return launch_for_tokens(variant, w, xb, nt, split, y, n > 1 ? ys : w.rows, 0, stream, dependent);
+  }
   auto* part = reinterpret_cast<float*>(ws + x_bytes);
-  if ((e = launch_for_tokens(variant, w, xb, nt, split, part, w.rows, n * w.rows, stream)) != cudaSuccess) return e;
+  if ((e = launch_for_tokens(variant, w, xb, nt, split, part, w.rows, n * w.rows, stream, dependent)) != cudaSuccess) {
+    return e;
+  }
   const size_t total = n * w.rows;
-  gemm_split_reduce<<<static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8)), 256, 0, stream>>>(
-      part, split.splits, nt, static_cast<int>(w.rows), y, n > 1 ? ys : w.rows);
-  return cudaGetLastError();
+  return launch_maybe_dependent(gemm_split_reduce, dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))),
+                                dim3(256), 0, stream, dependent, part, split.splits, nt, static_cast<int>(w.rows), y,
+                                n > 1 ? ys : w.rows);
 }
 
+// Up to 16 tokens the staged variant, beyond the register ring: H200 lab, 2026-11-29, a 9B step's
+// matrices queued as dependent launches: 8 tokens 4.60 vs 4.93 ms, 16: 4.90 vs 5.17, 32: 5.77 vs
+// 5.66, 64: 8.30 vs 7.41. Both give the same bits, so the switch keeps every token batch-invariant.
 cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                                cudaStream_t stream) {
-  return gemm_q8_split_small_variant(kSplitSmallDefaultVariant, w, x, xs, n, y, ys, stream);
+                                cudaStream_t stream, bool dependent) {
+  const int variant = n <= kSplitSmallStagedMaxTokens ? 1 : 0;
+  return gemm_q8_split_small_variant(variant, w, x, xs, n, y, ys, stream, dependent);
 }
 
 }  // namespace ds::cuda::detail

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ptx_mma.cuh"
 #include "kernels/cuda/dequant_q8.h"
 #include "kernels/cuda/gemm_cublas.h"
@@ -147,6 +148,7 @@ __global__ void swiglu_to_bf16_kernel(const float* __restrict__ gate, const floa
 // x [n][xs] f32 -> [n][cols] bf16, two elements per thread (cols is even).
 __global__ void x_to_bf16_kernel(const float* __restrict__ x, size_t xs, size_t n, size_t cols,
                                  __nv_bfloat162* __restrict__ out) {
+  wait_for_previous_kernel();  // a no-op unless launched as a dependent (launch_x_to_bf16)
   const size_t half = cols / 2;
   for (size_t e = global_thread(); e < n * half; e += global_threads()) {
     const size_t t = e / half, c = (e % half) * 2;
@@ -294,11 +296,11 @@ cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, si
 }  // namespace
 
 cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool dependent) {
   if (cols % 2 != 0 || !aligned_to(out, 4)) return cudaErrorInvalidValue;
-  x_to_bf16_kernel<<<grid_for(n * cols / 2, 256, 132 * 16), 256, 0, stream>>>(x, xs, n, cols,
-                                                                             reinterpret_cast<__nv_bfloat162*>(out));
-  return cudaGetLastError();
+  return launch_maybe_dependent(x_to_bf16_kernel, dim3(grid_for(n * cols / 2, 256, 132 * 16)), dim3(256), 0, stream,
+                                dependent && current_device_is_sm90_or_newer(), x, xs, n, cols,
+                                reinterpret_cast<__nv_bfloat162*>(out));
 }
 
 cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,

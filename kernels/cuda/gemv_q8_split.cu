@@ -206,13 +206,6 @@ __device__ __forceinline__ float reduce_rows(const float (&v)[N], int lane) {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-// griddepcontrol.wait: returns at once unless the kernel was launched as a programmatic dependent
-// launch, then waits until the previous kernel in the stream completed and its writes are visible.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
 // The lane's 16 quants and its block scale of UR consecutive rows from block row r (rows past the
 // matrix re-read its last row; never stored).
@@ -378,20 +371,10 @@ cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, f
   const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
   const size_t smem = static_cast<size_t>(g.slices) * g.range_rows * NT * sizeof(float);
   const int grid = std::min(n_ranges, current_device_sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = smem;
-  config.stream = s;
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  if (pdl && current_device_is_sm90_or_newer()) {
-    config.attrs = &dependent;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, gemv_q8_split_kernel<NT, UR, kInt>, static_cast<const uint8_t*>(w.data), rows,
-                            cols, w.row_bytes, x, xs, y, ys, g.range_rows);
+  return launch_maybe_dependent(gemv_q8_split_kernel<NT, UR, kInt>, dim3(static_cast<unsigned>(grid)),
+                                dim3(static_cast<unsigned>(threads)), smem, s, pdl && current_device_is_sm90_or_newer(),
+                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, xs, y, ys,
+                                g.range_rows);
 }
 
 template <int NT, int UR>

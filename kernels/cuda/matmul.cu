@@ -177,7 +177,7 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   // GGUF-order streaming GEMV for decode.
   if (precision == MatmulPrecision::kBf16TensorCores && n_tokens > detail::kGemvSplitBestTokens &&
       n_tokens <= tc.split_small_max && detail::gemm_q8_split_small_applies(w, x, x_stride, y, y_stride, n_tokens)) {
-    return detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream);
+    return detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
   }
   const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
                              ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)

@@ -85,17 +85,23 @@ cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* 
 inline constexpr size_t kSplitSmallMaxTokens = 64;
 bool gemm_q8_split_small_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
                                  size_t n_tokens);
+// dependent: its kernels as programmatic dependent launches (sm_90+): the weights' first loads are
+// issued before the previous kernel in the stream has finished (same bits).
 cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                                cudaStream_t stream);
-// Launch variants (same bits, kernel lab): 0 one block per SM, 1 two blocks per SM up to 32 tokens.
-inline constexpr int kSplitSmallVariants = 2, kSplitSmallDefaultVariant = 0;
+                                cudaStream_t stream, bool dependent = false);
+// Launch variants (same bits, kernel lab): 0 weights through a register ring, 1 weights staged in
+// shared memory (cp.async, 4 stages).
+// gemm_q8_split_small picks 1 up to kSplitSmallStagedMaxTokens tokens, else 0.
+inline constexpr int kSplitSmallVariants = 2;
+inline constexpr size_t kSplitSmallStagedMaxTokens = 16;
 cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                        float* y, size_t ys, cudaStream_t stream);
+                                        float* y, size_t ys, cudaStream_t stream, bool dependent = false);
 // The K split gemm_q8_split_small uses for a shape on the current device (tests, lab).
 int gemm_q8_split_small_splits(size_t rows, size_t cols);
-// x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous.
+// x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous; optionally as a dependent
+// launch (common.cuh launch_maybe_dependent).
 cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool dependent = false);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

@@ -337,7 +337,7 @@ void gemm_split(int reps) {
       const double neu = median_ms(reps, [&](int c) { run(i, c, n, true); });
       const double v1 = median_ms(reps, [&](int c) {
         LAB_CHECK(ds::cuda::detail::gemm_q8_split_small_variant(1, mats[i]->view(c, ds::GgmlType::Q8_0_SPLIT), x,
-                                                                shapes[i].cols, n, y, shapes[i].rows, nullptr));
+                                                                shapes[i].cols, n, y, shapes[i].rows, nullptr, true));
       });
       const double bytes = static_cast<double>(shapes[i].rows * mats[i]->row_bytes);
       const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
@@ -357,19 +357,23 @@ void gemm_split(int reps) {
       });
     };
     const double cur = queued(false), neu = queued(true);
-    const double v1 = median_ms(reps, [&](int rep) {
-      int copy = rep * 7;
-      for (size_t i = 0; i < mats.size(); ++i) {
-        for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
-          LAB_CHECK(ds::cuda::detail::gemm_q8_split_small_variant(1, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x,
-                                                                  shapes[i].cols, n, y, shapes[i].rows, nullptr));
+    const auto queued_variant = [&](int variant, bool dependent) {
+      return median_ms(reps, [&](int rep) {
+        int copy = rep * 7;
+        for (size_t i = 0; i < mats.size(); ++i) {
+          for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
+            LAB_CHECK(ds::cuda::detail::gemm_q8_split_small_variant(
+                variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows,
+                nullptr, dependent));
+          }
         }
-      }
-    });
+      });
+    };
+    const double v0d = queued_variant(0, true), v1 = queued_variant(1, false), v1d = queued_variant(1, true);
     std::printf("gemm-split 9B step n=%-2zu queued (%.2f GB)  cur %7.3f ms %5.1f%% | small %7.3f ms %5.1f%% "
-                "(%.0f tok/s GEMM-only) | v1 %7.3f ms\n",
+                "(%.0f tok/s GEMM-only) | +pdl %7.3f | v1 %7.3f | v1+pdl %7.3f ms\n",
                 n, step_bytes / 1e9, cur, 100 * step_bytes / (cur * 1e-3) / kHbm, neu,
-                100 * step_bytes / (neu * 1e-3) / kHbm, n / (neu * 1e-3), v1);
+                100 * step_bytes / (neu * 1e-3) / kHbm, n / (neu * 1e-3), v0d, v1, v1d);
   }
   LAB_CHECK(cudaFree(x));
   LAB_CHECK(cudaFree(y));

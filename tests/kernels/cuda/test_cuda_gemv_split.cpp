@@ -355,6 +355,32 @@ TEST(CudaGemmSplitSmall, BatchInvariantBitwiseAndNonFinite) {
   }
 }
 
+// As dependent launches (weights loaded before the previous kernel finished) the kernels must still
+// read the activations that kernel wrote: a producer (add_inplace writing x) right before gives the
+// bits of ordinary launches, for both variants and with and without a K split.
+TEST(CudaGemmSplitSmall, DependentLaunchGivesTheSameBits) {
+  DS_REQUIRE_GPU();
+  Rng rng(92);
+  for (const Shape& s : {Shape{4096, 4096}, Shape{70000, 512}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const std::vector<float> x = rng.vec(24 * s.cols);
+    const std::vector<float> want = run_small(w, dw, x, s.cols, 24, s.rows);
+    DeviceArray<float> src(x), dx(x.size()), dy(24 * s.rows);
+    for (int variant = 0; variant < detail::kSplitSmallVariants; ++variant) {
+      DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 24 * s.rows * sizeof(float)));
+      DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
+      DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
+      DS_CUDA_CHECK(detail::gemm_q8_split_small_variant(variant, w.device_view(dw.get()), dx.get(), s.cols, 24,
+                                                        dy.get(), s.rows, nullptr, /*dependent=*/true));
+      const std::vector<float> got = dy.download();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << s.rows << "x" << s.cols << " variant " << variant << " ("
+          << detail::gemm_q8_split_small_splits(s.rows, s.cols) << " splits)";
+    }
+  }
+}
+
 TEST(CudaGemmSplitSmall, RejectsWhatItCannotRead) {
   DS_REQUIRE_GPU();
   DeviceArray<uint8_t> dw(64 * 1088 + 64);
