@@ -137,9 +137,12 @@ fi
 
 if want batched; then
   echo "==== 9B batched decode in-process: N sequences per step"
-  bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 1,8,32,64 > "$O/batched9.log" 2>&1; note "batched9 rc=$?"
-  bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --no-split-small \
-    > "$O/batched9_nosmall.log" 2>&1; note "batched9 --no-split-small rc=$?"
+  bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel ${PARALLEL:-1,8,32,64} > "$O/batched9.log" 2>&1
+  note "batched9 rc=$?"
+  if [ -z "${PARALLEL:-}" ]; then
+    bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --no-split-small \
+      > "$O/batched9_nosmall.log" 2>&1; note "batched9 --no-split-small rc=$?"
+  fi
 fi
 
 if want pdl; then

@@ -51,6 +51,28 @@ class Backend {
   virtual void embed_rows(const WeightView& table, const int32_t* host_ids, size_t n, float* out) = 0;
   virtual void matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
                       size_t y_stride) = 0;
+  // A stacked matrix's product whose rows go to separate outputs: outs[i].rows rows (in order; they
+  // add up to w.rows) to outs[i].y with token stride outs[i].ys. Default: one product per output on
+  // its row range of w (the CPU reference); a backend may write all of them in one pass.
+  struct RowOutput {
+    size_t rows;
+    float* y;
+    size_t ys;
+  };
+  virtual void matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens,
+                           const RowOutput* outs, size_t n_outs) {
+    size_t first = 0;
+    for (size_t i = 0; i < n_outs; ++i) {
+      WeightView part = w;
+      part.data = static_cast<const uint8_t*>(w.data) + first * w.row_bytes;
+      part.rows = outs[i].rows;
+      matmul(part, x, x_stride, n_tokens, outs[i].y, outs[i].ys);
+      first += outs[i].rows;
+    }
+  }
+  // Whether steps of n_tokens tokens should run the stacked matrices (weight_stack) through
+  // matmul_rows instead of one product per part. Single-token steps always do.
+  virtual bool stacks_multi_token(size_t /*n_tokens*/) const { return false; }
   virtual void rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t n_rows, size_t dim,
                         float* y, size_t y_stride) = 0;
   virtual void gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,

@@ -124,10 +124,24 @@ __device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb
   }
 }
 
-// The warp's accumulators (rows warp_row + 16 mt + g (+ 8), tokens 8 j + 2 c (+ 1)) to dst.
+// Where a product's rows go: partial[split][t][r] when the K is split (gemm_split_reduce then adds
+// the splits up), else straight to the caller's row segments.
+struct Destination {
+  float* partial;
+  RowSegments rows;
+};
+
+__device__ __forceinline__ float* segment_out(const RowSegments& s, int r, int t) {
+  int i = 0;
+  while (i + 1 < s.n && static_cast<size_t>(r) >= s.first[i + 1]) ++i;
+  return s.y[i] + static_cast<size_t>(t) * s.ys[i] + (r - s.first[i]);
+}
+
+// The warp's accumulators (rows warp_row + 16 mt + g (+ 8), tokens 8 j + 2 c (+ 1)).
 template <int NT>
 __device__ __forceinline__ void store_acc(const float (&acc)[2][NT][4], int warp_row, int g, int c, int rows, int n,
-                                          float* dst, size_t stride) {
+                                          const Destination& d) {
+  float* part = d.partial == nullptr ? nullptr : d.partial + blockIdx.y * static_cast<size_t>(n) * rows;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -135,24 +149,34 @@ __device__ __forceinline__ void store_acc(const float (&acc)[2][NT][4], int warp
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * c + e % 2;
-        if (r < rows && t < n) dst[static_cast<size_t>(t) * stride + r] = acc[mt][j][e];
+        if (r >= rows || t >= n) continue;
+        *(part != nullptr ? part + static_cast<size_t>(t) * rows + r : segment_out(d.rows, r, t)) = acc[mt][j][e];
       }
     }
   }
 }
 
-// out[t * out_stride + r] for this block's K range: the whole row when gridDim.y == 1, else a
-// partial sum (at out + blockIdx.y * split_stride) that gemm_split_reduce adds up in split order.
+// Where a thread works: its warp, its lane's row group g and column quarter c, and the block's K
+// range (split blockIdx.y: spans from first_span, n_slices slices of spans_per_slice spans).
+struct BlockTile {
+  int warp, g, c, first_span, n_slices;
+};
+__device__ __forceinline__ BlockTile block_tile(int cols, int spans_per_split, int spans_per_slice) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int first_span = static_cast<int>(blockIdx.y) * spans_per_split;
+  const int n_slices = (min(cols / kSpanCols, first_span + spans_per_split) - first_span) / spans_per_slice;
+  return {static_cast<int>(threadIdx.x) / kWarp, lane / 4, lane % 4, first_span, n_slices};
+}
+
+// The product for this block's rows and K range, to the Destination.
 template <int NT, int R, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     gemm_q8_split_small_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
                                const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
-                               float* __restrict__ out, size_t out_stride, size_t split_stride) {
+                               Destination dest) {
   extern __shared__ __align__(16) uint8_t stages[];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, c = lane % 4;
-  const int first_span = static_cast<int>(blockIdx.y) * spans_per_split;
-  const int n_slices = (min(cols / kSpanCols, first_span + spans_per_split) - first_span) / R;
+  const BlockTile tile = block_tile(cols, spans_per_split, R);
+  const int warp = tile.warp, g = tile.g, c = tile.c, first_span = tile.first_span, n_slices = tile.n_slices;
   const int warp_row = static_cast<int>(blockIdx.x) * kBlockRows + warp * kWarpRows;
   const uint8_t* row_ptr[4];
 #pragma unroll
@@ -187,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
-  store_acc<NT>(acc, warp_row, g, c, rows, n, out + blockIdx.y * split_stride, out_stride);
+  store_acc<NT>(acc, warp_row, g, c, rows, n, dest);
 }
 
 // ---- Variant 1: the weights staged in shared memory too ----
@@ -218,6 +242,8 @@ __device__ __forceinline__ void stage_weights(const uint8_t* __restrict__ w, int
     const uint8_t* row = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes;
     ptx::cp_async16(ptx::smem_u32(dst + r * kSliceCols + 16 * swizzled_chunk(r, j)), row + col0 + 16 * j, true);
   }
+  static_assert(kBlockRows == kThreads, "one thread stages each row's scale group");
+  static_assert(kBlockRows * kSliceCols / 16 % kThreads == 0, "whole weight chunks per thread");
   const int r = static_cast<int>(threadIdx.x);  // one 8-byte scale group per row
   const uint8_t* row = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes;
   ptx::cp_async8(ptx::smem_u32(dst + WStage<NT>::kWeights + r * kSliceScaleBytes), row + cols + col0 / 16);
@@ -238,13 +264,11 @@ template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_q8_split_staged_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
                                 const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
-                                float* __restrict__ out, size_t out_stride, size_t split_stride) {
+                                Destination dest) {
   extern __shared__ __align__(16) uint8_t stages[];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int g = lane / 4, c = lane % 4;
-  const int first_span = static_cast<int>(blockIdx.y) * spans_per_split;
-  const int n_slices = (min(cols / kSpanCols, first_span + spans_per_split) - first_span) / 2;
-  const int row0 = static_cast<int>(blockIdx.x) * kBlockRows, warp_row = warp * kWarpRows;
+  const BlockTile tile = block_tile(cols, spans_per_split, 2);
+  const int g = tile.g, c = tile.c, first_span = tile.first_span, n_slices = tile.n_slices;
+  const int row0 = static_cast<int>(blockIdx.x) * kBlockRows, warp_row = tile.warp * kWarpRows;
   const auto stage = [&](int slice) { return stages + (slice % kWStages) * WStage<NT>::kBytes; };
   const auto col0 = [&](int slice) { return (first_span + 2 * slice) * kSpanCols; };
   const auto load_weights = [&](int slice) {
@@ -282,19 +306,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       compute_span<NT, 2>(sw, s + WStage<NT>::kWeights + WStage<NT>::kScales + m * kSpanCols * 2, g, c, acc);
     }
   }
-  store_acc<NT>(acc, row0 + warp_row, g, c, rows, n, out + blockIdx.y * split_stride, out_stride);
+  store_acc<NT>(acc, row0 + warp_row, g, c, rows, n, dest);
 }
 
 // y[t][r] = sum over splits, in split order, of partial[s][t][r] (the whole GPU adds; a last-block
 // reduction inside the kernel measured slower: one block per row block summing serially).
-__global__ void gemm_split_reduce(const float* __restrict__ partial, int splits, int n, int rows, float* __restrict__ y,
-                                  size_t ys) {
+__global__ void gemm_split_reduce(const float* __restrict__ partial, int splits, int n, int rows, RowSegments out) {
   wait_for_previous_kernel();
   const size_t total = static_cast<size_t>(n) * rows, split_stride = total;
   for (size_t e = global_thread(); e < total; e += global_threads()) {
     float sum = partial[e];
     for (int s = 1; s < splits; ++s) sum += partial[s * split_stride + e];
-    y[(e / rows) * ys + e % rows] = sum;
+    *segment_out(out, static_cast<int>(e % rows), static_cast<int>(e / rows)) = sum;
   }
 }
 
@@ -327,8 +350,8 @@ KSplit choose_split(int rows, int cols, int sms) {
 }
 
 template <int NT, int R, int kMinBlocks = 1>
-cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split, float* out,
-                         size_t out_stride, size_t split_stride, cudaStream_t stream, bool dependent) {
+cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split,
+                         const Destination& dest, cudaStream_t stream, bool dependent) {
   constexpr size_t smem = kStages * stage_bytes<NT, R>();
   // Per call: the attribute belongs to the current device (one process may drive several).
   const cudaError_t attr =
@@ -339,12 +362,12 @@ cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int 
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
   return launch_maybe_dependent(gemm_q8_split_small_kernel<NT, R, kMinBlocks>, grid, dim3(kThreads), smem, stream,
                                 dependent, static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n,
-                                split.spans, out, out_stride, split_stride);
+                                split.spans, dest);
 }
 
 template <int NT>
-cudaError_t launch_staged(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split, float* out,
-                          size_t out_stride, size_t split_stride, cudaStream_t stream, bool dependent) {
+cudaError_t launch_staged(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split,
+                          const Destination& dest, cudaStream_t stream, bool dependent) {
   constexpr size_t smem = static_cast<size_t>(kWStages) * WStage<NT>::kBytes;
   static_assert(smem <= 227 * 1024, "a block's stages must fit in shared memory");
   const cudaError_t attr = cudaFuncSetAttribute(gemm_q8_split_staged_kernel<NT>,
@@ -353,39 +376,37 @@ cudaError_t launch_staged(const cpu::WeightView& w, const __nv_bfloat16* xb, int
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
   return launch_maybe_dependent(gemm_q8_split_staged_kernel<NT>, grid, dim3(kThreads), smem, stream, dependent,
-                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n, split.spans, out,
-                                out_stride, split_stride);
+                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xb, n, split.spans, dest);
 }
 
 // Variant 0: the weights stream into a register ring of 4 spans (3 in flight) while the accumulators
 // are few, 2 at 5+ tiles (register budget), one block per SM. Variant 1: the weights staged in
 // shared memory with the activations (kWStages stages). Same bits (same fragments, K split, order).
 cudaError_t launch_for_tokens(int variant, const cpu::WeightView& w, const __nv_bfloat16* xb, int n,
-                              const KSplit& split, float* out, size_t out_stride, size_t split_stride,
-                              cudaStream_t s, bool dep) {
+                              const KSplit& split, const Destination& dest, cudaStream_t s, bool dep) {
   const int tiles = (n + 7) / 8;
   if (variant == 1) {
     switch (tiles) {
-      case 1: return launch_staged<1>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 2: return launch_staged<2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 3: return launch_staged<3>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 4: return launch_staged<4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 5: return launch_staged<5>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 6: return launch_staged<6>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 7: return launch_staged<7>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-      case 8: return launch_staged<8>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+      case 1: return launch_staged<1>(w, xb, n, split, dest, s, dep);
+      case 2: return launch_staged<2>(w, xb, n, split, dest, s, dep);
+      case 3: return launch_staged<3>(w, xb, n, split, dest, s, dep);
+      case 4: return launch_staged<4>(w, xb, n, split, dest, s, dep);
+      case 5: return launch_staged<5>(w, xb, n, split, dest, s, dep);
+      case 6: return launch_staged<6>(w, xb, n, split, dest, s, dep);
+      case 7: return launch_staged<7>(w, xb, n, split, dest, s, dep);
+      case 8: return launch_staged<8>(w, xb, n, split, dest, s, dep);
       default: return cudaErrorInvalidValue;
     }
   }
   switch (tiles) {
-    case 1: return launch_tiles<1, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 2: return launch_tiles<2, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 3: return launch_tiles<3, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 4: return launch_tiles<4, 4>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 5: return launch_tiles<5, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 6: return launch_tiles<6, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 7: return launch_tiles<7, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
-    case 8: return launch_tiles<8, 2>(w, xb, n, split, out, out_stride, split_stride, s, dep);
+    case 1: return launch_tiles<1, 4>(w, xb, n, split, dest, s, dep);
+    case 2: return launch_tiles<2, 4>(w, xb, n, split, dest, s, dep);
+    case 3: return launch_tiles<3, 4>(w, xb, n, split, dest, s, dep);
+    case 4: return launch_tiles<4, 4>(w, xb, n, split, dest, s, dep);
+    case 5: return launch_tiles<5, 2>(w, xb, n, split, dest, s, dep);
+    case 6: return launch_tiles<6, 2>(w, xb, n, split, dest, s, dep);
+    case 7: return launch_tiles<7, 2>(w, xb, n, split, dest, s, dep);
+    case 8: return launch_tiles<8, 2>(w, xb, n, split, dest, s, dep);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -406,12 +427,12 @@ int gemm_q8_split_small_splits(size_t rows, size_t cols) {
   return choose_split(static_cast<int>(rows), static_cast<int>(cols), current_device_sm_count()).splits;
 }
 
-cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                        float* y, size_t ys, cudaStream_t stream, bool dependent) {
+namespace {
+
+// The product's rows go to `out` (segments covering [0, w.rows) in order).
+cudaError_t run_segments(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                         const RowSegments& out, cudaStream_t stream, bool dependent) {
   dependent = dependent && current_device_is_sm90_or_newer();
-  if (variant < 0 || variant >= kSplitSmallVariants) return cudaErrorInvalidValue;
-  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
-  if (!gemm_q8_split_small_applies(w, x, xs, y, ys, n)) return cudaErrorInvalidValue;
   const KSplit split = choose_split(static_cast<int>(w.rows), static_cast<int>(w.cols), current_device_sm_count());
   const size_t x_bytes = (n * w.cols * 2 + 255) / 256 * 256;
   const size_t part_bytes = split.splits > 1 ? static_cast<size_t>(split.splits) * n * w.rows * sizeof(float) : 0;
@@ -421,26 +442,53 @@ cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, c
   auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
   if ((e = launch_x_to_bf16(x, n > 1 ? xs : w.cols, n, w.cols, xb, stream, dependent)) != cudaSuccess) return e;
   const int nt = static_cast<int>(n);
-  if (split.splits == 1) {
-    return launch_for_tokens(variant, w, xb, nt, split, y, n > 1 ? ys : w.rows, 0, stream, dependent);
-  }
-  auto* part = reinterpret_cast<float*>(ws + x_bytes);
-  if ((e = launch_for_tokens(variant, w, xb, nt, split, part, w.rows, n * w.rows, stream, dependent)) != cudaSuccess) {
+  Destination dest{split.splits > 1 ? reinterpret_cast<float*>(ws + x_bytes) : nullptr, out};
+  if ((e = launch_for_tokens(variant, w, xb, nt, split, dest, stream, dependent)) != cudaSuccess || split.splits == 1) {
     return e;
   }
   const size_t total = n * w.rows;
   return launch_maybe_dependent(gemm_split_reduce, dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))),
-                                dim3(256), 0, stream, dependent, part, split.splits, nt, static_cast<int>(w.rows), y,
-                                n > 1 ? ys : w.rows);
+                                dim3(256), 0, stream, dependent, dest.partial, split.splits, nt,
+                                static_cast<int>(w.rows), out);
 }
 
 // Up to 16 tokens the staged variant, beyond the register ring: H200 lab, 2026-11-29, a 9B step's
 // matrices queued as dependent launches: 8 tokens 4.60 vs 4.93 ms, 16: 4.90 vs 5.17, 32: 5.77 vs
 // 5.66, 64: 8.30 vs 7.41. Both give the same bits, so the switch keeps every token batch-invariant.
+int default_variant(size_t n) { return n <= kSplitSmallStagedMaxTokens ? 1 : 0; }
+
+}  // namespace
+
+bool row_segments_fit(const RowSegments& out, size_t rows, size_t n) {
+  if (out.n < 1 || out.n > kMaxRowSegments || out.first[0] != 0 || out.first[out.n] != rows) return false;
+  for (int i = 0; i < out.n; ++i) {
+    const size_t seg_rows = out.first[i + 1] - out.first[i];
+    if (out.first[i + 1] <= out.first[i] || out.y[i] == nullptr || !aligned_to(out.y[i], 4)) return false;
+    if (n > 1 && out.ys[i] < seg_rows) return false;
+  }
+  return true;
+}
+
+cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                        float* y, size_t ys, cudaStream_t stream, bool dependent) {
+  if (variant < 0 || variant >= kSplitSmallVariants) return cudaErrorInvalidValue;
+  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
+  if (!gemm_q8_split_small_applies(w, x, xs, y, ys, n)) return cudaErrorInvalidValue;
+  return run_segments(variant, w, x, xs, n, RowSegments::whole(y, w.rows, n > 1 ? ys : w.rows), stream, dependent);
+}
+
 cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                                 cudaStream_t stream, bool dependent) {
-  const int variant = n <= kSplitSmallStagedMaxTokens ? 1 : 0;
-  return gemm_q8_split_small_variant(variant, w, x, xs, n, y, ys, stream, dependent);
+  return gemm_q8_split_small_variant(default_variant(n), w, x, xs, n, y, ys, stream, dependent);
+}
+
+cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                     const RowSegments& out, cudaStream_t stream, bool dependent) {
+  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
+  if (out.n < 1 || !gemm_q8_split_small_applies(w, x, xs, out.y[0], w.rows, n) || !row_segments_fit(out, w.rows, n)) {
+    return cudaErrorInvalidValue;
+  }
+  return run_segments(default_variant(n), w, x, xs, n, out, stream, dependent);
 }
 
 }  // namespace ds::cuda::detail

@@ -208,4 +208,14 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   return detail::launch_status();
 }
 
+cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
+                        MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
+  if (precision != MatmulPrecision::kBf16TensorCores || n_tokens <= detail::kGemvSplitBestTokens ||
+      n_tokens > tc.split_small_max || out.n < 1 ||
+      !detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) {
+    return cudaErrorNotSupported;
+  }
+  return detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl);
+}
+
 }  // namespace ds::cuda

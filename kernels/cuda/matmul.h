@@ -45,6 +45,25 @@ enum class TcGemmKernel {
   kMmaSync,   // our mma.sync m16n8k16 kernel (kernels/cuda/gemm_tc.cu)
 };
 
+// Where the rows of one product go, for a stacked matrix whose output splits into separate
+// arrays: rows [first[i], first[i+1]) of token t to y[i] + t * ys[i] + (r - first[i]). Segments
+// are in row order and cover every row.
+inline constexpr int kMaxRowSegments = 4;
+struct RowSegments {
+  int n = 0;
+  size_t first[kMaxRowSegments + 1] = {};
+  float* y[kMaxRowSegments] = {};
+  size_t ys[kMaxRowSegments] = {};
+  static RowSegments whole(float* y, size_t rows, size_t ys) {
+    RowSegments s;
+    s.n = 1;
+    s.first[1] = rows;
+    s.y[0] = y;
+    s.ys[0] = ys;
+    return s;
+  }
+};
+
 struct TcGemmOptions {
   TcGemmKernel kernel = TcGemmKernel::kCublasLt;
   // Optional persistent bf16 copy of the Q8_0 weights ([rows][cols] row-major, device memory,
@@ -76,6 +95,12 @@ struct TcGemmOptions {
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
+
+// The product of a stacked matrix written to row segments (RowSegments) in one pass. Only where the
+// small-batch GEMM over split rows takes it (bf16 mode, kGemvSplitBestTokens + 1 .. split_small_max
+// tokens, split rows): cudaErrorNotSupported otherwise, and the caller runs one product per segment.
+cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
+                        MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
 
 inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
                           size_t y_stride, MatmulPrecision precision, cudaStream_t stream) {

@@ -96,6 +96,11 @@ inline constexpr int kSplitSmallVariants = 2;
 inline constexpr size_t kSplitSmallStagedMaxTokens = 16;
 cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                         float* y, size_t ys, cudaStream_t stream, bool dependent = false);
+// The same product with its rows going to segments (matmul.h RowSegments; checked: in order, covering
+// every row, y 4-byte aligned, ys >= the segment's rows).
+cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                     const RowSegments& out, cudaStream_t stream, bool dependent = false);
+bool row_segments_fit(const RowSegments& out, size_t rows, size_t n);
 // The K split gemm_q8_split_small uses for a shape on the current device (tests, lab).
 int gemm_q8_split_small_splits(size_t rows, size_t cols);
 // x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous; optionally as a dependent

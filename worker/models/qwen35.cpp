@@ -29,6 +29,7 @@ namespace {
 
 struct AttentionWeights {
   WeightView q, k, v, o;  // q: [D -> 2*H*d], per head [query | gate]
+  WeightView qkv;         // stacked [q ; k ; v] when the backend stacks (q, k, v are row ranges of it)
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
 };
@@ -192,9 +193,10 @@ WeightView row_range(const WeightView& m, size_t first, size_t n) {
 
 // Matrices that share an input, stacked row-wise when the backend can (one product for all at
 // decode); `parts` get their own views either way (row ranges of the stack, or separate).
-// A stack and its first part share a data pointer; the stacks run at T == 1 only (GEMV), except
-// alpha_beta whose parts then never run, so a cache keyed by that pointer (CudaBackend's bf16
-// prefill copies) never meets two shapes at one address.
+// A stack and its first part share a data pointer; the stacks run at T == 1 (GEMV) and, where
+// Backend::stacks_multi_token says so, in small multi-token steps (matmul_rows), never in prefill
+// (except alpha_beta, whose parts then never run), so a cache keyed by that pointer (CudaBackend's
+// bf16 prefill copies, which the small multi-token products never ask for) meets one shape only.
 WeightView Qwen35Stage::stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const {
   std::vector<const GgufTensor*> tensors;
   for (const std::string& n : names) tensors.push_back(&gguf_->tensor(n));
@@ -214,8 +216,11 @@ LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
   lw.attn_norm = f(p + "attn_norm.weight");
   lw.post_norm = f(p + "post_attention_norm.weight");
   if (kind == LayerKind::kFullAttention) {
-    lw.attn = {w(p + "attn_q.weight"), w(p + "attn_k.weight"), w(p + "attn_v.weight"), w(p + "attn_output.weight"),
-               f(p + "attn_q_norm.weight"), f(p + "attn_k_norm.weight")};
+    lw.attn.o = w(p + "attn_output.weight");
+    lw.attn.q_norm = f(p + "attn_q_norm.weight");
+    lw.attn.k_norm = f(p + "attn_k_norm.weight");
+    lw.attn.qkv = stacked({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+                          {&lw.attn.q, &lw.attn.k, &lw.attn.v});
   } else {
     lw.gdn = {{}, {}, {}, {}, w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
               f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight"), {}, {}, {}};
@@ -387,6 +392,13 @@ Qwen35Stage::GdnInputs Qwen35Stage::gdn_projections(const LayerWeights& lw, size
     return {qkv, qkv + C};
   }
   GdnInputs in{ws_.get(Slot::kProjA, T * C), ws_.get(Slot::kProjB, T * nv * dv)};
+  if (lw.gdn.in_proj.data != nullptr && be_->stacks_multi_token(T)) {  // one pass, rows to q/k/v, z, alpha|beta
+    float* alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
+    const Backend::RowOutput outs[] = {{C, in.qkv, C}, {nv * dv, in.z, nv * dv}, {2 * nv, alpha, 2 * nv}};
+    be_->matmul_rows(lw.gdn.in_proj, x, D, T, outs, 3);
+    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    return in;
+  }
   if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
     // One token: one GEMV over [qkv ; gate]; its single output row splits into [qkv | z].
     in.qkv = ws_.get(Slot::kProjA, C + nv * dv);
@@ -462,9 +474,19 @@ void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqS
   float* o = ws_.get(Slot::kMix, T * H * d);
   float* y = ws_.get(Slot::kGated, T * H * d);
 
-  be_->matmul(lw.attn.q, x, D, T, qg, 2 * H * d);
-  be_->matmul(lw.attn.k, x, D, T, k, Hkv * d);
-  be_->matmul(lw.attn.v, x, D, T, v, Hkv * d);
+  if (lw.attn.qkv.data != nullptr && T == 1) {  // one GEMV; its row splits into [q | k | v]
+    qg = ws_.get(Slot::kProjA, 2 * H * d + 2 * Hkv * d);
+    k = qg + 2 * H * d;
+    v = k + Hkv * d;
+    be_->matmul(lw.attn.qkv, x, D, 1, qg, 2 * H * d + 2 * Hkv * d);
+  } else if (lw.attn.qkv.data != nullptr && be_->stacks_multi_token(T)) {
+    const Backend::RowOutput outs[] = {{2 * H * d, qg, 2 * H * d}, {Hkv * d, k, Hkv * d}, {Hkv * d, v, Hkv * d}};
+    be_->matmul_rows(lw.attn.qkv, x, D, T, outs, 3);
+  } else {
+    be_->matmul(lw.attn.q, x, D, T, qg, 2 * H * d);
+    be_->matmul(lw.attn.k, x, D, T, k, Hkv * d);
+    be_->matmul(lw.attn.v, x, D, T, v, Hkv * d);
+  }
   be_->rms_norm(qg, 2 * d, lw.attn.q_norm, cfg_.rms_eps, T * H, d, qg, 2 * d);
   be_->rms_norm(k, d, lw.attn.k_norm, cfg_.rms_eps, T * Hkv, d, k, d);
   be_->rope_neox(qg, T, 2 * H * d, H, 2 * d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
@@ -523,6 +545,9 @@ void Qwen35Stage::ffn(const LayerWeights& lw, size_t T, const float* next_norm) 
     gate = ws_.get(Slot::kProjA, 2 * F);
     up = gate + F;
     be_->matmul(lw.ffn_gate_up, b, D, 1, gate, 2 * F);
+  } else if (lw.ffn_gate_up.data != nullptr && be_->stacks_multi_token(T)) {  // one pass, rows to gate / up
+    const Backend::RowOutput outs[] = {{F, gate, F}, {F, up, F}};
+    be_->matmul_rows(lw.ffn_gate_up, b, D, T, outs, 2);
   } else {
     be_->matmul(lw.ffn_gate, b, D, T, gate, F);
     be_->matmul(lw.ffn_up, b, D, T, up, F);

@@ -381,6 +381,52 @@ TEST(CudaGemmSplitSmall, DependentLaunchGivesTheSameBits) {
   }
 }
 
+// A stacked matrix's product written to row segments in one pass equals the whole product's rows
+// (bitwise: same kernel, same K split), with and without a K split; bad segment lists are refused.
+TEST(CudaGemmSplitSmall, RowSegmentsEqualTheWholeProduct) {
+  DS_REQUIRE_GPU();
+  Rng rng(515);
+  for (const Shape& s : {Shape{4096 + 1024 + 64, 1024}, Shape{70000, 512}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    for (size_t n : {size_t{5}, size_t{24}, size_t{64}}) {
+      const std::vector<float> x = rng.vec(n * s.cols);
+      const std::vector<float> whole = run_small(w, dw, x, s.cols, n, s.rows);
+      const size_t cut[4] = {0, s.rows / 2 + 3, s.rows - 64, s.rows};  // odd-sized segments
+      DeviceArray<float> dx(x), d0(n * cut[1] + 5), d1(n * (cut[2] - cut[1])), d2(n * 64);
+      RowSegments seg;
+      seg.n = 3;
+      float* ys[3] = {d0.get(), d1.get(), d2.get()};
+      for (int i = 0; i < 3; ++i) {
+        seg.first[i + 1] = cut[i + 1];
+        seg.y[i] = ys[i];
+        seg.ys[i] = cut[i + 1] - cut[i];
+      }
+      DS_CUDA_CHECK(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, n, seg, nullptr, true));
+      const std::vector<float> parts[3] = {d0.download(), d1.download(), d2.download()};
+      for (int i = 0; i < 3; ++i) {
+        const size_t rows_i = cut[i + 1] - cut[i];
+        for (size_t t = 0; t < n; ++t) {
+          ASSERT_EQ(std::memcmp(parts[i].data() + t * rows_i, whole.data() + t * s.rows + cut[i], rows_i * sizeof(float)), 0)
+              << s.rows << "x" << s.cols << " n=" << n << " segment " << i << " token " << t;
+        }
+      }
+    }
+    DeviceArray<float> dx(8 * s.cols), dy(8 * s.rows);
+    RowSegments bad = RowSegments::whole(dy.get(), s.rows - 1, s.rows);  // misses the last row
+    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
+              cudaErrorInvalidValue);
+    bad = RowSegments::whole(dy.get(), s.rows, s.rows - 1);  // token rows overlap
+    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
+              cudaErrorInvalidValue);
+    bad = RowSegments::whole(dy.get(), s.rows, s.rows);
+    bad.n = 0;
+    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
+              cudaErrorInvalidValue);
+  }
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 TEST(CudaGemmSplitSmall, RejectsWhatItCannotRead) {
   DS_REQUIRE_GPU();
   DeviceArray<uint8_t> dw(64 * 1088 + 64);
