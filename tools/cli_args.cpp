@@ -12,12 +12,20 @@ void Usage::fail(const std::string& error) const {
   std::exit(2);
 }
 
+void Usage::help() const {
+  std::printf("usage: %s %s\n", tool, synopsis);
+  std::exit(0);
+}
+
 std::string ArgReader::value() {
   if (i_ + 1 >= argc_) usage_.fail(flag() + " needs a value");
   return argv_[++i_];
 }
 
-void ArgReader::unknown() const { usage_.fail("unknown argument '" + flag() + "'"); }
+void ArgReader::unknown() const {
+  if (flag() == "--help" || flag() == "-h") usage_.help();
+  usage_.fail("unknown argument '" + flag() + "'");
+}
 
 uint64_t parse_uint(const Usage& usage, const std::string& flag, const std::string& v, uint64_t min,
                     uint64_t max) {

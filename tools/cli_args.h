@@ -15,6 +15,8 @@ struct Usage {
   const char* synopsis;  // what follows the tool name on the usage line
 
   [[noreturn]] void fail(const std::string& error) const;
+  // The usage line on stdout, exit status 0 (--help / -h).
+  [[noreturn]] void help() const;
 };
 
 // Walks argv[1..argc): `for (std::string a; args.next(a);) { if (a == "--x") x = args.value(); ... }`.
@@ -30,7 +32,7 @@ class ArgReader {
   }
   // Consumes and returns the argument after the current flag; fails "<flag> needs a value".
   std::string value();
-  // Fails "unknown argument '<flag>'" for the current argument.
+  // Fails "unknown argument '<flag>'" for the current argument; --help / -h print the usage instead.
   [[noreturn]] void unknown() const;
 
  private:

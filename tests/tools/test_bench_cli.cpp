@@ -309,6 +309,11 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
     EXPECT_NE(r.output.find(c.error), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find("usage:"), std::string::npos) << c.args;
   }
+  for (const char* h : {" --help", " -h", " -m x.gguf --help"}) {  // usage on stdout, success
+    const CmdResult help = run(kBin + "/deltaserve-bench" + std::string(h) + " 2>/dev/null");
+    EXPECT_EQ(help.status, 0) << h;
+    EXPECT_EQ(help.output.rfind("usage: deltaserve-bench ", 0), 0u) << h << "\n" << help.output;
+  }
   const CmdResult missing = run(kBin + "/deltaserve-bench -m /nonexistent.gguf 2>&1");  // a runtime error, not usage
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.output.find("deltaserve-bench: cannot open '/nonexistent.gguf'"), std::string::npos)
