@@ -1,5 +1,6 @@
 // The production StageLoader: mmaps the GGUF and loads only this worker's layer slice.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -150,6 +151,17 @@ CopyPlan plan_bf16_copy(const WorkerOptions& o, uint64_t copy_bytes, const std::
   }
 }
 
+#if DS_HAVE_CUDA_BACKEND
+// How long the weights took to reach the device (context start-up, upload, split-rows repack): the
+// largest part of a restarted worker's time to serve again.
+void log_weights_loaded(const StageRange& range, uint64_t bytes, std::chrono::steady_clock::time_point t0) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info("worker", log::Msg() << "layers [" << range.first_layer << ", " << range.last_layer << "): "
+                                 << format_bytes(bytes) << " of weights on the device in "
+                                 << static_cast<int64_t>(s * 1000) << " ms");
+}
+#endif
+
 }  // namespace
 
 bool backend_available(const std::string& backend) {
@@ -216,7 +228,9 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
                                                      : CudaBackendOptions::PrefillGemm::kCublasLt,
         .bf16_weight_copy = copy.keep};
     const int device = worker.device < 0 ? 0 : worker.device;
+    const auto t0 = std::chrono::steady_clock::now();
     out.model = load_stage(gguf, config, range, options, make_cuda_backend(device, cuda_options));
+    log_weights_loaded(range, out.weight_bytes, t0);
     return out;
 #else
     throw std::runtime_error("this build has no CUDA backend");
