@@ -63,10 +63,7 @@ class Backend {
                            const RowOutput* outs, size_t n_outs) {
     size_t first = 0;
     for (size_t i = 0; i < n_outs; ++i) {
-      WeightView part = w;
-      part.data = static_cast<const uint8_t*>(w.data) + first * w.row_bytes;
-      part.rows = outs[i].rows;
-      matmul(part, x, x_stride, n_tokens, outs[i].y, outs[i].ys);
+      matmul(cpu::row_range(w, first, outs[i].rows), x, x_stride, n_tokens, outs[i].y, outs[i].ys);
       first += outs[i].rows;
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/ggml_types.h"
 
@@ -18,6 +19,14 @@ struct WeightView {
   size_t cols = 0;       // input features
   size_t row_bytes = 0;  // bytes of one row in `type`
 };
+
+// Rows [first, first + n) of a matrix, as a matrix of its own (rows are contiguous in every type).
+inline WeightView row_range(const WeightView& m, size_t first, size_t n) {
+  WeightView r = m;
+  r.data = static_cast<const uint8_t*>(m.data) + first * m.row_bytes;
+  r.rows = n;
+  return r;
+}
 
 // x: [n_tokens, cols] (row stride x_stride), y: [n_tokens, rows] (row stride y_stride).
 // Throws ds::FormatError for an unsupported weight type.

@@ -23,11 +23,6 @@ constexpr int kBq = 64, kBk = 64, kWarps = 4, kThreads = kWarps * 32;
 
 using namespace ptx;
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // The sequence's cache rows 0..kv_len-1, all kv heads, to contiguous bf16 (two values a thread).
 __global__ void gather_kv_bf16(AttentionShape s, KvPages kv, __nv_bfloat162* k16, __nv_bfloat162* v16) {
   const size_t row = s.n_kv_heads * s.head_dim, half = row / 2;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -52,6 +53,21 @@ cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 bl
     config.numAttrs = 1;
   }
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// Raises Kernel's dynamic shared memory limit to `bytes` (the same every call) once per device:
+// the attribute belongs to the current device, and setting it on every launch is a driver call
+// on the hot path.
+template <auto Kernel>
+cudaError_t allow_dynamic_smem(size_t bytes) {
+  static std::atomic<uint64_t> devices_done{0};
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (devices_done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) devices_done.fetch_or(bit, std::memory_order_release);
+  return e;
 }
 
 // ---- device helpers ---------------------------------------------------------------------------

@@ -66,11 +66,6 @@ __device__ __forceinline__ void load_span(const uint8_t* const (&row_ptr)[4], in
   }
 }
 
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
-
 // A fragments of the span: a[mt][ks] = {row g lo, row g+8 lo, row g hi, row g+8 hi} of m tile mt
 // (rows 16 mt + g, + 8); lo / hi: columns 16c + 4ks + {0,1} / {2,3}. Each value is bf16(d * q),
 // rounded exactly like q8_pair_to_bf16 (d * q is exact in f32).
@@ -84,8 +79,8 @@ __device__ __forceinline__ void span_fragments(const SpanWeights& s, uint32_t (&
     for (int ks = 0; ks < 4; ++ks) {
       float f[4];
       widen_int8x4(words[ks], f);
-      a[mt][ks][which] = bf16_pair(d * f[0], d * f[1]);
-      a[mt][ks][2 + which] = bf16_pair(d * f[2], d * f[3]);
+      a[mt][ks][which] = ptx::pack_bf16(d * f[0], d * f[1]);
+      a[mt][ks][2 + which] = ptx::pack_bf16(d * f[2], d * f[3]);
     }
   }
 }
@@ -124,7 +119,7 @@ __device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb
   }
 }
 
-// Where a product's rows go: partial[split][t][r] when the K is split (gemm_split_reduce then adds
+// Where a product's rows go: partial[split][t][r] when the K is split (sum_splits_kernel then adds
 // the splits up), else straight to the caller's row segments.
 struct Destination {
   float* partial;
@@ -309,9 +304,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_acc<NT>(acc, row0 + warp_row, g, c, rows, n, dest);
 }
 
-// y[t][r] = sum over splits, in split order, of partial[s][t][r] (the whole GPU adds; a last-block
-// reduction inside the kernel measured slower: one block per row block summing serially).
-__global__ void gemm_split_reduce(const float* __restrict__ partial, int splits, int n, int rows, RowSegments out) {
+// Row r of token t = sum over splits, in split order, of partial[s][t][r] (the whole GPU adds; a
+// last-block reduction inside the product kernel measured slower: one block per row block summing
+// serially). Also gemv_q8_mma's split sum (launch_sum_splits).
+__global__ void sum_splits_kernel(const float* __restrict__ partial, int splits, int n, int rows, RowSegments out) {
   wait_for_previous_kernel();
   const size_t total = static_cast<size_t>(n) * rows, split_stride = total;
   for (size_t e = global_thread(); e < total; e += global_threads()) {
@@ -353,11 +349,9 @@ template <int NT, int R, int kMinBlocks = 1>
 cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split,
                          const Destination& dest, cudaStream_t stream, bool dependent) {
   constexpr size_t smem = kStages * stage_bytes<NT, R>();
-  // Per call: the attribute belongs to the current device (one process may drive several).
-  const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_q8_split_small_kernel<NT, R, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           smem);
-  if (attr != cudaSuccess) return attr;
+  if (const cudaError_t e = allow_dynamic_smem<gemm_q8_split_small_kernel<NT, R, kMinBlocks>>(smem); e != cudaSuccess) {
+    return e;
+  }
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
   return launch_maybe_dependent(gemm_q8_split_small_kernel<NT, R, kMinBlocks>, grid, dim3(kThreads), smem, stream,
@@ -370,9 +364,7 @@ cudaError_t launch_staged(const cpu::WeightView& w, const __nv_bfloat16* xb, int
                           const Destination& dest, cudaStream_t stream, bool dependent) {
   constexpr size_t smem = static_cast<size_t>(kWStages) * WStage<NT>::kBytes;
   static_assert(smem <= 227 * 1024, "a block's stages must fit in shared memory");
-  const cudaError_t attr = cudaFuncSetAttribute(gemm_q8_split_staged_kernel<NT>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != cudaSuccess) return attr;
+  if (const cudaError_t e = allow_dynamic_smem<gemm_q8_split_staged_kernel<NT>>(smem); e != cudaSuccess) return e;
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const dim3 grid(static_cast<unsigned>((rows + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(split.splits));
   return launch_maybe_dependent(gemm_q8_split_staged_kernel<NT>, grid, dim3(kThreads), smem, stream, dependent,
@@ -446,10 +438,7 @@ cudaError_t run_segments(int variant, const cpu::WeightView& w, const float* x, 
   if ((e = launch_for_tokens(variant, w, xb, nt, split, dest, stream, dependent)) != cudaSuccess || split.splits == 1) {
     return e;
   }
-  const size_t total = n * w.rows;
-  return launch_maybe_dependent(gemm_split_reduce, dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))),
-                                dim3(256), 0, stream, dependent, dest.partial, split.splits, nt,
-                                static_cast<int>(w.rows), out);
+  return launch_sum_splits(dest.partial, split.splits, n, w.rows, out, stream, dependent);
 }
 
 // Up to 16 tokens the staged variant, beyond the register ring: H200 lab, 2026-11-29, a 9B step's
@@ -458,6 +447,14 @@ cudaError_t run_segments(int variant, const cpu::WeightView& w, const float* x, 
 int default_variant(size_t n) { return n <= kSplitSmallStagedMaxTokens ? 1 : 0; }
 
 }  // namespace
+
+cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t rows, const RowSegments& out,
+                              cudaStream_t stream, bool dependent) {
+  const size_t total = n * rows;
+  return launch_maybe_dependent(sum_splits_kernel, dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))),
+                                dim3(256), 0, stream, dependent && current_device_is_sm90_or_newer(), partial, splits,
+                                static_cast<int>(n), static_cast<int>(rows), out);
+}
 
 bool row_segments_fit(const RowSegments& out, size_t rows, size_t n) {
   if (out.n < 1 || out.n > kMaxRowSegments || out.first[0] != 0 || out.first[out.n] != rows) return false;

@@ -22,8 +22,10 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
+#include "kernels/cuda/ptx_mma.cuh"  // pack_bf16
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda::detail {
@@ -69,12 +71,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const uint32_t l = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
-  const uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
-  return l | (h << 16);
-}
-
 // ---- activation prep: one thread per (Q8_0 block kb, token tile nt, lane) ---------------------
 // Lane (g = lane / 4, t4 = lane % 4) of tile nt needs token nt*8 + g at columns 2t4, 2t4+1 (b0)
 // and 2t4+8, 2t4+9 (b1) of each 16-column k step s. Record: 6 uint2 {b0, b1}, index s*3 + term.
@@ -100,8 +96,8 @@ __global__ void prep_x_kernel(const float* __restrict__ x, size_t xs, int n, int
           head[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
           v[j] -= head[j];  // exact: the remainder of a rounding to 8 significant bits
         }
-        rec[2 * (s * 3 + term)] = pack_bf16x2(head[0], head[1]);
-        rec[2 * (s * 3 + term) + 1] = pack_bf16x2(head[2], head[3]);
+        rec[2 * (s * 3 + term)] = ptx::pack_bf16(head[0], head[1]);
+        rec[2 * (s * 3 + term) + 1] = ptx::pack_bf16(head[2], head[3]);
       }
     }
   }
@@ -278,27 +274,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// y[t][r] = sum over splits s (in order) of part[s][t][r].
-__global__ void sum_splits_kernel(const float* __restrict__ part, int ksplit, size_t rows, size_t n,
-                                  float* __restrict__ y, size_t ys) {
-  const size_t id = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (id >= rows * n) return;
-  const size_t t = id / rows, r = id % rows;
-  float s = part[id];
-  for (int k = 1; k < ksplit; ++k) s += part[size_t(k) * rows * n + id];
-  y[t * ys + r] = s;
-}
-
 struct Plan {
   int nb, n_chunks, row_tiles, chunks_per_split, ksplit, ntiles;
 };
 
 cudaError_t make_plan(const cpu::WeightView& w, size_t n, Plan* p) {
-  int device = 0, sms = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
-    return e;
-  }
+  const int sms = current_device_sm_count();  // cached per device: no attribute query per call
   p->nb = static_cast<int>(w.cols / kQ8Block);
   p->n_chunks = (p->nb + kChunkBlocks - 1) / kChunkBlocks;
   p->row_tiles = static_cast<int>((w.rows + kBlockRows - 1) / kBlockRows);
@@ -315,8 +296,7 @@ template <int NT8, bool kPrefetch, bool kSplit>
 cudaError_t launch(const cpu::WeightView& w, const Plan& p, const uint4* xf, size_t n, float* out, size_t os,
                    size_t split_stride, cudaStream_t stream) {
   const auto kernel = gemv_mma_kernel<NT8, kPrefetch, kSplit>;
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      e != cudaSuccess) {
+  if (const cudaError_t e = allow_dynamic_smem<gemv_mma_kernel<NT8, kPrefetch, kSplit>>(kSmemBytes); e != cudaSuccess) {
     return e;
   }
   const dim3 grid(static_cast<unsigned>(p.row_tiles), static_cast<unsigned>(p.ksplit));
@@ -389,9 +369,7 @@ cudaError_t gemv_q8_mma_variant(int variant, const cpu::WeightView& w, const flo
   const size_t os = p.ksplit > 1 ? w.rows : ys, split_stride = n * w.rows;
   e = launch_variant(variant, w, p, xf, n, out, os, split_stride, stream);
   if (e != cudaSuccess || p.ksplit == 1) return e;
-  const size_t total = n * w.rows;
-  sum_splits_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(part, p.ksplit, w.rows, n, y, ys);
-  return launch_status();
+  return launch_sum_splits(part, p.ksplit, n, w.rows, RowSegments::whole(y, w.rows, ys), stream);
 }
 
 }  // namespace ds::cuda::detail

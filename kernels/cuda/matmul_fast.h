@@ -101,6 +101,10 @@ cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, c
 cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                      const RowSegments& out, cudaStream_t stream, bool dependent = false);
 bool row_segments_fit(const RowSegments& out, size_t rows, size_t n);
+// out rows = the sum, in split order, of partial[s][t][r] (s < splits, t < n, r < rows): the K-split
+// sum of the small-batch tensor-core kernels (rows < 2^30, n <= 64).
+cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t rows, const RowSegments& out,
+                              cudaStream_t stream, bool dependent = false);
 // The K split gemm_q8_split_small uses for a shape on the current device (tests, lab).
 int gemm_q8_split_small_splits(size_t rows, size_t cols);
 // x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous; optionally as a dependent

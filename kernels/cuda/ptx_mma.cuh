@@ -3,6 +3,8 @@
 // accumulation. All of it runs on sm_80 and later.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace ds::cuda::ptx {
@@ -37,6 +39,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, u
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
+}
+
+// Two floats rounded to bf16 (nearest even) in one fragment register, lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // c (16x8 f32 fragment) += a (16x16 bf16, row) * b (16x8 bf16, col).

@@ -183,14 +183,6 @@ class Qwen35Stage final : public StageModel {
 
 // ---- loading ---------------------------------------------------------------------------------------
 
-// Rows [first, first + n) of a matrix, as a matrix of its own.
-WeightView row_range(const WeightView& m, size_t first, size_t n) {
-  WeightView r = m;
-  r.data = static_cast<const uint8_t*>(m.data) + first * m.row_bytes;
-  r.rows = n;
-  return r;
-}
-
 // Matrices that share an input, stacked row-wise when the backend can (one product for all at
 // decode); `parts` get their own views either way (row ranges of the stack, or separate).
 // A stack and its first part share a data pointer; the stacks run at T == 1 (GEMV) and, where
