@@ -39,6 +39,7 @@
 // ~790 TFLOP/s bf16 dense).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -88,8 +89,9 @@ struct Options {
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
-  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each batched decode run
+  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
@@ -106,7 +108,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -169,6 +171,8 @@ Options parse(int argc, char** argv) {
       o.device = parse_number<int>(kUsage, a, args.value(), 0);
     } else if (a == "--workers") {
       o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 64);
+    } else if (a == "--pipeline-depth") {
+      o.pipeline_depth = parse_number<uint32_t>(kUsage, a, args.value(), 0, 64);
     } else if (a == "--devices") {
       o.devices = ds::cli::parse_list<int>(kUsage, a, args.value(), 0, 255);  // GPU indexes, 0,0 = shared
     } else if (a == "--prefill-precision") {
@@ -387,12 +391,54 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.threads_per_worker = o.threads;
   eo.devices = o.devices;  // used on cuda only (the engine gives cpu workers no --device)
   eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
-  return ds::bench::make_pipeline_runner(eo);
+  return ds::bench::make_pipeline_runner(eo, o.pipeline_depth);
+}
+
+// --profile-decode: only the decode steps (single or batched) go to a profiler started with
+// --profile-from-start off (ncu, nsys), so a step's kernels can be summed without the prefills.
+void profiler_range(const Options& o, bool start) {
+#ifdef DELTASERVE_HAVE_CUDA
+  if (o.profile_decode && o.backend == "cuda") {
+    if (start) {
+      cudaDeviceSynchronize();
+      cudaProfilerStart();
+    } else {
+      cudaDeviceSynchronize();
+      cudaProfilerStop();
+    }
+  }
+#else
+  (void)o;
+  (void)start;
+#endif
+}
+
+// Through worker processes: where one run's wall time went, per step — each stage's compute (as
+// its worker measured it) and the rest (transport, coordination, waiting). Printed below the row.
+std::string stage_breakdown(const char* what, const ds::bench::RunStats& r) {
+  if (r.stage_compute_s.empty() || r.steps == 0) return {};
+  const double per_step_ms = 1e3 / static_cast<double>(r.steps);
+  double compute = 0;
+  std::string parts;
+  for (size_t rank = 0; rank < r.stage_compute_s.size(); ++rank) {
+    compute += r.stage_compute_s[rank];
+    char b[48];
+    std::snprintf(b, sizeof b, "%s%.3f", rank ? " + " : "", r.stage_compute_s[rank] * per_step_ms);
+    parts += b;
+  }
+  // Negative when pipelined stages computed at the same time.
+  const double outside_ms = (r.seconds - compute) * per_step_ms;
+  char line[256];
+  std::snprintf(line, sizeof line, "  %s per step: wall %.3f ms = stage compute %s %s %.3f ms %s (%zu steps)\n", what,
+                r.seconds * per_step_ms, parts.c_str(), outside_ms >= 0 ? "+" : "-", std::fabs(outside_ms),
+                outside_ms >= 0 ? "outside compute" : "of overlap", r.steps);
+  return line;
 }
 
 struct PromptResult {
   ds::bench::ReportRow pp;
   ds::bench::ReportRow tg;
+  std::string stages;  // stage_breakdown of the last run (worker processes only)
   double mem_gib = -1;  // device memory in use with the sequence cached (in-process cuda only)
 };
 
@@ -407,11 +453,15 @@ PromptResult measure_prompt(ds::bench::BenchRunner& runner, const Options& o, co
   r.tg.n_depth = ids.size();
   for (int k = 0; k < o.repeat; ++k) {
     const ds::bench::RunStats p = runner.prefill(seq, ids, o.chunk);
+    r.stages = stage_breakdown("prefill", p);
     r.pp.seconds.push_back(p.seconds);
     r.pp.tokens = p.tokens;
     r.pp.steps = p.steps;
     if (o.gen > 0) {
+      profiler_range(o, true);
       const ds::bench::RunStats d = runner.decode(seq, static_cast<uint32_t>(ids.size()), o.gen);
+      profiler_range(o, false);
+      r.stages += stage_breakdown("decode", d);
       r.tg.seconds.push_back(d.seconds);
       r.tg.tokens = d.tokens;
       r.tg.steps = d.steps;
@@ -433,6 +483,7 @@ void print_table_row(const PromptResult& r, const ModelCost& cost, const ds::Mod
   if (r.mem_gib >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", r.mem_gib);
   std::printf("%-7zu %-10.4f %-11.1f %-10.2f %-9.1f %-10.3f %-8.0f %-9.3f %-8s\n", n, best_p,
               static_cast<double>(n) / best_p, tflops, tg, tg > 0 ? 1e3 / tg : 0, gb_tok * tg, gb_tok, mem_s);
+  std::fputs(r.stages.c_str(), stdout);
 }
 
 void print_json_rows(PromptResult r, const ModelCost& cost, const ds::ModelConfig& cfg, const Options& o) {
@@ -450,26 +501,8 @@ struct BatchResult {
   ds::bench::ReportRow tg;  // aggregate: tokens = N * steps per repetition
   double gb_per_step = 0;   // bytes the step must move at the run's mean context
   double mem_gib = -1;      // device memory in use with the N sequences cached (in-process cuda only)
+  std::string stages;       // stage_breakdown of the last run (worker processes only)
 };
-
-// --profile-decode: only the batched decode steps go to a profiler started with
-// --profile-from-start off (ncu, nsys), so a step's kernels can be summed without the prefills.
-void profiler_range(const Options& o, bool start) {
-#ifdef DELTASERVE_HAVE_CUDA
-  if (o.profile_decode && o.backend == "cuda") {
-    if (start) {
-      cudaDeviceSynchronize();
-      cudaProfilerStart();
-    } else {
-      cudaDeviceSynchronize();
-      cudaProfilerStop();
-    }
-  }
-#else
-  (void)o;
-  (void)start;
-#endif
-}
 
 // --repeat runs of: prefill `n_seqs` fresh sequences with `ids` one after another (untimed),
 // `--gen` batched decode steps of all of them, drop them.
@@ -492,6 +525,7 @@ BatchResult measure_batch(ds::bench::BenchRunner& runner, const Options& o, cons
     profiler_range(o, true);
     const ds::bench::RunStats d = runner.decode_batch(seqs, static_cast<uint32_t>(ids.size()), o.gen);
     profiler_range(o, false);
+    r.stages = stage_breakdown("decode", d);
     r.tg.seconds.push_back(d.seconds);
     r.tg.tokens = d.tokens;
     r.tg.steps = d.steps;
@@ -522,6 +556,7 @@ void print_batch_row(const BatchResult& r) {
   if (r.mem_gib >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", r.mem_gib);
   std::printf("%-7zu %-5zu %-9.3f %-11.1f %-9.3f %-8.1f %-11s %-8s %-8s\n", r.tg.n_depth, r.tg.n_parallel, step_ms,
               agg, r.gb_per_step, step_ms > 0 ? r.gb_per_step * 1e3 / step_ms : 0, limit_s, frac_s, mem_s);
+  std::fputs(r.stages.c_str(), stdout);
 }
 
 // The start-up warm-up decodes one sequence; batched steps of N rows may take other kernels

@@ -138,9 +138,19 @@ class StageRunner final : public BenchRunner {
   size_t n_vocab_;
 };
 
+// Adds a step's per-stage compute times (as the workers measured them) to r.stage_compute_s.
+void add_stage_compute(const StepOutcome& out, RunStats* r) {
+  for (const StageTime& t : out.timings) {
+    if (r->stage_compute_s.size() <= t.rank) r->stage_compute_s.resize(t.rank + 1, 0.0);
+    r->stage_compute_s[t.rank] += static_cast<double>(t.compute_us) * 1e-6;
+  }
+}
+
 class PipelineRunner final : public BenchRunner {
  public:
-  explicit PipelineRunner(const EngineOptions& options) : engine_(options) { engine_.start(); }
+  PipelineRunner(const EngineOptions& options, uint32_t pipeline_depth) : engine_(options), depth_(pipeline_depth) {
+    engine_.start();
+  }
   ~PipelineRunner() override { engine_.shutdown(); }
 
   // The chunks go out pipelined (PipelineEngine::step_pipelined, issue 12): stage k computes
@@ -159,13 +169,16 @@ class PipelineRunner final : public BenchRunner {
       r.tokens += q.tokens.size();
       steps.push_back({std::move(q)});
     }
-    r.steps = engine_.step_pipelined(steps).size();
+    const std::vector<StepOutcome> outs = engine_.step_pipelined(steps, depth_);
     r.seconds = seconds_since(t0);
+    r.steps = outs.size();
+    for (const StepOutcome& out : outs) add_stage_compute(out, &r);
     return r;
   }
 
   RunStats decode(uint64_t seq, uint32_t start, size_t n) override {
-    return timed_decode(n, [&](size_t i, int32_t tok) -> int32_t {
+    RunStats compute;
+    RunStats r = timed_decode(n, [&](size_t i, int32_t tok) -> int32_t {
       SeqRequest q;
       q.seq_id = seq;
       q.start_pos = static_cast<uint32_t>(start + i);
@@ -175,13 +188,17 @@ class PipelineRunner final : public BenchRunner {
       const StepOutcome out = engine_.step({q});
       if (out.rows.size() != 1)
         throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for 1");
+      add_stage_compute(out, &compute);
       return out.rows[0].token;
     });
+    r.stage_compute_s = std::move(compute.stage_compute_s);
+    return r;
   }
 
   // One engine.step() with a SeqRequest per sequence; the rows come back in request order.
   RunStats decode_batch(const std::vector<uint64_t>& seqs, uint32_t start, size_t n) override {
-    return timed_batch_decode(seqs.size(), n, [&](size_t i, std::vector<int32_t>& toks) {
+    RunStats compute;
+    RunStats r = timed_batch_decode(seqs.size(), n, [&](size_t i, std::vector<int32_t>& toks) {
       std::vector<SeqRequest> qs(seqs.size());
       for (size_t s = 0; s < seqs.size(); ++s) {
         qs[s].seq_id = seqs[s];
@@ -196,13 +213,17 @@ class PipelineRunner final : public BenchRunner {
                                  std::to_string(seqs.size()));
       }
       for (size_t s = 0; s < seqs.size(); ++s) toks[s] = out.rows[s].token;
+      add_stage_compute(out, &compute);
     });
+    r.stage_compute_s = std::move(compute.stage_compute_s);
+    return r;
   }
 
   void drop(uint64_t seq) override { engine_.drop_sequences({seq}); }
 
  private:
   PipelineEngine engine_;
+  uint32_t depth_;
 };
 
 }  // namespace
@@ -211,8 +232,8 @@ std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab
   return std::make_unique<StageRunner>(model, n_vocab);
 }
 
-std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options) {
-  return std::make_unique<PipelineRunner>(options);
+std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth) {
+  return std::make_unique<PipelineRunner>(options, pipeline_depth);
 }
 
 }  // namespace ds::bench

@@ -21,6 +21,9 @@ struct RunStats {
   double seconds = 0;  // wall time, submission to logits (or the sampled token) on the host
   size_t tokens = 0;   // tokens fed to the model
   size_t steps = 0;    // forward steps
+  // Through worker processes: each stage's summed compute time as its worker measured it
+  // (index = rank); the rest of `seconds` is transport, coordination and waiting.
+  std::vector<double> stage_compute_s;
 };
 
 class BenchRunner {
@@ -44,6 +47,7 @@ std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab
 // Starts options.n_workers worker processes (PipelineEngine::start) and runs through them;
 // the last stage samples greedily, so only the token comes back. Throws std::runtime_error
 // when the workers do not start.
-std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options);
+// `pipeline_depth`: prefill chunks in flight at once (0 = all of them, 1 = one after the other).
+std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth = 0);
 
 }  // namespace ds::bench

@@ -10,7 +10,8 @@
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
 # split-rows GEMV and small-batch GEMM tables when the bundle has deltaserve-kernel-lab; "batched":
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
-# tg128 with the decode GEMV as a dependent launch vs without) picks what runs; every step has its
+# tg128 with the decode GEMV as a dependent launch vs without; "profile": ncu per-kernel sums of 4 decode
+# steps at PROFILE_N sequences, default "1 8") picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -112,7 +113,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want spec || want workers || want http || want batched || want pdl; then
+if want 9b || want spec || want workers || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -151,6 +152,17 @@ if want pdl; then
   bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 > "$O/pdl_on.log" 2>&1; note "pdl on rc=$?"
 fi
 
+if want profile && command -v ncu > /dev/null; then
+  echo "==== 9B decode steps kernel by kernel (ncu, warm caches)"
+  for n in ${PROFILE_N:-1 8}; do
+    timeout 300 ncu --profile-from-start off --cache-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum "$B/bin/deltaserve-bench" -m $M9 --backend cuda -p 128 -n 4 -r 1 \
+      --parallel "$n" --profile-decode --no-warmup > "$O/ncu_$n.csv" 2> "$O/ncu_$n.err"
+    python3 tools/kernel_lab/ncu_summary.py "$O/ncu_$n.csv" 40 > "$O/ncu_$n.txt" 2>&1
+    note "ncu 4 decode steps of $n sequences: $(tail -1 "$O/ncu_$n.txt")"
+  done
+fi
+
 if want spec; then
   echo "==== 9B MTP draft / verify costs"
   for k in 1 2 3 4; do
@@ -162,6 +174,9 @@ if want workers; then
   echo "==== 9B: 1 vs 2 worker processes on one GPU"
   bench 150 -m $M9 --backend cuda --workers 1 --devices 0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/w1.log" 2>&1; note "workers1 rc=$?"
   bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/w2.log" 2>&1; note "workers2 rc=$?"
+  # The same with the prefill chunks one after the other (no pipelining: on one GPU it cannot overlap).
+  bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 --pipeline-depth 1 \
+    > "$O/w2_seq.log" 2>&1; note "workers2 pipeline-depth 1 rc=$?"
 fi
 
 if want http; then
