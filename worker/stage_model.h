@@ -61,6 +61,10 @@ struct SeqCache {
 struct StepInput {
   std::vector<SeqStep> seqs;       // token rows are concatenated in this order
   const float* hidden = nullptr;   // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
+  // Non-last stage, optional: a host buffer of [total_tokens, n_embd] floats that receives the
+  // output hidden rows instead of StepOutput::hidden (the next stage's shared-memory ring slot,
+  // pinned on CUDA workers: the device-to-host copy lands there, no staging copies).
+  float* hidden_out = nullptr;
   // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
   bool all_final_hidden = false;
   // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.

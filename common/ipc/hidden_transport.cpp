@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "common/log.h"
@@ -108,7 +109,53 @@ bool HiddenSender::send(v1::Envelope env, std::span<const uint8_t> bytes) {
   return out_.send(env, bytes);
 }
 
-void HiddenSender::restart() { drop_ring(); }
+std::span<uint8_t> HiddenSender::reserve(uint64_t nbytes) {
+  abandon();
+  if (nbytes > 0 && ensure_ring(nbytes)) {
+    reserved_slot_ = ring_->begin_write(nbytes, options_.wait_ms);
+    if (reserved_slot_) return reserved_slot_->bytes;
+  }
+  // The consumer has not handed a slot back in time (or no ring): the bytes go inline.
+  fallback_.resize(nbytes);
+  reserved_inline_bytes_ = nbytes;
+  return {fallback_.data(), fallback_.size()};
+}
+
+bool HiddenSender::send_reserved(v1::Envelope env) {
+  v1::HiddenChunk* chunk = env.mutable_stage_forward()->mutable_hidden();
+  chunk->clear_shm();
+  if (reserved_slot_) {
+    const SlotRef ref = reserved_slot_->ref;
+    reserved_slot_.reset();
+    ring_->finish_write(ref);
+    v1::ShmSlot* slot = chunk->mutable_shm();
+    slot->set_ring(ring_->name());
+    slot->set_generation(ref.generation);
+    slot->set_slot(ref.slot);
+    slot->set_sequence(ref.sequence);
+    if (out_.send(env)) {
+      ++ring_messages_;
+      return true;
+    }
+    ring_->cancel(ref);
+    return false;
+  }
+  if (!reserved_inline_bytes_) throw std::logic_error("HiddenSender::send_reserved without a reservation");
+  reserved_inline_bytes_.reset();
+  ++inline_messages_;
+  return out_.send(env, fallback_);
+}
+
+void HiddenSender::abandon() {
+  if (reserved_slot_ && ring_) ring_->abort_write(reserved_slot_->ref);
+  reserved_slot_.reset();
+  reserved_inline_bytes_.reset();
+}
+
+void HiddenSender::restart() {
+  abandon();
+  drop_ring();
+}
 
 // ---- receiver -----------------------------------------------------------------------------
 

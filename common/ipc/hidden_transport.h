@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,13 @@ class HiddenSender {
   // Sends `env` (a stage_forward whose hidden chunk describes `bytes`: dtype, shape, nbytes).
   // Returns the channel's verdict (false: not queued).
   bool send(v1::Envelope env, std::span<const uint8_t> bytes);
+  // The same without the staging copy: reserve(n) returns where the chunk's n bytes go (a ring
+  // slot when one is free in time, else a buffer of the sender's, 16-byte aligned either way);
+  // the caller fills them, then send_reserved(env) sends (the slot's descriptor, or the bytes
+  // inline) or abandon() drops them. One reservation at a time; a new one abandons the last.
+  std::span<uint8_t> reserve(uint64_t nbytes);
+  bool send_reserved(v1::Envelope env);
+  void abandon();
   // Drops the ring; the next chunk goes through a fresh one (new generation). Call after a
   // recovery: a restarted next stage never hands back the slots its predecessor held, and
   // older descriptors become stale.
@@ -71,6 +79,10 @@ class HiddenSender {
   uint64_t rings_made_ = 0;
   RingMappingHooks hooks_;
   std::unique_ptr<ShmRingProducer> ring_;
+  // The open reservation: a ring slot being filled, or `fallback_` (inline) when none was free.
+  std::optional<ShmRingProducer::OpenWrite> reserved_slot_;
+  std::vector<uint8_t> fallback_;
+  std::optional<uint64_t> reserved_inline_bytes_;
   uint64_t ring_messages_ = 0;
   uint64_t inline_messages_ = 0;
 };

@@ -159,8 +159,8 @@ ShmRingProducer::ShmRingProducer(const std::string& name, ShmRingGeometry geomet
 
 ShmRingProducer::~ShmRingProducer() { shm_unlink(name_.c_str()); }
 
-std::optional<SlotRef> ShmRingProducer::write(std::span<const uint8_t> bytes, int timeout_ms) {
-  if (bytes.size() > geometry_.slot_bytes) return std::nullopt;
+std::optional<ShmRingProducer::OpenWrite> ShmRingProducer::begin_write(uint64_t nbytes, int timeout_ms) {
+  if (nbytes > geometry_.slot_bytes) return std::nullopt;
   const Layout l = layout_of(geometry_);
   const uint64_t seq = next_sequence_;
   const uint32_t slot = static_cast<uint32_t>((seq - 1) % geometry_.n_slots);
@@ -172,12 +172,29 @@ std::optional<SlotRef> ShmRingProducer::write(std::span<const uint8_t> bytes, in
     backoff(attempt);
     expected = 0;
   }
-  if (!bytes.empty()) std::memcpy(data_of(base_, l, slot), bytes.data(), bytes.size());
-  s->sequence = seq;
-  s->nbytes = bytes.size();
-  s->state.store(seq, std::memory_order_release);  // publishes the bytes to the consumer
-  ++next_sequence_;
-  return SlotRef{generation_, slot, seq, bytes.size()};
+  ++next_sequence_;  // even if aborted: message numbers are never reused
+  return OpenWrite{SlotRef{generation_, slot, seq, nbytes}, {data_of(base_, l, slot), static_cast<size_t>(nbytes)}};
+}
+
+void ShmRingProducer::finish_write(const SlotRef& ref) {
+  SlotHeader* s = slot_of(base_, ref.slot);
+  s->sequence = ref.sequence;
+  s->nbytes = ref.nbytes;
+  s->state.store(ref.sequence, std::memory_order_release);  // publishes the bytes to the consumer
+}
+
+void ShmRingProducer::abort_write(const SlotRef& ref) {
+  if (ref.generation != generation_ || ref.slot >= geometry_.n_slots) return;
+  uint64_t expected = kWriting;
+  slot_of(base_, ref.slot)->state.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
+std::optional<SlotRef> ShmRingProducer::write(std::span<const uint8_t> bytes, int timeout_ms) {
+  const std::optional<OpenWrite> w = begin_write(bytes.size(), timeout_ms);
+  if (!w) return std::nullopt;
+  if (!bytes.empty()) std::memcpy(w->bytes.data(), bytes.data(), bytes.size());
+  finish_write(w->ref);
+  return w->ref;
 }
 
 void ShmRingProducer::cancel(const SlotRef& ref) {

@@ -99,6 +99,18 @@ class ShmRingProducer : public ShmRingMapping {
   // Copies `bytes` into the next slot, waiting up to timeout_ms for it to be handed back.
   // nullopt when it stays busy (ring full) or the bytes exceed a slot.
   std::optional<SlotRef> write(std::span<const uint8_t> bytes, int timeout_ms);
+
+  // The same in two halves, so the producer can fill the slot in place (e.g. a device-to-host
+  // copy straight into it, no staging copy): begin_write takes the next slot (nullopt as for
+  // write) and returns where `nbytes` go; finish_write publishes it to the consumer; abort_write
+  // hands it back unpublished. One write may be open at a time.
+  struct OpenWrite {
+    SlotRef ref;
+    std::span<uint8_t> bytes;
+  };
+  std::optional<OpenWrite> begin_write(uint64_t nbytes, int timeout_ms);
+  void finish_write(const SlotRef& ref);
+  void abort_write(const SlotRef& ref);
   // Takes back a slot whose descriptor could not be sent (no-op once the consumer has it).
   void cancel(const SlotRef& ref);
   // Whether every slot is free (the ring may then be replaced by a bigger one).

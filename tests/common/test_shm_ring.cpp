@@ -298,6 +298,43 @@ TEST(HiddenTransport, FullRingFallsBackInlineInOrder) {
   EXPECT_TRUE(ch.sent.back().env.stage_forward().hidden().has_shm()) << "refused sends leaked no slot";
 }
 
+// The zero-copy form: the caller fills a reserved slot in place (a worker's device-to-host copy
+// lands there); a full ring reserves an inline buffer instead; abandoned reservations leak no slot.
+TEST(HiddenTransport, ReservedChunksAreFilledInPlace) {
+  RecordingChannel ch;
+  HiddenRingOptions o;
+  o.n_slots = 2;
+  o.min_slot_bytes = 64;
+  o.wait_ms = 10;
+  HiddenSender sender(ch, test_ring_name("reserve"), o, 79);
+  HiddenReceiver receiver;
+  auto fill = [&](uint32_t seed) {
+    const std::span<uint8_t> dst = sender.reserve(64);
+    EXPECT_EQ(dst.size(), 64u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(dst.data()) % 16, 0u);
+    const auto p = pattern(64, seed);
+    std::copy(p.begin(), p.end(), dst.begin());
+    return sender.send_reserved(forward_of(64));
+  };
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(fill(i));  // nobody reads: the third goes inline
+  EXPECT_EQ(sender.ring_messages(), 2u);
+  EXPECT_EQ(sender.inline_messages(), 1u);
+  EXPECT_FALSE(ch.sent[2].env.stage_forward().hidden().has_shm());
+  for (uint32_t i = 0; i < 3; ++i) {
+    const v1::HiddenChunk& chunk = ch.sent[i].env.stage_forward().hidden();
+    EXPECT_EQ(copy_of(receiver.resolve(chunk, ch.sent[i].bulk)), pattern(64, i)) << "message " << i;
+    EXPECT_TRUE(receiver.release(chunk));
+  }
+  // An abandoned reservation (the forward threw) hands its slot back: two more ring sends fit.
+  (void)sender.reserve(64);
+  sender.abandon();
+  (void)sender.reserve(64);  // a new reservation abandons an open one too
+  ASSERT_TRUE(fill(7));
+  ASSERT_TRUE(fill(8));
+  EXPECT_EQ(sender.ring_messages(), 4u);
+  EXPECT_THROW(sender.send_reserved(forward_of(64)), std::logic_error) << "nothing reserved";
+}
+
 TEST(HiddenTransport, ReceiverRejectsInconsistentChunks) {
   HiddenReceiver receiver;
   v1::HiddenChunk chunk;

@@ -157,7 +157,8 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uin
 }
 
 StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
-                                    const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings) {
+                                    const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
+                                    const HiddenBuffer& hidden_out) {
   const uint64_t received = now_us();
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
@@ -167,6 +168,13 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
+  }
+  const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
+  if (!model_->is_last() && hidden_out) {
+    const std::span<uint8_t> dst = hidden_out(out_bytes);
+    if (dst.size() == out_bytes && reinterpret_cast<uintptr_t>(dst.data()) % alignof(float) == 0) {
+      in.hidden_out = reinterpret_cast<float*>(dst.data());
+    }
   }
   StepOutput out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -185,8 +193,9 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     *fwd->mutable_plan() = plan;
     *fwd->mutable_timings() = timings;
     *fwd->add_timings() = mine;
-    msg.bulk = float_bytes(out.hidden);
-    describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, msg.bulk.size(), fwd->mutable_hidden());
+    msg.hidden_in_place = in.hidden_out != nullptr;
+    if (!msg.hidden_in_place) msg.bulk = float_bytes(out.hidden);
+    describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, out_bytes, fwd->mutable_hidden());
     return msg;
   }
   v1::StepResult* result = msg.env.mutable_step_result();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,8 +29,14 @@ struct StageShape {
 // What one step produced: the envelope to send on and its bulk bytes.
 struct StageOutputMessage {
   ipc::v1::Envelope env;        // stage_forward (to the next stage) or step_result (to the coordinator)
-  std::vector<uint8_t> bulk;    // hidden chunk or full logits
+  std::vector<uint8_t> bulk;    // hidden chunk or full logits (empty when the hidden chunk went to
+  bool hidden_in_place = false; // ... the caller's HiddenBuffer: then this is true)
 };
+
+// Non-last stage: where the output hidden chunk may go directly (e.g. the next stage's ring slot,
+// HiddenSender::reserve). Called with the chunk's size in bytes; returns a float-aligned buffer of
+// that size, or an empty span to fall back to StageOutputMessage::bulk.
+using HiddenBuffer = std::function<std::span<uint8_t>(size_t nbytes)>;
 
 class StageRunner {
  public:
@@ -41,7 +48,8 @@ class StageRunner {
   // `timings` are the earlier stages' timings. Throws ds::FormatError when the plan or the
   // chunk is inconsistent, or whatever the model throws on invalid input.
   StageOutputMessage run(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
-                         const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings);
+                         const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
+                         const HiddenBuffer& hidden_out = {});
 
   void drop(const ipc::v1::DropSequences& drop);
   size_t n_sequences() const { return live_.size(); }

@@ -231,8 +231,9 @@ std::unique_ptr<ipc::HiddenSender> WorkerDaemon::make_hidden_sender(const std::s
   ipc::parse_hidden_transport(options_.hidden_transport, &mode);
   const bool ring = ipc::uses_shm_ring(mode, next_endpoint);
   ds::log::info("worker", ds::log::Msg() << "hidden states to the next stage: " << (ring ? "shared-memory ring" : "inline"));
+  // Pinned on a CUDA worker, so the device-to-host copy of a chunk lands in the slot at full speed.
   return std::make_unique<ipc::HiddenSender>(*data_out_, ring ? ipc::shm_ring_name(next_endpoint) : std::string(),
-                                             ipc::HiddenRingOptions{}, instance_id_);
+                                             ipc::HiddenRingOptions{}, instance_id_, pinned_ring_hooks(options_));
 }
 
 void WorkerDaemon::handle_drop(const v1::DropSequences& drop) {
@@ -277,19 +278,25 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
   }
   stats_.busy_since_ms = steady_now_ms();
   try {
-    StageOutputMessage out = runner_->run(plan, hidden, timings);
+    // A middle stage's output goes straight into the next stage's ring slot (no staging copy).
+    HiddenBuffer in_place;
+    if (hidden_out_) in_place = [this](size_t nbytes) { return hidden_out_->reserve(nbytes); };
+    StageOutputMessage out = runner_->run(plan, hidden, timings, in_place);
     // The forward has consumed its input (uploaded it, on CUDA): the slot goes back now, and
     // the output is only trusted when the slot still held our chunk throughout.
     if (!finish_input()) throw std::runtime_error("input ring slot was overwritten while being read");
     if (input_from_shm) mark_shm_input(&out.env);
     if (hidden_out_) {
-      if (!hidden_out_->send(std::move(out.env), out.bulk)) report_step_error(plan, "next stage queue full");
+      const bool sent = out.hidden_in_place ? hidden_out_->send_reserved(std::move(out.env))
+                                            : hidden_out_->send(std::move(out.env), out.bulk);
+      if (!sent) report_step_error(plan, "next stage queue full");
     } else {
       send_to_coordinator(out.env, out.bulk);
     }
     ++stats_.steps_done;
   } catch (const std::exception& e) {
     finish_input();
+    if (hidden_out_) hidden_out_->abandon();
     report_step_error(plan, e.what());
   }
   stats_.busy_since_ms = 0;

@@ -629,8 +629,12 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   out->digests.clear();
   out->digest_n_vocab = 0;
   if (!is_last()) {
-    out->hidden.resize(T * D);
-    be_->download(out->hidden.data(), x, T * D);
+    float* dst = in.hidden_out;
+    if (dst == nullptr) {
+      out->hidden.resize(T * D);
+      dst = out->hidden.data();
+    }
+    be_->download(dst, x, T * D);
     return;
   }
   std::vector<uint32_t> rows;
