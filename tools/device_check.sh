@@ -11,7 +11,8 @@
 # split-rows GEMV and small-batch GEMM tables when the bundle has deltaserve-kernel-lab; "batched":
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
 # tg128 with the decode GEMV as a dependent launch vs without; "profile": ncu per-kernel sums of 4 decode
-# steps at PROFILE_N sequences, default "1 8") picks what runs; every step has its
+# steps at PROFILE_N sequences, default "1 8"; "workers_batched": 32-sequence decode through 1 vs 2
+# worker processes on one GPU, plain and under MPS) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -38,7 +39,7 @@ wait_listening() {  # $1 = log file; up to 120 s (a 27B load takes a while)
 
 if want tests; then
   echo "==== CUDA tests"
-  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_gemv_split test_cuda_model test_cuda_speculation}; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_gemv_split test_cuda_gemm_int8 test_cuda_dependent_launch test_cuda_model test_cuda_speculation}; do
     timeout 150 "$B/bin/$t" > "$O/$t.log" 2>&1
     note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$O/$t.log" | head -10
@@ -113,7 +114,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want spec || want workers || want http || want batched || want pdl || want profile; then
+if want 9b || want spec || want workers || want workers_batched || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -134,6 +135,12 @@ if want lab && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
   echo "==== kernel lab: split-rows GEMV vs GGUF order, small-batch GEMM vs today's paths"
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 10 > "$O/lab_gemv_split.log" 2>&1; note "lab gemv-split rc=$?"
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-split --reps 10 > "$O/lab_gemm_split.log" 2>&1; note "lab gemm-split rc=$?"
+  # The int8 small-batch GEMM (not yet dispatched): its parity tests when bundled, then its table.
+  if [ -x "$B/bin/test_cuda_gemm_int8" ]; then
+    timeout 150 "$B/bin/test_cuda_gemm_int8" > "$O/test_cuda_gemm_int8.log" 2>&1
+    note "test_cuda_gemm_int8 rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/test_cuda_gemm_int8.log" | tr '\n' ' ')"
+  fi
+  timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-int8 --reps 10 > "$O/lab_gemm_int8.log" 2>&1; note "lab gemm-int8 rc=$?"
 fi
 
 if want batched; then
@@ -143,6 +150,8 @@ if want batched; then
   if [ -z "${PARALLEL:-}" ]; then
     bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --no-split-small \
       > "$O/batched9_nosmall.log" 2>&1; note "batched9 --no-split-small rc=$?"
+    bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --small-gemm int8 \
+      > "$O/batched9_int8.log" 2>&1; note "batched9 --small-gemm int8 rc=$?"
   fi
 fi
 
@@ -174,9 +183,46 @@ if want workers; then
   echo "==== 9B: 1 vs 2 worker processes on one GPU"
   bench 150 -m $M9 --backend cuda --workers 1 --devices 0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/w1.log" 2>&1; note "workers1 rc=$?"
   bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/w2.log" 2>&1; note "workers2 rc=$?"
-  # The same with the prefill chunks one after the other (no pipelining: on one GPU it cannot overlap).
-  bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 --pipeline-depth 1 \
-    > "$O/w2_seq.log" 2>&1; note "workers2 pipeline-depth 1 rc=$?"
+  # With WORKERS_SEQ=1, the same with the prefill chunks one after the other (no pipelining; on one
+  # GPU it cannot overlap — measured 2026-11-29: no difference).
+  if [ "${WORKERS_SEQ:-0}" = 1 ]; then
+    bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
+      --pipeline-depth 1 > "$O/w2_seq.log" 2>&1; note "workers2 pipeline-depth 1 rc=$?"
+  fi
+  # The same two processes under CUDA MPS (one shared GPU context: no context switch per hop), when
+  # this machine lets us start the control daemon.
+  if command -v nvidia-cuda-mps-control > /dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
+        > "$O/w2_mps.log" 2>&1; note "workers2 under MPS rc=$?"
+      bench 150 -m $M9 --backend cuda --workers 1 --devices 0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
+        > "$O/w1_mps.log" 2>&1; note "workers1 under MPS rc=$?"
+      echo quit | nvidia-cuda-mps-control
+    else
+      note "MPS control daemon did not start"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  else
+    note "no nvidia-cuda-mps-control on this machine"
+  fi
+fi
+
+if want workers_batched; then
+  echo "==== 9B: 32-sequence decode through 1 vs 2 worker processes on one GPU (plain, then under MPS)"
+  wb() { bench 150 -m $M9 --backend cuda --workers "$1" --devices "$2" -p 128 -n 64 -r 1 --parallel 32 > "$O/$3.log" 2>&1
+         note "$3 rc=$?"; }
+  wb 1 0 wb1; wb 2 0,0 wb2
+  if command -v nvidia-cuda-mps-control > /dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      wb 1 0 wb1_mps; wb 2 0,0 wb2_mps
+      echo quit | nvidia-cuda-mps-control
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
 fi
 
 if want http; then
@@ -209,9 +255,11 @@ echo "==== summary"
 cat "$SUMMARY"
 [ -f "$O/lab_gemv_split.log" ] && { echo "---- lab_gemv_split"; grep -E "step|n=1 " "$O/lab_gemv_split.log"; }
 [ -f "$O/lab_gemm_split.log" ] && { echo "---- lab_gemm_split"; grep -E "step" "$O/lab_gemm_split.log"; }
-for f in batched9 batched9_nosmall; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+[ -f "$O/test_cuda_gemm_int8.log" ] && { echo "---- test_cuda_gemm_int8"; grep -E "FAILED|worst|max \|error\|" "$O/test_cuda_gemm_int8.log" | head -20; }
+[ -f "$O/lab_gemm_int8.log" ] && { echo "---- lab_gemm_int8"; grep -E "step|accuracy" "$O/lab_gemm_int8.log"; }
+for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb1_mps wb2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
-for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order w1 w2 bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
+for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order w1 w2 w2_seq w2_mps w1_mps bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 # Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.

@@ -9,18 +9,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "common/sampling.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_prep.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/matmul.h"
 
 namespace ds {
 
 struct GgufTensor;
+using cpu::AttentionPrep;
 using cpu::AttentionShape;
 using cpu::DecodeAttentionBatch;
 using cpu::DecodeAttentionSeq;
+using cpu::GdnRawGates;
 using cpu::GdnShape;
 using cpu::KvPages;
 using cpu::WeightView;
@@ -124,6 +129,19 @@ class Backend {
           beta + i * s.n_v_heads, state0 + host_slots[i] * slot_stride, out + i * s.n_v_heads * s.dv);
     }
   }
+  // The same step with the gates computed from their raw inputs (row i of `gates` is sequence i's)
+  // instead of given as g / beta. Default: gdn_gates into temporaries, then the form above (the
+  // CPU reference); a backend may compute them inside the recurrence's launch, with the same bits.
+  virtual void gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v,
+                                const GdnRawGates& gates, float* state0, size_t slot_stride, const uint32_t* host_slots,
+                                size_t n_seqs, float* out) {
+    const size_t n_gates = n_seqs * s.n_v_heads;
+    const std::unique_ptr<float, ScratchRelease> g(alloc(2 * n_gates), ScratchRelease{this});
+    float* beta = g.get() + n_gates;
+    gdn_gates(gates.alpha, gates.alpha_stride, gates.beta_raw, gates.beta_stride, gates.a, gates.dt_bias, n_seqs,
+              s.n_v_heads, g.get(), beta);
+    gdn_decode_slots(s, q, k, v, g.get(), beta, state0, slot_stride, host_slots, n_seqs, out);
+  }
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;
@@ -135,6 +153,24 @@ class Backend {
       attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,
                        b.out + b.seqs[i].out_offset);
     }
+  }
+  // An attention layer's q/k prep and KV write (kernels/cpu/attention_prep.h): q and k heads
+  // RMS-normed then roped in place, k and v rows scattered to their pool rows. Default: the six
+  // ops (the CPU reference); the CUDA backend runs it as one launch with the same bits.
+  // std::invalid_argument for an inconsistent shape.
+  virtual void attention_prep(const AttentionPrep& p) {
+    if (const char* why = cpu::attention_prep_problem(p)) {
+      throw std::invalid_argument(std::string("attention_prep: ") + why);
+    }
+    if (p.n_tokens == 0) return;
+    const size_t T = p.n_tokens, H = p.n_heads, Hkv = p.n_kv_heads, d = p.head_dim, qs = p.q_head_stride;
+    const size_t row = p.kv_row_floats();
+    rms_norm(p.qg, qs, p.q_norm, p.eps, T * H, d, p.qg, qs);
+    rms_norm(p.k, d, p.k_norm, p.eps, T * Hkv, d, p.k, d);
+    rope_neox(p.qg, T, H * qs, H, qs, d, p.n_rot, p.positions, p.sections, p.theta);
+    rope_neox(p.k, T, row, Hkv, d, d, p.n_rot, p.positions, p.sections, p.theta);
+    scatter_rows(p.k, p.kv_rows, T, row, p.k_pool);
+    scatter_rows(p.v, p.kv_rows, T, row, p.v_pool);
   }
   virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
   // The FFN's SwiGLU and down projection: y = w (silu(gate) * up), gate and up [n_rows][w.cols]
@@ -169,6 +205,13 @@ class Backend {
                                   const DigestRequest* /*requests*/, LogitDigest* /*out*/) {
     return false;
   }
+
+ private:
+  // Releases a temporary of alloc() when it goes out of scope (default ops that need scratch).
+  struct ScratchRelease {
+    Backend* backend;
+    void operator()(float* p) const { backend->release(p); }
+  };
 };
 
 // CPU backend over kernels/cpu with `n_threads` worker threads.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,10 +23,12 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/attention_prep.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv1d.h"
 #include "kernels/cuda/conv_l2_decode.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gdn.h"
@@ -130,7 +133,8 @@ class CudaBackend final : public Backend {
         mma_max_(options.small_batch_mma_max),
         q8_split_(options.q8_split),
         decode_pdl_(options.decode_pdl),
-        split_small_max_(options.split_small_max) {
+        split_small_max_(options.split_small_max),
+        split_small_int8_(options.split_small_int8) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -138,6 +142,9 @@ class CudaBackend final : public Backend {
     }
     DS_CUDA_CHECK(cudaSetDevice(device_));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The small decode ops (norms, activations, conv, decode attention, gather/scatter, digest)
+    // follow the GEMV's switch (kernels/cuda/dependent_launch.h).
+    cuda::set_dependent_launches(stream_, decode_pdl_);
     // The GEMM library's handle and workspace now, not inside the first prefill step.
     if (precision_ == cuda::MatmulPrecision::kBf16TensorCores && tc_kernel_ == cuda::TcGemmKernel::kCublasLt) {
       DS_CUDA_CHECK(cuda::prepare_tc_gemm(stream_));
@@ -226,6 +233,7 @@ class CudaBackend final : public Backend {
   void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                         float* out) override;
   void attention_decode_batch(const DecodeAttentionBatch& b) override;
+  void attention_prep(const AttentionPrep& p) override;
   void swiglu(const float* gate, const float* up, size_t n, float* y) override {
     on_device();
     DS_CUDA_CHECK(cuda::swiglu(gate, up, n, y, stream_));
@@ -233,6 +241,15 @@ class CudaBackend final : public Backend {
   // Prefill steps on the bf16 tensor cores: the SwiGLU rounded straight into the GEMM's operand
   // (kernels/cuda/swiglu_matmul.h, same bits); everything else: the two ops.
   void swiglu_matmul(float* gate, const float* up, size_t n, const WeightView& w, float* y, size_t ys) override {
+    // Decode steps: the SwiGLU folded into the split-rows GEMV's activation loads (same bits).
+    if (fused_ops_) {
+      on_device();
+      const cudaError_t e = cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_);
+      if (e != cudaErrorNotSupported) {
+        DS_CUDA_CHECK(e);
+        return;
+      }
+    }
     // In the small-batch kernel's range the unfused ops win: the down projection then streams
     // Q8_0 on that kernel instead of a bf16 dequantization pass.
     if (!prefill_fusions_ || precision_ != cuda::MatmulPrecision::kBf16TensorCores ||
@@ -292,6 +309,22 @@ class CudaBackend final : public Backend {
     DS_CUDA_CHECK(
         cuda::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, slots, n_seqs, out, stream_));
   }
+  // The gates inside the recurrence's launch; unfused: the gates kernel into scratch, then the
+  // sequences one by one (what the form above does unfused).
+  void gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const GdnRawGates& gates,
+                        float* state0, size_t slot_stride, const uint32_t* host_slots, size_t n_seqs,
+                        float* out) override {
+    on_device();
+    if (!fused_ops_ || !cuda::gdn_decode_slots_applies(s, n_seqs)) {
+      const size_t n_gates = n_seqs * s.n_v_heads;
+      auto* g = static_cast<float*>(gate_scratch_.get(2 * n_gates * sizeof(float), stream_));
+      gdn_gates(gates.alpha, gates.alpha_stride, gates.beta_raw, gates.beta_stride, gates.a, gates.dt_bias, n_seqs,
+                s.n_v_heads, g, g + n_gates);
+      return Backend::gdn_decode_slots(s, q, k, v, g, g + n_gates, state0, slot_stride, host_slots, n_seqs, out);
+    }
+    const auto* slots = static_cast<const uint32_t*>(slots_.put(host_slots, n_seqs * sizeof(uint32_t), stream_));
+    DS_CUDA_CHECK(cuda::gdn_decode_slots(s, q, k, v, gates, state0, slot_stride, slots, n_seqs, out, stream_));
+  }
 
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
@@ -324,9 +357,11 @@ class CudaBackend final : public Backend {
   bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
   size_t mma_min_, mma_max_;
   bool q8_split_;                    // eligible Q8_0 matrices uploaded in the split-rows layout
-  bool decode_pdl_;                  // split-rows decode GEMV as a programmatic dependent launch
+  bool decode_pdl_;                  // decode GEMV and small decode ops as programmatic dependent launches
   size_t split_small_max_;           // split-rows batches up to this many tokens on gemm_q8_split_small
+  bool split_small_int8_;            // ... or on its int8 twin
   DeviceScratch digest_scratch_, digest_rows_;
+  DeviceScratch gate_scratch_;  // g / beta of the unfused raw-gate gdn_decode_slots
   PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
   cudaStream_t stream_ = nullptr;
@@ -337,6 +372,8 @@ class CudaBackend final : public Backend {
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
   ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
   ControlBuffer decode_batch_;  // batched decode attention: descriptors + block tables, same for every layer of a step
+  ControlBuffer prep_control_;  // attention_prep: positions then pool rows, same for every attention layer of a step
+  std::vector<uint32_t> prep_host_;  // host staging of that upload
 };
 
 CudaBackend::~CudaBackend() {
@@ -348,6 +385,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [host, dev] : uploads_) cudaFree(dev);
   for (auto& [host, dev] : small_tensors_) cudaFree(dev);
   for (auto& [q8, dev] : bf16_weights_) cudaFree(dev);
+  cuda::set_dependent_launches(stream_, false);  // a later stream may get this handle
   cudaStreamDestroy(stream_);
 }
 
@@ -494,6 +532,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma_max = mma_max_;
   tc.decode_pdl = decode_pdl_;
   tc.split_small_max = split_small_max_;
+  tc.split_small_int8 = split_small_int8_;
   // Not in the small-batch GEMM's range: it reads the Q8_0 rows (and stacks, whose first part shares
   // their data pointer, run only there, so a copy keyed by that pointer always has the part's shape).
   const bool small_gemm = w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_;
@@ -619,6 +658,29 @@ void CudaBackend::attention_decode_batch(const DecodeAttentionBatch& b) {
     return decode_batch_.put(host, bytes, stream_);
   };
   DS_CUDA_CHECK(cuda::attention_decode_batch(b, upload, stream_));
+}
+
+// An attention layer's q/k norm + rope and K/V cache write in one launch (kernels/cuda/
+// attention_prep.h); its positions and pool rows travel as one upload, skipped after the first
+// attention layer of a step (the same bytes). Head dims off the kernel's range, or the fused ops
+// switched off: the six separate ops.
+void CudaBackend::attention_prep(const AttentionPrep& p) {
+  if (const char* why = cpu::attention_prep_problem(p)) {
+    throw std::invalid_argument(std::string("attention_prep: ") + why);
+  }
+  if (!fused_ops_ || p.head_dim > cuda::kAttentionPrepMaxHeadDim) return Backend::attention_prep(p);
+  if (p.n_tokens == 0) return;
+  on_device();
+  const size_t T = p.n_tokens;
+  prep_host_.resize(4 * T);
+  std::memcpy(prep_host_.data(), p.positions, 3 * T * sizeof(int32_t));
+  std::memcpy(prep_host_.data() + 3 * T, p.kv_rows, T * sizeof(uint32_t));
+  const auto* dev =
+      static_cast<const uint32_t*>(prep_control_.put(prep_host_.data(), 4 * T * sizeof(uint32_t), stream_));
+  AttentionPrep on_dev = p;
+  on_dev.positions = reinterpret_cast<const int32_t*>(dev);
+  on_dev.kv_rows = dev + 3 * T;
+  DS_CUDA_CHECK(cuda::attention_prep(on_dev, stream_));
 }
 
 // One sync per step: the digests come back in one small copy; a row the device flags (NaN,

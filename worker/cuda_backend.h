@@ -32,8 +32,10 @@ struct CudaBackendOptions {
   // Fused decode ops, one kernel each: Backend::add_rms_norm (residual add + the next RMSNorm,
   // norm.cu) and Backend::conv_silu_l2_token (GDN conv + SiLU + q/k L2 norm of one token,
   // conv_l2_decode.cu); and the GDN decode of all sequences of a step in one launch per layer
-  // (Backend::conv_silu_l2_slots, gdn_decode_slots), likewise the attention of all one-token
-  // sequences (Backend::attention_decode_batch); false: the separate ops, per sequence.
+  // (Backend::conv_silu_l2_slots, gdn_decode_slots; its raw-gate form computes the gates in that
+  // launch too), likewise the attention of all one-token sequences
+  // (Backend::attention_decode_batch), and an attention layer's q/k norm + rope + K/V cache write
+  // (Backend::attention_prep, attention_prep.cu); false: the separate ops, per sequence.
   bool fused_decode_ops = true;
   // Backend::weight_stack: matrices that share an input (GDN alpha+beta, qkv+gate, FFN gate+up)
   // uploaded as one stacked matrix so decode runs one GEMV for them; false: separate uploads.
@@ -60,6 +62,9 @@ struct CudaBackendOptions {
   // over split rows (kernels/cuda/matmul_fast.h gemm_q8_split_small; batched decode, verify rows):
   // weights read once per call, no dequantization pass. 0: off (the paths below).
   size_t split_small_max = 64;
+  // Those products on the int8 small-batch GEMM instead (kernels/cuda/matmul.h
+  // TcGemmOptions::split_small_int8: more precise, slower above 8 tokens). Opt-in.
+  bool split_small_int8 = false;
   // Q8_0 matrices whose width is a multiple of 512 are uploaded in the split-rows layout
   // (common/q8_split.h: each row's quants, then its scales; same bytes) so the decode GEMV reads
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads
@@ -68,6 +73,9 @@ struct CudaBackendOptions {
   // The decode GEMV as a programmatic dependent launch (kernels/cuda/matmul.h TcGemmOptions::
   // decode_pdl): on by default (H200, 2026-11-29: 9B tg128 263.2 vs 256.7 tok/s; same bits,
   // CudaGemvSplit.DependentLaunchGivesTheSameBits). deltaserve-bench --no-pdl switches it off.
+  // The same switch covers the decode path's small kernels (norms, activations, conv + L2,
+  // decode attention, embed / gather / scatter, logit digest) through the backend stream's entry
+  // in kernels/cuda/dependent_launch.h (tests/kernels/cuda/test_cuda_dependent_launch.cpp).
   bool decode_pdl = true;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});

@@ -25,6 +25,19 @@ struct GdnShape {
   size_t v_token_stride;   // floats between tokens in v
 };
 
+// The raw inputs of the GDN gates (spec §5.1): row t's alpha at alpha[t * alpha_stride + n] and
+// beta_raw at beta_raw[t * beta_stride + n], per value head n; a and dt_bias [n_v_heads]. They
+// give g = a * softplus(alpha + dt_bias) and beta = sigmoid(beta_raw) (Backend::gdn_gates), for
+// ops that compute the gates themselves (Backend::gdn_decode_slots).
+struct GdnRawGates {
+  const float* alpha;
+  size_t alpha_stride;
+  const float* beta_raw;
+  size_t beta_stride;
+  const float* a;
+  const float* dt_bias;
+};
+
 // Token-by-token oracle: decay, read, delta, write, output with the updated state.
 void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out);

@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   __shared__ float p[kGroup][kSub];
   __shared__ size_t rowoff[kSub];
   __shared__ SplitState st;
+  wait_for_previous_kernel();  // may run as a dependent launch (launch below)
   const size_t split = blockIdx.x, g = blockIdx.y;
   const Item it = item_of(w, blockIdx.z, s.n_heads);
   if (split >= it.n_splits) return;  // a batch's grid has the most splits of any of its sequences
@@ -198,6 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
 
 // One block per (head, item): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 __global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, Work w, Partials part) {
+  wait_for_previous_kernel();  // may run as a dependent launch (launch below)
   const size_t h = blockIdx.x, dim = threadIdx.x;
   const Item it = item_of(w, blockIdx.y, s.n_heads);
   const size_t base = it.part + h * it.n_splits;
@@ -227,7 +229,9 @@ SplitPlan split_plan(size_t kv_len, size_t pairs, int sm_count) {
   return SplitPlan{n_splits, (kv_len + n_splits - 1) / n_splits};
 }
 
-// The split and merge launches over grid z-items [0, n_items) of `w`; `n_partials` partials.
+// The split and merge launches over grid z-items [0, n_items) of `w`; `n_partials` partials. Both
+// as dependent launches when the stream is switched on (common.cuh launch_dependent_if_enabled):
+// each waits before reading anything; the merge reads the split's partials only after its wait.
 cudaError_t launch(const cpu::AttentionShape& s, const Work& w, const KvPages& kv, float scale, size_t n_items,
                    size_t max_splits, size_t n_partials, cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
@@ -236,11 +240,11 @@ cudaError_t launch(const cpu::AttentionShape& s, const Work& w, const KvPages& k
   const Partials part{ws, ws + n_partials * s.head_dim};
   const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_items));
-  split_kernel<<<grid, kThreads, 0, stream>>>(s, w, kv, scale, part);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  merge_kernel<<<dim3(static_cast<unsigned>(s.n_heads), static_cast<unsigned>(n_items)), kThreads, 0, stream>>>(
-      s, w, part);
-  return cudaGetLastError();
+  e = launch_dependent_if_enabled(split_kernel, grid, dim3(kThreads), 0, stream, s, w, kv, scale, part);
+  if (e != cudaSuccess) return e;
+  return launch_dependent_if_enabled(merge_kernel,
+                                     dim3(static_cast<unsigned>(s.n_heads), static_cast<unsigned>(n_items)),
+                                     dim3(kThreads), 0, stream, s, w, part);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.h"
+
 namespace ds::cuda::detail {
 
 // ---- host-side checks -------------------------------------------------------------------------
@@ -36,23 +38,59 @@ inline constexpr size_t kMaxGridX = 0x7FFFFFFFu;
 // Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when
 // `dependent` (sm_90+; elsewhere an ordinary launch): the kernel may start while the previous one in
 // the stream finishes, so it must call wait_for_previous_kernel() before it reads anything that
-// kernel wrote (or writes anything it may still read).
+// kernel wrote (or writes anything it may still read). `extra`: one more launch attribute (a
+// cluster shape), nullptr for none.
+//
+// Why reads after the wait are safe along a whole chain of dependent launches A -> B -> C: the
+// wait returns once the previous grid has COMPLETED and its writes are visible, not merely
+// started. Every kernel launched this way executes the wait in every thread before it exits (the
+// first statement, after loads of weights only), so B cannot complete before A has completed;
+// C's wait (B complete) therefore implies A complete too, by induction back to the last ordinary
+// launch, which started only after everything before it had completed. A kernel launched
+// dependent that skipped the wait would break this chain for every kernel after it.
+// What may go before the wait: loads of buffers no kernel of the stream writes (weights uploaded
+// before the forward, never written by a kernel of it); nothing else, and no store at all.
+// A non-kernel operation between two kernels (a memcpy / memset, e.g. ControlBuffer's upload of
+// ids or rows): the attribute only relaxes the dependency on an immediately preceding KERNEL, so
+// the copy waits for the kernel before it to complete and the next kernel waits for the copy,
+// as in any stream; its wait then returns at once. Host-side synchronization is unaffected.
 template <typename... Params, typename... Args>
-cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                   bool dependent, Args... args) {
+cudaError_t launch_maybe_dependent_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t stream, bool dependent, const cudaLaunchAttribute* extra,
+                                        Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
   if (dependent) {
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
   }
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (extra != nullptr) attrs[n++] = *extra;
+  config.attrs = n > 0 ? attrs : nullptr;
+  config.numAttrs = n;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (e != cudaSuccess) cudaGetLastError();  // reported here; not left for an unrelated later check
+  return e;
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                   bool dependent, Args... args) {
+  return launch_maybe_dependent_with(kernel, grid, block, smem, stream, dependent, nullptr, args...);
+}
+
+// launch_maybe_dependent, dependent when the stream is switched on (dependent_launch.h: the decode
+// path's small ops; off below sm_90 and for streams nobody registered). The kernel must follow the
+// wait rule above whether or not this launch is dependent.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent_if_enabled(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t stream, Args... args) {
+  return launch_maybe_dependent_with(kernel, grid, block, smem, stream, dependent_launches(stream), nullptr, args...);
 }
 
 // Raises Kernel's dynamic shared memory limit to `bytes` (the same every call) once per device:

@@ -13,24 +13,34 @@ constexpr size_t kMaxHeadDim = 1024;
 constexpr size_t kMaxKernel = 16;  // a sanity bound on the taps (Qwen3.5: 4)
 
 // blockIdx.y = sequence of a batched decode (x / y row y, state at state + slots[y] * slot_stride);
-// slots == nullptr: one sequence.
+// slots == nullptr: one sequence. May run as a dependent launch (common.cuh
+// launch_dependent_if_enabled): the channel's conv taps (weights) are read before the wait,
+// everything else after it.
 __global__ void conv_silu_l2_kernel(const float* __restrict__ x, size_t channels, const float* __restrict__ weight,
                                     size_t kernel, float* __restrict__ state, size_t n_norm_heads, float eps,
                                     float* __restrict__ y, const uint32_t* __restrict__ slots, size_t slot_stride) {
   __shared__ float warp_part[kMaxHeadDim / detail::kWarp];
+  const size_t head = blockIdx.x, c = head * blockDim.x + threadIdx.x;
+  const size_t hist = kernel - 1;
+  const float* wc = weight + c * kernel;
+  float taps[kMaxKernel];  // constant indices only (unrolled), so they stay in registers
+#pragma unroll
+  for (size_t m = 0; m < kMaxKernel; ++m) taps[m] = m < kernel ? wc[m] : 0.0f;
+  detail::wait_for_previous_kernel();
   if (slots != nullptr) {
     x += size_t{blockIdx.y} * channels;
     y += size_t{blockIdx.y} * channels;
     state += slots[blockIdx.y] * slot_stride;
   }
-  const size_t head = blockIdx.x, c = head * blockDim.x + threadIdx.x;
-  const size_t hist = kernel - 1;
   // Taps oldest first, the current token last (as the CPU sums them).
-  const float* wc = weight + c * kernel;
-  float acc = 0.0f;
-  for (size_t m = 0; m < hist; ++m) acc += wc[m] * state[m * channels + c];
+  float acc = 0.0f, current_tap = 0.0f;
+#pragma unroll
+  for (size_t m = 0; m < kMaxKernel; ++m) {
+    if (m < hist) acc += taps[m] * state[m * channels + c];
+    if (m == hist) current_tap = taps[m];
+  }
   const float xc = x[c];
-  acc += wc[hist] * xc;
+  acc += current_tap * xc;
   for (size_t m = 0; m + 1 < hist; ++m) state[m * channels + c] = state[(m + 1) * channels + c];
   if (hist > 0) state[(hist - 1) * channels + c] = xc;
   const float v = detail::silu(acc);
@@ -67,9 +77,10 @@ cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* wei
       (state != nullptr && !detail::aligned_to(state, 4))) {
     return cudaErrorMisalignedAddress;
   }
-  conv_silu_l2_kernel<<<static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(head_dim), 0, stream>>>(
-      x, channels, weight, kernel, state, n_norm_heads, eps, y, nullptr, 0);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, dim3(static_cast<unsigned>(channels / head_dim)),
+                                             dim3(static_cast<unsigned>(head_dim)), 0, stream, x, channels, weight,
+                                             kernel, state, n_norm_heads, eps, y, static_cast<const uint32_t*>(nullptr),
+                                             size_t{0});
 }
 
 cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,
@@ -83,9 +94,9 @@ cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* wei
     return cudaErrorMisalignedAddress;
   }
   const dim3 grid(static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(n_seqs));
-  conv_silu_l2_kernel<<<grid, static_cast<unsigned>(head_dim), 0, stream>>>(x, channels, weight, kernel, state0,
-                                                                          n_norm_heads, eps, y, slots, slot_stride);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, grid, dim3(static_cast<unsigned>(head_dim)), 0,
+                                             stream, x, channels, weight, kernel, state0, n_norm_heads, eps, y, slots,
+                                             slot_stride);
 }
 
 }  // namespace ds::cuda

@@ -8,10 +8,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Every kernel here may run as a dependent launch (common.cuh launch_dependent_if_enabled): it
+// waits for the previous kernel before reading ids / rows / activations or writing anything.
+
 // One block per id, threads over the columns of the row.
 template <GgmlType T>
 __global__ void embed_kernel(const uint8_t* table, size_t rows, size_t cols, size_t row_bytes, const int32_t* ids,
                              size_t n_ids, float* out) {
+  detail::wait_for_previous_kernel();
   for (size_t t = blockIdx.x; t < n_ids; t += gridDim.x) {
     const int32_t id = ids[t];
     float* o = out + t * cols;
@@ -24,6 +28,7 @@ __global__ void embed_kernel(const uint8_t* table, size_t rows, size_t cols, siz
 }
 
 __global__ void gather_kernel(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) {
+  detail::wait_for_previous_kernel();
   for (size_t i = blockIdx.x; i < n_rows; i += gridDim.x) {
     const float* s = src + size_t{rows[i]} * dim;
     for (size_t c = threadIdx.x; c < dim; c += blockDim.x) dst[i * dim + c] = s[c];
@@ -31,6 +36,7 @@ __global__ void gather_kernel(const float* src, const uint32_t* rows, size_t n_r
 }
 
 __global__ void scatter_kernel(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) {
+  detail::wait_for_previous_kernel();
   for (size_t i = blockIdx.x; i < n_rows; i += gridDim.x) {
     float* d = dst + size_t{rows[i]} * dim;
     for (size_t c = threadIdx.x; c < dim; c += blockDim.x) d[c] = src[i * dim + c];
@@ -38,6 +44,13 @@ __global__ void scatter_kernel(const float* src, const uint32_t* rows, size_t n_
 }
 
 unsigned row_grid(size_t n) { return static_cast<unsigned>(n < 65535u * 16u ? n : 65535u * 16u); }
+
+template <GgmlType T>
+cudaError_t launch_embed(const uint8_t* data, const cpu::WeightView& table, const int32_t* ids, size_t n_ids,
+                         float* out, cudaStream_t stream) {
+  return detail::launch_dependent_if_enabled(embed_kernel<T>, dim3(row_grid(n_ids)), dim3(kThreads), 0, stream, data,
+                                             table.rows, table.cols, table.row_bytes, ids, n_ids, out);
+}
 
 }  // namespace
 
@@ -54,31 +67,15 @@ cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t 
   if (detail::is_q8_0(table.type) && table.cols % detail::kQ8Block != 0) return cudaErrorInvalidValue;
   if (table.row_bytes < ggml_row_bytes(table.type, table.cols)) return cudaErrorInvalidValue;
   const auto* data = static_cast<const uint8_t*>(table.data);
-  const unsigned grid = row_grid(n_ids);
   switch (table.type) {
-    case GgmlType::F32:
-      embed_kernel<GgmlType::F32><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes, ids,
-                                                                 n_ids, out);
-      break;
-    case GgmlType::F16:
-      embed_kernel<GgmlType::F16><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes, ids,
-                                                                 n_ids, out);
-      break;
-    case GgmlType::BF16:
-      embed_kernel<GgmlType::BF16><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
-                                                                  ids, n_ids, out);
-      break;
-    case GgmlType::Q8_0:
-      embed_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols, table.row_bytes,
-                                                                  ids, n_ids, out);
-      break;
+    case GgmlType::F32: return launch_embed<GgmlType::F32>(data, table, ids, n_ids, out, stream);
+    case GgmlType::F16: return launch_embed<GgmlType::F16>(data, table, ids, n_ids, out, stream);
+    case GgmlType::BF16: return launch_embed<GgmlType::BF16>(data, table, ids, n_ids, out, stream);
+    case GgmlType::Q8_0: return launch_embed<GgmlType::Q8_0>(data, table, ids, n_ids, out, stream);
     case GgmlType::Q8_0_SPLIT:  // the tied LM head may be stored split
-      embed_kernel<GgmlType::Q8_0_SPLIT><<<grid, kThreads, 0, stream>>>(data, table.rows, table.cols,
-                                                                        table.row_bytes, ids, n_ids, out);
-      break;
+      return launch_embed<GgmlType::Q8_0_SPLIT>(data, table, ids, n_ids, out, stream);
     default: return cudaErrorNotSupported;
   }
-  return detail::launch_status();
 }
 
 cudaError_t gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst,
@@ -88,8 +85,8 @@ cudaError_t gather_rows(const float* src, const uint32_t* rows, size_t n_rows, s
   if (!detail::aligned_to(src, 4) || !detail::aligned_to(rows, 4) || !detail::aligned_to(dst, 4)) {
     return cudaErrorMisalignedAddress;
   }
-  gather_kernel<<<row_grid(n_rows), kThreads, 0, stream>>>(src, rows, n_rows, dim, dst);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(gather_kernel, dim3(row_grid(n_rows)), dim3(kThreads), 0, stream, src,
+                                             rows, n_rows, dim, dst);
 }
 
 cudaError_t scatter_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst,
@@ -99,8 +96,8 @@ cudaError_t scatter_rows(const float* src, const uint32_t* rows, size_t n_rows, 
   if (!detail::aligned_to(src, 4) || !detail::aligned_to(rows, 4) || !detail::aligned_to(dst, 4)) {
     return cudaErrorMisalignedAddress;
   }
-  scatter_kernel<<<row_grid(n_rows), kThreads, 0, stream>>>(src, rows, n_rows, dim, dst);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(scatter_kernel, dim3(row_grid(n_rows)), dim3(kThreads), 0, stream, src,
+                                             rows, n_rows, dim, dst);
 }
 
 }  // namespace ds::cuda

@@ -18,6 +18,13 @@ constexpr int kCols = kWarp;
 // to more than the default 48 KB.
 constexpr size_t kSmemBudget = 48 * 1024;
 
+// The gate math of spec §5.1, the one definition gates_kernel and the decode recurrence share so
+// that computing the gates inside the recurrence gives the bits of the two-launch form.
+__device__ __forceinline__ float gate_g(float alpha, float a, float dt_bias) {
+  return a * detail::softplus(alpha + dt_bias);
+}
+__device__ __forceinline__ float gate_beta(float beta_raw) { return detail::sigmoid(beta_raw); }
+
 struct GdnArgs {
   GdnShape s;
   const float *q, *k, *v, *g, *beta;
@@ -29,7 +36,21 @@ struct GdnArgs {
   // slot_stride. nullptr: one sequence, state as given.
   const uint32_t* slots = nullptr;
   size_t slot_stride = 0;
+  // Decode with the gates computed in the launch: when raw.alpha is set, g and beta are unused
+  // and token t's gates come from row t of raw (gdn_decode_slots' raw-gate form).
+  GdnRawGates raw{};
 };
+
+// Token t's log-decay g and write strength beta of value head n: from the g / beta arrays, or
+// computed from the raw gate inputs.
+struct TokenGates {
+  float g, beta;
+};
+__device__ __forceinline__ TokenGates token_gates(const GdnArgs& a, size_t t, size_t n) {
+  if (a.raw.alpha == nullptr) return {a.g[t * a.s.n_v_heads + n], a.beta[t * a.s.n_v_heads + n]};
+  const GdnRawGates& r = a.raw;
+  return {gate_g(r.alpha[t * r.alpha_stride + n], r.a[n], r.dt_bias[n]), gate_beta(r.beta_raw[t * r.beta_stride + n])};
+}
 
 // The arguments of sequence `seq` of a batched decode launch (unchanged for a single sequence).
 __device__ __forceinline__ GdnArgs for_sequence(GdnArgs a, unsigned seq) {
@@ -37,8 +58,13 @@ __device__ __forceinline__ GdnArgs for_sequence(GdnArgs a, unsigned seq) {
   a.q += seq * a.s.qk_token_stride;
   a.k += seq * a.s.qk_token_stride;
   a.v += seq * a.s.v_token_stride;
-  a.g += size_t{seq} * a.s.n_v_heads;
-  a.beta += size_t{seq} * a.s.n_v_heads;
+  if (a.raw.alpha != nullptr) {
+    a.raw.alpha += seq * a.raw.alpha_stride;
+    a.raw.beta_raw += seq * a.raw.beta_stride;
+  } else {
+    a.g += size_t{seq} * a.s.n_v_heads;
+    a.beta += size_t{seq} * a.s.n_v_heads;
+  }
   a.out += size_t{seq} * a.s.n_v_heads * a.s.dv;
   a.state += a.slots[seq] * a.slot_stride;
   return a;
@@ -52,6 +78,7 @@ float q_scale(size_t dk) { return static_cast<float>(1.0 / std::sqrt(static_cast
 // call (prefill); otherwise every access goes to the global state (decode touches it once anyway).
 template <bool kShared>
 __global__ void gdn_kernel(GdnArgs a) {
+  detail::wait_for_previous_kernel();  // q, k, v, g, beta and the state may be the previous kernel's
   extern __shared__ float smem[];
   const GdnShape& s = a.s;
   const size_t n = blockIdx.x, kh = n % s.n_k_heads;  // tiled V -> K head mapping
@@ -109,6 +136,7 @@ __global__ void gdn_kernel(GdnArgs a) {
 constexpr int kPJ = 16, kPGroups = 8, kPI = 16, kPThreads = kPJ * kPGroups, kPMaxDk = kPGroups * kPI;
 
 __global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs args) {
+  detail::wait_for_previous_kernel();  // every input and the state may be the previous kernel's
   const GdnArgs a = for_sequence(args, blockIdx.z);
   __shared__ float qs[2][kPMaxDk], ks[2][kPMaxDk];
   __shared__ float red_m[kPGroups][kPJ], red_o[kPGroups][kPJ];
@@ -131,8 +159,9 @@ __global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs args) {
       qs[buf][tid] = in ? a.q[t * s.qk_token_stride + kh * s.dk + tid] * a.q_scale : 0.0f;
       ks[buf][tid] = in ? a.k[t * s.qk_token_stride + kh * s.dk + tid] : 0.0f;
     }
-    const float alpha = expf(a.g[t * s.n_v_heads + n]);
-    const float beta = a.beta[t * s.n_v_heads + n];
+    const TokenGates gates = token_gates(a, t, n);
+    const float alpha = expf(gates.g);
+    const float beta = gates.beta;
     const float vj = active ? a.v[t * s.v_token_stride + n * s.dv + j] : 0.0f;
     __syncthreads();
     const float* kr = ks[buf] + ig * kPI;
@@ -198,22 +227,41 @@ cudaError_t launch_gdn(const GdnShape& s, const float* q, const float* k, const 
   const GdnArgs args{s, q, k, v, g, beta, state, out, q_scale(s.dk)};
   if (s.dk <= static_cast<size_t>(kPMaxDk) && (s.dv + kPJ - 1) / kPJ <= 65535) {
     const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ));
-    gdn_block_kernel<<<grid, kPThreads, 0, stream>>>(args);
-    return detail::launch_status();
+    return detail::launch_dependent_if_enabled(gdn_block_kernel, grid, dim3(kPThreads), 0, stream, args);
   }
   const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kCols - 1) / kCols));
-  gdn_kernel<kShared><<<grid, kCols, smem, stream>>>(args);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(gdn_kernel<kShared>, grid, dim3(kCols), smem, stream, args);
+}
+
+// Raw gate rows of n_rows rows (> 1 rows must not overlap, as in gdn_gates).
+cudaError_t check_raw_gates(const GdnRawGates& r, size_t nv, size_t n_rows) {
+  for (const float* p : {r.alpha, r.beta_raw, r.a, r.dt_bias}) {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
+  }
+  if (n_rows > 1 && (r.alpha_stride < nv || r.beta_stride < nv)) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// One block kernel launch over (value head, value-column group, sequence); arguments checked.
+cudaError_t launch_decode_slots(GdnArgs args, size_t slot_stride, const uint32_t* slots, size_t n_seqs,
+                                cudaStream_t stream) {
+  args.slots = slots;
+  args.slot_stride = slot_stride;
+  const dim3 grid(static_cast<unsigned>(args.s.n_v_heads), static_cast<unsigned>((args.s.dv + kPJ - 1) / kPJ),
+                  static_cast<unsigned>(n_seqs));
+  return detail::launch_dependent_if_enabled(gdn_block_kernel, grid, dim3(kPThreads), 0, stream, args);
 }
 
 constexpr int kGateThreads = 256;
 
 __global__ void gates_kernel(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a,
                              const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) {
+  detail::wait_for_previous_kernel();
   for (size_t e = detail::global_thread(); e < n_tokens * nv; e += detail::global_threads()) {
     const size_t t = e / nv, n = e % nv;
-    g[e] = a[n] * detail::softplus(alpha[t * as + n] + dt_bias[n]);
-    beta[e] = detail::sigmoid(beta_raw[t * bs + n]);
+    g[e] = gate_g(alpha[t * as + n], a[n], dt_bias[n]);
+    beta[e] = gate_beta(beta_raw[t * bs + n]);
   }
 }
 
@@ -240,13 +288,22 @@ cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, 
                              size_t n_seqs, float* out, cudaStream_t stream) {
   if (!gdn_decode_slots_applies(s, n_seqs) || slots == nullptr) return cudaErrorInvalidValue;
   if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state0, out); e != cudaSuccess) return e;
-  GdnArgs args{s, q, k, v, g, beta, state0, out, q_scale(s.dk)};
-  args.slots = slots;
-  args.slot_stride = slot_stride;
-  const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ),
-                  static_cast<unsigned>(n_seqs));
-  gdn_block_kernel<<<grid, kPThreads, 0, stream>>>(args);
-  return detail::launch_status();
+  return launch_decode_slots(GdnArgs{s, q, k, v, g, beta, state0, out, q_scale(s.dk)}, slot_stride, slots, n_seqs,
+                             stream);
+}
+
+cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v,
+                             const GdnRawGates& gates, float* state0, size_t slot_stride, const uint32_t* slots,
+                             size_t n_seqs, float* out, cudaStream_t stream) {
+  if (!gdn_decode_slots_applies(s, n_seqs) || slots == nullptr) return cudaErrorInvalidValue;
+  if (const cudaError_t e = check_raw_gates(gates, s.n_v_heads, n_seqs); e != cudaSuccess) return e;
+  // check_gdn's g / beta: the raw rows stand in (the kernel reads no g / beta array).
+  if (const cudaError_t e = check_gdn(s, q, k, v, gates.alpha, gates.beta_raw, state0, out); e != cudaSuccess) {
+    return e;
+  }
+  GdnArgs args{s, q, k, v, nullptr, nullptr, state0, out, q_scale(s.dk)};
+  args.raw = gates;
+  return launch_decode_slots(args, slot_stride, slots, n_seqs, stream);
 }
 
 cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
@@ -258,9 +315,9 @@ cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta
     if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
   }
   if (n_tokens > 1 && (alpha_stride < nv || beta_stride < nv)) return cudaErrorInvalidValue;
-  gates_kernel<<<detail::grid_for(n_tokens * nv, kGateThreads), kGateThreads, 0, stream>>>(
-      alpha, alpha_stride, beta_raw, beta_stride, a, dt_bias, n_tokens, nv, g, beta);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(gates_kernel, dim3(detail::grid_for(n_tokens * nv, kGateThreads)),
+                                             dim3(kGateThreads), 0, stream, alpha, alpha_stride, beta_raw, beta_stride,
+                                             a, dt_bias, n_tokens, nv, g, beta);
 }
 
 }  // namespace ds::cuda

@@ -12,6 +12,7 @@
 
 namespace ds::cuda {
 
+using cpu::GdnRawGates;
 using cpu::GdnShape;
 
 // Both forms run the exact token-by-token recurrence. For dk <= 128 (every real model) both use one
@@ -36,9 +37,16 @@ bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs);
 cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                              const float* beta, float* state0, size_t slot_stride, const uint32_t* slots,
                              size_t n_seqs, float* out, cudaStream_t stream);
+// The same with the gates computed inside the launch from their raw inputs (sequence i's alpha /
+// beta_raw at row i of `gates`; device pointers) instead of g / beta: bit-identical to gdn_gates
+// followed by the form above, one launch fewer.
+cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v,
+                             const GdnRawGates& gates, float* state0, size_t slot_stride, const uint32_t* slots,
+                             size_t n_seqs, float* out, cudaStream_t stream);
 
 // g = a * softplus(alpha + dt_bias), beta = sigmoid(beta_raw); inputs [n_tokens, nv] with row
-// strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous.
+// strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous. The math is shared with
+// the raw-gate gdn_decode_slots (same bits).
 cudaError_t gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
                       const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta,
                       cudaStream_t stream);

@@ -24,6 +24,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/ptx_mma.cuh"
+#include "kernels/cuda/split_small_common.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda::detail {
@@ -37,6 +38,9 @@ constexpr int kSplitUnitCols = 256;                // K splits are whole units (
 constexpr int kStages = 3;                         // activation slices in shared memory
 constexpr int kMaxSplits = 16;
 constexpr int kMaxTiles = static_cast<int>(kSplitSmallMaxTokens) / 8;
+static_assert(kBlockRows == kSplitSmallBlockRows && kSpanCols == kSplitSmallSpanCols &&
+                  kSplitUnitCols == kSplitSmallUnitCols,
+              "split_small_common.cuh describes this kernel's tiling");
 
 // Bytes of one token's row of a staged slice of R spans: 2 bytes per column plus 16, so the two
 // tokens a quarter-warp reads (rows t, t + 1) fall on disjoint banks.
@@ -125,12 +129,6 @@ struct Destination {
   float* partial;
   RowSegments rows;
 };
-
-__device__ __forceinline__ float* segment_out(const RowSegments& s, int r, int t) {
-  int i = 0;
-  while (i + 1 < s.n && static_cast<size_t>(r) >= s.first[i + 1]) ++i;
-  return s.y[i] + static_cast<size_t>(t) * s.ys[i] + (r - s.first[i]);
-}
 
 // The warp's accumulators (rows warp_row + 16 mt + g (+ 8), tokens 8 j + 2 c (+ 1)).
 template <int NT>
@@ -317,16 +315,13 @@ __global__ void sum_splits_kernel(const float* __restrict__ partial, int splits,
   }
 }
 
-// The K split of a shape: `splits` column ranges of `spans` spans each (the last may be shorter,
-// never empty).
-struct KSplit {
-  int splits = 1, spans = 0;
-};
+}  // namespace
 
-// Chosen from (rows, cols, SM count) only — never the token count — so a token's bits do not
-// depend on how many other tokens share the call. Cost model in bytes per SM: the weights of the
-// most loaded SM (waves x units per split) plus the partial sums written and read back (counted
-// at the largest token count).
+// (KSplit: split_small_common.cuh, shared with gemm_q8_split_int8.cu.) Chosen from (rows, cols,
+// SM count) only — never the token count — so a token's bits do not depend on how many other
+// tokens share the call. Cost model in bytes per SM: the weights of the most loaded SM (waves x
+// units per split) plus the partial sums written and read back (counted at the largest token
+// count).
 KSplit choose_split(int rows, int cols, int sms) {
   const int row_blocks = (rows + kBlockRows - 1) / kBlockRows, units = cols / kSplitUnitCols;
   const double unit_bytes = static_cast<double>(kBlockRows) * kSplitUnitCols * 34 / 32;
@@ -344,6 +339,8 @@ KSplit choose_split(int rows, int cols, int sms) {
   }
   return best;
 }
+
+namespace {
 
 template <int NT, int R, int kMinBlocks = 1>
 cudaError_t launch_tiles(const cpu::WeightView& w, const __nv_bfloat16* xb, int n, const KSplit& split,

@@ -57,7 +57,9 @@ template <int NT>
 struct FloatActivations {
   float v[NT][kLaneCols];
 
-  __device__ __forceinline__ void load(const float* __restrict__ x, size_t xs, int c) {
+  // x, or with `up` the FFN's SwiGLU silu(x) * up (up rows at the same stride): the same f32
+  // expression as the swiglu kernel, so the fused product has the bits of swiglu then the GEMV.
+  __device__ __forceinline__ void load(const float* __restrict__ x, const float* __restrict__ up, size_t xs, int c) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const float4* xp = reinterpret_cast<const float4*>(x + t * xs + c);
@@ -65,6 +67,16 @@ struct FloatActivations {
       for (int k = 0; k < kLaneCols / 4; ++k) {
         const float4 a = __ldg(xp + k);
         v[t][4 * k] = a.x, v[t][4 * k + 1] = a.y, v[t][4 * k + 2] = a.z, v[t][4 * k + 3] = a.w;
+      }
+      if (up == nullptr) continue;
+      const float4* upp = reinterpret_cast<const float4*>(up + t * xs + c);
+#pragma unroll
+      for (int k = 0; k < kLaneCols / 4; ++k) {
+        const float4 u = __ldg(upp + k);
+        v[t][4 * k] = silu(v[t][4 * k]) * u.x;
+        v[t][4 * k + 1] = silu(v[t][4 * k + 1]) * u.y;
+        v[t][4 * k + 2] = silu(v[t][4 * k + 2]) * u.z;
+        v[t][4 * k + 3] = silu(v[t][4 * k + 3]) * u.w;
       }
     }
   }
@@ -104,11 +116,11 @@ struct Int8x3Activations {
   uint32_t q[NT][kLevels][kLaneCols / 4];
   float scale[NT][kLevels];
 
-  __device__ __forceinline__ void load(const float* __restrict__ x, size_t xs, int c) {
+  __device__ __forceinline__ void load(const float* __restrict__ x, const float* __restrict__ up, size_t xs, int c) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {  // one token at a time: 16 floats live, not 16 * NT
       FloatActivations<1> f;
-      f.load(x + t * xs, 0, c);
+      f.load(x + t * xs, up == nullptr ? nullptr : up + t * xs, 0, c);
       quantize(f.v[0], q[t], scale[t]);
     }
   }
@@ -272,7 +284,8 @@ __device__ __forceinline__ void run_range(const uint8_t* __restrict__ quants, co
 template <int NT, int UR, bool kInt>
 __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
     gemv_q8_split_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
-                         const float* __restrict__ x, size_t xs, float* __restrict__ y, size_t ys, int range_rows) {
+                         const float* __restrict__ x, const float* __restrict__ up, size_t xs, float* __restrict__ y,
+                         size_t ys, int range_rows) {
   using Act = std::conditional_t<kInt, Int8x3Activations<NT>, FloatActivations<NT>>;
   extern __shared__ float partials[];
   const int warps = static_cast<int>(blockDim.x) / kWarp;
@@ -292,7 +305,7 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
            rows - 1 - range * range_rows);
   }
   wait_for_previous_kernel();
-  if (warp < slices) act.load(x, xs, lane_col(warp));
+  if (warp < slices) act.load(x, up, xs, lane_col(warp));
   for (; range < n_ranges; range += static_cast<int>(gridDim.x)) {
     const int row0 = range * range_rows, last = rows - 1 - row0;
     const uint8_t* base = range_base(range);
@@ -300,7 +313,7 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
       const int c = lane_col(slice);
       if (slice != warp) {  // a later slice of this warp: its first group, then its activations
         a.load(base + c, base + cols + 2 * (c / 32), row_bytes, 0, last);
-        act.load(x, xs, c);
+        act.load(x, up, xs, c);
       }
       run_range<NT, UR, (NT <= 2 ? 8 : 4)>(base + c, base + cols + 2 * (c / 32), row_bytes, range_rows, last, act, lane, a,
                         partials + slice * range_rows * NT);
@@ -309,7 +322,7 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
     if (next < n_ranges && warp < slices) {  // the next range's first group, in flight across the barrier
       const int c = lane_col(warp);
       a.load(range_base(next) + c, range_base(next) + cols + 2 * (c / 32), row_bytes, 0, rows - 1 - next * range_rows);
-      if (!one_slice) act.load(x, xs, c);
+      if (!one_slice) act.load(x, up, xs, c);
     }
     __syncthreads();
     for (int i = static_cast<int>(threadIdx.x); i < range_rows * NT; i += static_cast<int>(blockDim.x)) {
@@ -365,7 +378,7 @@ int blocks_per_sm(int threads, size_t smem) {
 }
 
 template <int NT, int UR, bool kInt>
-cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys,
+cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, const float* up, size_t xs, float* y, size_t ys,
                           const Geometry& g, bool pdl, cudaStream_t s) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
@@ -373,26 +386,42 @@ cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, size_t xs, f
   const int grid = std::min(n_ranges, current_device_sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
   return launch_maybe_dependent(gemv_q8_split_kernel<NT, UR, kInt>, dim3(static_cast<unsigned>(grid)),
                                 dim3(static_cast<unsigned>(threads)), smem, s, pdl && current_device_is_sm90_or_newer(),
-                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, xs, y, ys,
+                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, up, xs, y, ys,
                                 g.range_rows);
 }
 
 template <int NT, int UR>
-cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, float* y, size_t ys, const Geometry& g,
-                   bool pdl, cudaStream_t s) {
-  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, xs, y, ys, g, pdl, s)
-                   : launch_kernel<NT, UR, false>(w, x, xs, y, ys, g, pdl, s);
+cudaError_t launch(const cpu::WeightView& w, const float* x, const float* up, size_t xs, float* y, size_t ys,
+                   const Geometry& g, bool pdl, cudaStream_t s) {
+  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, up, xs, y, ys, g, pdl, s)
+                   : launch_kernel<NT, UR, false>(w, x, up, xs, y, ys, g, pdl, s);
 }
 
-cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                          const Geometry& g, bool pdl, cudaStream_t s) {
+cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n, float* y,
+                          size_t ys, const Geometry& g, bool pdl, cudaStream_t s) {
   switch (n) {
-    case 1: return launch<1, 4>(w, x, xs, y, ys, g, pdl, s);
-    case 2: return launch<2, 4>(w, x, xs, y, ys, g, pdl, s);
-    case 3: return launch<3, 2>(w, x, xs, y, ys, g, pdl, s);
-    case 4: return launch<4, 2>(w, x, xs, y, ys, g, pdl, s);
+    case 1: return launch<1, 4>(w, x, up, xs, y, ys, g, pdl, s);
+    case 2: return launch<2, 4>(w, x, up, xs, y, ys, g, pdl, s);
+    case 3: return launch<3, 2>(w, x, up, xs, y, ys, g, pdl, s);
+    case 4: return launch<4, 2>(w, x, up, xs, y, ys, g, pdl, s);
     default: return cudaErrorInvalidValue;
   }
+}
+
+// The GEMV of x (or, with `up`, of silu(x) * up) in launches of up to 4 tokens.
+cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
+                        float* y, size_t ys, cudaStream_t stream, bool pdl) {
+  if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
+  if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
+  if (up != nullptr && !aligned_to(up, 16)) return cudaErrorInvalidValue;
+  const Geometry g = geometry(static_cast<int>(w.cols), variant);
+  for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
+    const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
+    const cudaError_t e = launch_tokens(w, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt, y + t0 * ys,
+                                        ys, g, pdl, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -410,15 +439,18 @@ bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, 
 
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                   float* y, size_t ys, cudaStream_t stream, bool pdl) {
-  if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
-  if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
-  const Geometry g = geometry(static_cast<int>(w.cols), variant);
-  for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
-    const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
-    const cudaError_t e = launch_tokens(w, x + t0 * xs, xs, nt, y + t0 * ys, ys, g, pdl, stream);
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return run_variant(variant, w, x, nullptr, xs, n, y, ys, stream, pdl);
+}
+
+cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,
+                                         size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream, bool pdl) {
+  if (up == nullptr) return cudaErrorInvalidValue;
+  return run_variant(variant, w, gate, up, xs, n, y, ys, stream, pdl);
+}
+
+cudaError_t gemv_q8_split_swiglu(const cpu::WeightView& w, const float* gate, const float* up, size_t xs, size_t n,
+                                 float* y, size_t ys, cudaStream_t stream, bool pdl) {
+  return gemv_q8_split_swiglu_variant(kGemvSplitDefaultVariant, w, gate, up, xs, n, y, ys, stream, pdl);
 }
 
 bool gemv_q8_split_int_dot(size_t /*rows*/, size_t cols, int variant) {

@@ -8,9 +8,11 @@ namespace {
 using detail::kWarp;
 constexpr int kRowsPerBlock = 8;
 
-// One warp per (token, head) row; each lane reads and writes only its own indices.
+// One warp per (token, head) row; each lane reads and writes only its own indices. May run as a
+// dependent launch (common.cuh launch_dependent_if_enabled): waits before touching x.
 __global__ void l2_norm_heads_kernel(float* x, size_t token_stride, size_t n_rows, size_t n_heads, size_t dim,
                                      float eps) {
+  detail::wait_for_previous_kernel();
   const size_t row = size_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= n_rows) return;
   const unsigned lane = threadIdx.x % kWarp;
@@ -32,9 +34,9 @@ cudaError_t l2_norm_heads(float* x, size_t token_stride, size_t n_tokens, size_t
   const size_t n_rows = n_tokens * n_heads;
   const size_t blocks = (n_rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > detail::kMaxGridX) return cudaErrorInvalidValue;
-  l2_norm_heads_kernel<<<static_cast<unsigned>(blocks), kRowsPerBlock * kWarp, 0, stream>>>(x, token_stride, n_rows,
-                                                                                           n_heads, dim, eps);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(l2_norm_heads_kernel, dim3(static_cast<unsigned>(blocks)),
+                                             dim3(kRowsPerBlock * kWarp), 0, stream, x, token_stride, n_rows, n_heads,
+                                             dim, eps);
 }
 
 }  // namespace ds::cuda

@@ -105,11 +105,14 @@ __device__ double block_sum(double v, double* sv) {
   return s;
 }
 
+// Both kernels may run as dependent launches (common.cuh launch_dependent_if_enabled): each waits
+// for the previous kernel before reading anything.
 __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restrict__ logits, size_t n_vocab,
                                                             uint32_t k, ChunkScratch out) {
   __shared__ float sv[kWarps + 1];
   __shared__ int32_t si[kWarps + 1];
   __shared__ double sd[kWarps];
+  detail::wait_for_previous_kernel();
   const size_t row = blockIdx.y, chunk = blockIdx.x, n_chunks = gridDim.x;
   const float* x = logits + row * n_vocab;
   const size_t base = chunk * kChunk + threadIdx.x;
@@ -171,6 +174,7 @@ __global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_ch
   __shared__ float sv[kWarps + 1];
   __shared__ int32_t si[kWarps + 1];
   __shared__ double sd[kWarps];
+  detail::wait_for_previous_kernel();
   const size_t row = blockIdx.x;
   const size_t n_cand = n_chunks * k;
   const float* cv = in.cand_v + row * n_cand;
@@ -253,12 +257,12 @@ cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab
   }
   const size_t n_chunks = chunks_of(n_vocab);
   const ChunkScratch s = carve(scratch, n_rows, n_chunks, k);
-  digest_chunks<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(n_rows)), kThreads, 0, stream>>>(
+  const cudaError_t e = detail::launch_dependent_if_enabled(
+      digest_chunks, dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(n_rows)), dim3(kThreads), 0, stream,
       logits, n_vocab, k, s);
-  const cudaError_t e = detail::launch_status();
   if (e != cudaSuccess) return e;
-  digest_merge<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(k, n_chunks, s, out);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(digest_merge, dim3(static_cast<unsigned>(n_rows)), dim3(kThreads), 0,
+                                             stream, k, n_chunks, s, out);
 }
 
 LogitDigest finish_digest(const DigestRow& row, size_t n_vocab, const SamplingRule& rule, double u) {

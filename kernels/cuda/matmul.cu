@@ -162,7 +162,33 @@ cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n,
   return cudaSuccess;
 }
 
+// Whether matmul() sends a product to the small-batch tensor-core GEMV (opt-in).
+bool takes_small_batch_mma(const WeightView& w, const float* x, size_t xs, size_t n, const float* y, size_t ys,
+                           const TcGemmOptions& tc) {
+  const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
+                             ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)
+                             : tc.small_batch_mma_min;
+  return tc.small_batch_mma && n >= mma_min && n <= tc.small_batch_mma_max &&
+         detail::gemv_q8_mma_applies(w, x, xs, y, ys, n);
+}
+
 }  // namespace
+
+cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
+                                 size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
+                                 cudaStream_t stream) {
+  // The products matmul() gives the split-rows GEMV: up to kGemvSplitBestTokens tokens (more go to
+  // the small-batch GEMM in bf16 mode, or run as two GEMV launches) not taken by the opt-in MMA GEMV.
+  if (n_tokens == 0 || n_tokens > detail::kGemvSplitBestTokens || gate == nullptr || up == nullptr || y == nullptr) {
+    return cudaErrorNotSupported;
+  }
+  if (check_args(w, gate, x_stride, n_tokens, y, y_stride) != cudaSuccess ||
+      takes_small_batch_mma(w, gate, x_stride, n_tokens, y, y_stride, tc) ||
+      !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
+    return cudaErrorNotSupported;
+  }
+  return detail::gemv_q8_split_swiglu(w, gate, up, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
+}
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
@@ -177,13 +203,10 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   // GGUF-order streaming GEMV for decode.
   if (precision == MatmulPrecision::kBf16TensorCores && n_tokens > detail::kGemvSplitBestTokens &&
       n_tokens <= tc.split_small_max && detail::gemm_q8_split_small_applies(w, x, x_stride, y, y_stride, n_tokens)) {
-    return detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
+    return tc.split_small_int8 ? detail::gemm_q8_split_int8(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl)
+                               : detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
   }
-  const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
-                             ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)
-                             : tc.small_batch_mma_min;
-  if (tc.small_batch_mma && n_tokens >= mma_min && n_tokens <= tc.small_batch_mma_max &&
-      detail::gemv_q8_mma_applies(w, x, x_stride, y, y_stride, n_tokens)) {
+  if (takes_small_batch_mma(w, x, x_stride, n_tokens, y, y_stride, tc)) {
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
@@ -215,7 +238,8 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
       !detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) {
     return cudaErrorNotSupported;
   }
-  return detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl);
+  return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl)
+                             : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl);
 }
 
 }  // namespace ds::cuda

@@ -87,6 +87,10 @@ struct TcGemmOptions {
   // dequantization pass; batched decode, speculative verify). Taken before small_batch_mma.
   // 0 (the default here; the CUDA backend sets 64): off.
   size_t split_small_max = 0;
+  // Those split_small_max products on int8 tensor cores instead (matmul_fast.h gemm_q8_split_int8:
+  // weights exact, activations as two int8 levels, ~20x smaller error than bf16; H200 lab
+  // 2026-11-29: as fast at 5..8 tokens, 0.6-0.85x the speed at 16..64). Opt-in.
+  bool split_small_int8 = false;
   // The split-rows decode GEMV as a programmatic dependent launch (sm_90+): its weight loads start
   // while the previous kernel finishes (same bits: CudaGemvSplit.DependentLaunchGivesTheSameBits).
   // Off here; the CUDA backend turns it on (measured +2.5% 9B tg128 on the H200, 2026-11-29).
@@ -101,6 +105,13 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
 // tokens, split rows): cudaErrorNotSupported otherwise, and the caller runs one product per segment.
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
+
+// y = W (silu(gate) * up) in one launch where matmul() would run the split-rows decode GEMV (1..4
+// tokens; gate / up rows at stride x_stride): the same bits as swiglu then matmul.
+// cudaErrorNotSupported elsewhere, and the caller runs the two ops.
+cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
+                                 size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
+                                 cudaStream_t stream);
 
 inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
                           size_t y_stride, MatmulPrecision precision, cudaStream_t stream) {

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/matmul.h"  // kTcMinTokens, kGemvMaxTokens
@@ -62,6 +63,15 @@ cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const f
                                   float* y, size_t ys, cudaStream_t stream, bool pdl = false);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
+// The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *
+// up), gate and up rows at stride xs (16-byte aligned). The same f32 expression as the swiglu kernel
+// (activation.h), so the bits equal swiglu then gemv_q8_split, one launch (and one [n][cols] round
+// trip through memory) fewer per decode step's FFN.
+cudaError_t gemv_q8_split_swiglu(const cpu::WeightView& w, const float* gate, const float* up, size_t xs, size_t n,
+                                 float* y, size_t ys, cudaStream_t stream, bool pdl = false);
+cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,
+                                         size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream,
+                                         bool pdl = false);
 
 // Launch shapes of the GEMV kernel (kernel lab, tests): 0: 8 warps, 1 quad in flight per warp,
 // 2 blocks/SM; 1: 8 warps, 2 quads, 1 block/SM; 2: 4 warps, 1 quad, 4 blocks/SM; 3: 4 warps,
@@ -111,6 +121,32 @@ int gemm_q8_split_small_splits(size_t rows, size_t cols);
 // launch (common.cuh launch_maybe_dependent).
 cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
                              cudaStream_t stream, bool dependent = false);
+
+// The same small-batch product on int8 tensor cores (gemm_q8_split_int8.cu; cuda::matmul takes it
+// with TcGemmOptions::split_small_int8, an opt-in): the raw int8 quants are the mma operand (no
+// widening), each m16n8k32 covers one Q8_0 block exactly (int32 dot), the block scales are
+// applied in f32 afterwards. The activations become two int8 levels per column and one f32 scale
+// per 32-column block: x ~= u (254 a + b),
+// |x - x^| <= 2^-15.98 max|x_block| + 2^-134 (the proof is in the .cu). Precision: weights exact,
+// activations to that bound, f32 accumulation (more precise than the bf16 kernel's 2^-8 sum|w x|).
+// Same preconditions, K split (split_small_common.cuh), split-order sums, batch invariance and
+// argument conventions as gemm_q8_split_small; three launches at most (pre-pass, product, sums).
+bool gemm_q8_split_int8_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
+                                size_t n_tokens);
+cudaError_t gemm_q8_split_int8(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                               cudaStream_t stream, bool dependent = false);
+// Launch variants (same bits, kernel lab): 0: 4 stages, 1 block/SM; 1: 2 stages, 2 blocks/SM;
+// 2: 3 stages, 2 blocks/SM up to 8 tokens, 1 beyond.
+inline constexpr int kSplitInt8Variants = 3, kSplitInt8DefaultVariant = 1;
+cudaError_t gemm_q8_split_int8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                       float* y, size_t ys, cudaStream_t stream, bool dependent = false);
+cudaError_t gemm_q8_split_int8_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                    const RowSegments& out, cudaStream_t stream, bool dependent = false);
+// The int8 kernel's activation pre-pass: x [n][xs] f32 (cols % 32 == 0) -> levels [2][n][cols]
+// int8 (level a of every token, then level b) and scales [n][cols / 32] f32 (u), per 32-column
+// block of each token. A block with a non-finite value gets u = NaN and zero levels.
+cudaError_t launch_x_to_int8x2(const float* x, size_t xs, size_t n, size_t cols, int8_t* levels, float* scales,
+                               cudaStream_t stream, bool dependent = false);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

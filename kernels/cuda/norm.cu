@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/norm_rope.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -20,41 +21,52 @@ __device__ __forceinline__ size_t warp_row(size_t n_rows) {
   return row < n_rows ? row : n_rows;
 }
 
-// Sum of squares of one row, f32 lane partials then a shuffle tree (the CPU sums in double; the
-// difference is far below the tolerance of any consumer).
-__device__ __forceinline__ float row_sum_squares(const float* x, size_t dim, unsigned lane) {
-  float s = 0.0f;
-  for (size_t i = lane; i < dim; i += kWarp) s += x[i] * x[i];
-  return detail::warp_sum(s);
-}
+using detail::row_sum_squares;  // norm_rope.cuh: shared with the fused attention prep
+
+// Every kernel here may run as a programmatic dependent launch (common.cuh
+// launch_dependent_if_enabled): each thread calls wait_for_previous_kernel() before it reads an
+// activation or writes anything, and before any early return; only norm weights are read before.
 
 // Each lane reads and writes only its own indices, so y == x is safe.
 __global__ void rms_norm_kernel(const float* x, size_t xs, const float* w, float eps, size_t n_rows, size_t dim,
                                 float* y, size_t ys) {
+  detail::wait_for_previous_kernel();
   const size_t row = warp_row(n_rows);
   if (row == n_rows) return;
-  const unsigned lane = threadIdx.x % kWarp;
-  const float* xr = x + row * xs;
-  float* yr = y + row * ys;
-  const float mean_sq = row_sum_squares(xr, dim, lane) / static_cast<float>(dim);
-  const float s = 1.0f / sqrtf(mean_sq + eps);
-  for (size_t i = lane; i < dim; i += kWarp) yr[i] = w != nullptr ? (xr[i] * s) * w[i] : xr[i] * s;
+  detail::warp_rms_norm_row(x + row * xs, w, eps, dim, y + row * ys, threadIdx.x % kWarp);
 }
+
+// The first kGatedPreload gains of each lane are read before the wait (head dims up to 128 have
+// all theirs in registers when the previous kernel's data arrives); same arithmetic either way.
+constexpr int kGatedPreload = 4;
 
 __global__ void gated_rms_norm_kernel(const float* o, const float* z, const float* w, float eps, size_t n_rows,
                                       size_t dim, float* y) {
+  const unsigned lane = threadIdx.x % kWarp;
+  float wp[kGatedPreload];
+#pragma unroll
+  for (int j = 0; j < kGatedPreload; ++j) {
+    const size_t i = lane + size_t{kWarp} * j;
+    wp[j] = i < dim ? w[i] : 0.0f;
+  }
+  detail::wait_for_previous_kernel();
   const size_t row = warp_row(n_rows);
   if (row == n_rows) return;
-  const unsigned lane = threadIdx.x % kWarp;
   const float* orow = o + row * dim;
   const float* zrow = z + row * dim;
   float* yr = y + row * dim;
   const float mean_sq = row_sum_squares(orow, dim, lane) / static_cast<float>(dim);
   const float s = 1.0f / sqrtf(mean_sq + eps);
-  for (size_t i = lane; i < dim; i += kWarp) yr[i] = ((orow[i] * s) * w[i]) * detail::silu(zrow[i]);
+  size_t i = lane;
+#pragma unroll
+  for (int j = 0; j < kGatedPreload; ++j, i += kWarp) {
+    if (i < dim) yr[i] = ((orow[i] * s) * wp[j]) * detail::silu(zrow[i]);
+  }
+  for (; i < dim; i += kWarp) yr[i] = ((orow[i] * s) * w[i]) * detail::silu(zrow[i]);
 }
 
 __global__ void l2_norm_kernel(const float* x, size_t xs, float eps, size_t n_rows, size_t dim, float* y, size_t ys) {
+  detail::wait_for_previous_kernel();
   const size_t row = warp_row(n_rows);
   if (row == n_rows) return;
   const unsigned lane = threadIdx.x % kWarp;
@@ -96,6 +108,7 @@ __device__ float block_sum_squares(const float* x, size_t dim) {
 // Each thread reads and writes only its own indices, so y == x is safe.
 __global__ void __launch_bounds__(kWideThreads)
     rms_norm_wide_kernel(const float* x, size_t xs, const float* w, float eps, size_t dim, float* y, size_t ys) {
+  detail::wait_for_previous_kernel();
   const float* xr = x + size_t{blockIdx.x} * xs;
   float* yr = y + size_t{blockIdx.x} * ys;
   const float s = 1.0f / sqrtf(block_sum_squares(xr, dim) / static_cast<float>(dim) + eps);
@@ -104,6 +117,7 @@ __global__ void __launch_bounds__(kWideThreads)
 
 __global__ void __launch_bounds__(kWideThreads)
     gated_rms_norm_wide_kernel(const float* o, const float* z, const float* w, float eps, size_t dim, float* y) {
+  detail::wait_for_previous_kernel();
   const size_t row = blockIdx.x;
   const float* orow = o + row * dim;
   const float* zrow = z + row * dim;
@@ -114,6 +128,7 @@ __global__ void __launch_bounds__(kWideThreads)
 
 __global__ void __launch_bounds__(kWideThreads)
     l2_norm_wide_kernel(const float* x, size_t xs, float eps, size_t dim, float* y, size_t ys) {
+  detail::wait_for_previous_kernel();
   const float* xr = x + size_t{blockIdx.x} * xs;
   float* yr = y + size_t{blockIdx.x} * ys;
   const float s = 1.0f / sqrtf(block_sum_squares(xr, dim) + eps);
@@ -131,6 +146,7 @@ constexpr int kAddNormPerThread = 32;  // rows up to 8192 wide held in registers
 
 __global__ void __launch_bounds__(kWideThreads)
     add_rms_norm_kernel(float* x, const float* delta, const float* w, float eps, size_t dim, float* y) {
+  detail::wait_for_previous_kernel();
   const size_t row = blockIdx.x;
   float* xr = x + row * dim;
   const float* dr = delta + row * dim;
@@ -174,6 +190,7 @@ __global__ void __launch_bounds__(kWideThreads)
 // logits do not depend on where the model is split.
 __global__ void add_rms_norm_rows_kernel(float* x, const float* delta, const float* w, float eps, size_t n_rows,
                                          size_t dim, float* y) {
+  detail::wait_for_previous_kernel();
   const size_t row = warp_row(n_rows);
   if (row == n_rows) return;
   const unsigned lane = threadIdx.x % kWarp;
@@ -212,6 +229,13 @@ __global__ void __launch_bounds__(kClusterThreads)
   const size_t t0 = size_t{cluster.block_rank()} * kClusterThreads + threadIdx.x;
   float* xr = x + row * xs;
   float* yr = y + row * ys;
+  float gain[kClusterPerThread];  // the norm weights: read before the wait (no kernel writes them)
+#pragma unroll
+  for (unsigned j = 0; j < kClusterPerThread; ++j) {
+    const size_t i = t0 + j * kClusterStride;
+    gain[j] = w != nullptr && i < dim ? w[i] : 1.0f;
+  }
+  detail::wait_for_previous_kernel();
   float v[kClusterPerThread];
 #pragma unroll
   for (unsigned j = 0; j < kClusterPerThread; ++j) {  // every load before any store (x, delta, y may alias)
@@ -245,7 +269,7 @@ __global__ void __launch_bounds__(kClusterThreads)
 #pragma unroll
   for (unsigned j = 0; j < kClusterPerThread; ++j) {
     const size_t i = t0 + j * kClusterStride;
-    if (i < dim) yr[i] = w != nullptr ? (v[j] * s) * w[i] : v[j] * s;
+    if (i < dim) yr[i] = w != nullptr ? (v[j] * s) * gain[j] : v[j] * s;
   }
 #endif
 }
@@ -258,18 +282,14 @@ bool cluster_rows(size_t n_rows, size_t dim) {
 template <bool kAdd>
 cudaError_t launch_norm_cluster(float* x, size_t xs, const float* delta, const float* w, float eps, size_t n_rows,
                                 size_t dim, float* y, size_t ys, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(n_rows * kClusterBlocks));
-  config.blockDim = dim3(kClusterThreads);
-  config.stream = stream;
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = kClusterBlocks;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, norm_cluster_kernel<kAdd>, x, xs, delta, w, eps, dim, y, ys);
+  return detail::launch_maybe_dependent_with(
+      norm_cluster_kernel<kAdd>, dim3(static_cast<unsigned>(n_rows * kClusterBlocks)), dim3(kClusterThreads), 0, stream,
+      dependent_launches(stream), &cluster, x, xs, delta, w, eps, dim, y, ys);
 }
 
 cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, size_t n_rows, size_t dim) {
@@ -294,13 +314,11 @@ cudaError_t rms_norm(const float* x, size_t x_stride, const float* w, float eps,
                                       stream);
   }
   if (dim >= kWideMinDim) {
-    rms_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, x_stride, w, eps, dim, y,
-                                                                                      y_stride);
-  } else {
-    rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, w, eps, n_rows, dim, y,
-                                                                             y_stride);
+    return detail::launch_dependent_if_enabled(rms_norm_wide_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                               dim3(kWideThreads), 0, stream, x, x_stride, w, eps, dim, y, y_stride);
   }
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(rms_norm_kernel, dim3(row_blocks(n_rows)), dim3(kRowsPerBlock * kWarp), 0,
+                                             stream, x, x_stride, w, eps, n_rows, dim, y, y_stride);
 }
 
 cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,
@@ -310,11 +328,11 @@ cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float
   if (z == nullptr || w == nullptr) return cudaErrorInvalidValue;
   if (!detail::f32_ok(z) || !detail::f32_ok(w)) return cudaErrorMisalignedAddress;
   if (dim >= kWideMinDim) {
-    gated_rms_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(o, z, w, eps, dim, y);
-  } else {
-    gated_rms_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(o, z, w, eps, n_rows, dim, y);
+    return detail::launch_dependent_if_enabled(gated_rms_norm_wide_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                               dim3(kWideThreads), 0, stream, o, z, w, eps, dim, y);
   }
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(gated_rms_norm_kernel, dim3(row_blocks(n_rows)),
+                                             dim3(kRowsPerBlock * kWarp), 0, stream, o, z, w, eps, n_rows, dim, y);
 }
 
 cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim, float* y,
@@ -325,12 +343,11 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps
   if (!detail::f32_ok(delta) || (w != nullptr && !detail::aligned_to(w, 4))) return cudaErrorMisalignedAddress;
   if (cluster_rows(n_rows, dim)) return launch_norm_cluster<true>(x, dim, delta, w, eps, n_rows, dim, y, dim, stream);
   if (dim >= kWideMinDim) {  // same block reduction as rms_norm_wide_kernel
-    add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, delta, w, eps, dim, y);
-  } else {
-    add_rms_norm_rows_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, delta, w, eps, n_rows, dim,
-                                                                                      y);
+    return detail::launch_dependent_if_enabled(add_rms_norm_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                               dim3(kWideThreads), 0, stream, x, delta, w, eps, dim, y);
   }
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(add_rms_norm_rows_kernel, dim3(row_blocks(n_rows)),
+                                             dim3(kRowsPerBlock * kWarp), 0, stream, x, delta, w, eps, n_rows, dim, y);
 }
 
 cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride,
@@ -338,12 +355,11 @@ cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, s
   if (n_rows == 0 || dim == 0) return cudaSuccess;
   if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
   if (dim >= kWideMinDim) {
-    l2_norm_wide_kernel<<<static_cast<unsigned>(n_rows), kWideThreads, 0, stream>>>(x, x_stride, eps, dim, y, y_stride);
-  } else {
-    l2_norm_kernel<<<row_blocks(n_rows), kRowsPerBlock * kWarp, 0, stream>>>(x, x_stride, eps, n_rows, dim, y,
-                                                                            y_stride);
+    return detail::launch_dependent_if_enabled(l2_norm_wide_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                               dim3(kWideThreads), 0, stream, x, x_stride, eps, dim, y, y_stride);
   }
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(l2_norm_kernel, dim3(row_blocks(n_rows)), dim3(kRowsPerBlock * kWarp), 0,
+                                             stream, x, x_stride, eps, n_rows, dim, y, y_stride);
 }
 
 }  // namespace ds::cuda

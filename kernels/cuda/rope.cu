@@ -3,35 +3,12 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/norm_rope.cuh"
 
 namespace ds::cuda {
 namespace {
 
-// Per frequency slot: inverse frequency and position stream. Computed on the host with the exact
-// expressions of kernels/cpu/rope.cpp (f32 pow), so the device only multiplies and rotates; passed
-// by value (1.3 KB of kernel parameters), which avoids a device allocation per call.
-struct RopeTable {
-  float inv_freq[kMaxRopeHalf];
-  uint8_t stream[kMaxRopeHalf];
-};
-
-size_t stream_of_slot(size_t i, const std::array<int32_t, 4>& sections) {
-  const size_t sh = sections[1] > 0 ? static_cast<size_t>(sections[1]) : 0;
-  const size_t sw = sections[2] > 0 ? static_cast<size_t>(sections[2]) : 0;
-  if (i % 3 == 1 && i < 3 * sh) return 1;
-  if (i % 3 == 2 && i < 3 * sw) return 2;
-  return 0;
-}
-
-RopeTable make_table(size_t n_rot, const std::array<int32_t, 4>& sections, float theta) {
-  RopeTable tab{};
-  for (size_t i = 0; i < n_rot / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(n_rot);
-    tab.inv_freq[i] = 1.0f / std::pow(theta, exponent);
-    tab.stream[i] = static_cast<uint8_t>(stream_of_slot(i, sections));
-  }
-  return tab;
-}
+using detail::RopeTable;
 
 constexpr int kThreads = 128;
 
@@ -39,21 +16,16 @@ constexpr int kThreads = 128;
 // rotate every (head, pair) of the token.
 __global__ void rope_kernel(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t half,
                             const int32_t* positions, RopeTable tab) {
+  detail::wait_for_previous_kernel();  // x and the positions may be the previous kernel's / copy's
   __shared__ float cos_s[kMaxRopeHalf], sin_s[kMaxRopeHalf];
   for (size_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
     for (size_t i = threadIdx.x; i < half; i += blockDim.x) {
-      const float pos = static_cast<float>(positions[tab.stream[i] * n_tokens + t]);
-      const float angle = pos * tab.inv_freq[i];
-      cos_s[i] = cosf(angle);
-      sin_s[i] = sinf(angle);
+      detail::rope_cos_sin(tab, i, positions, n_tokens, t, &cos_s[i], &sin_s[i]);
     }
     __syncthreads();
     for (size_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
       const size_t h = e / half, i = e % half;
-      float* z = x + t * ts + h * hs;
-      const float a = z[i], b = z[i + half];
-      z[i] = a * cos_s[i] - b * sin_s[i];
-      z[i + half] = b * cos_s[i] + a * sin_s[i];
+      detail::rope_rotate_pair(x + t * ts + h * hs, i, half, cos_s[i], sin_s[i]);
     }
     __syncthreads();  // the table is rewritten for the next token
   }
@@ -71,11 +43,10 @@ cudaError_t rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_h
   if (head_stride < head_dim || (n_tokens > 1 && token_stride < head_stride * (n_heads - 1) + head_dim)) {
     return cudaErrorInvalidValue;
   }
-  const RopeTable tab = make_table(n_rot, sections, theta);
+  const RopeTable tab = detail::make_rope_table(n_rot, sections, theta);
   const unsigned grid = static_cast<unsigned>(n_tokens < 65535u * 16u ? n_tokens : 65535u * 16u);
-  rope_kernel<<<grid, kThreads, 0, stream>>>(x, n_tokens, token_stride, n_heads, head_stride, n_rot / 2, positions,
-                                             tab);
-  return detail::launch_status();
+  return detail::launch_dependent_if_enabled(rope_kernel, dim3(grid), dim3(kThreads), 0, stream, x, n_tokens,
+                                             token_stride, n_heads, head_stride, n_rot / 2, positions, tab);
 }
 
 }  // namespace ds::cuda

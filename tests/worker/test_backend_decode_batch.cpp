@@ -3,11 +3,15 @@
 // gives each sequence alone with the model's per-sequence shape; the spare row stays untouched.
 // Backend::matmul_rows's default: a stacked matrix's rows to separate outputs, bit for bit the
 // separate products of its row ranges.
+// Backend::gdn_decode_slots's raw-gate default: bit for bit the gates (host formulas) followed by
+// the backend's one-sequence gdn of each sequence on its pool slot.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
 #include "tests/kernels/decode_batch_util.h"
 #include "worker/backend.h"
 
@@ -48,6 +52,39 @@ TEST(CpuBackendMatmulRows, EqualsTheRowRangesProducts) {
     first += o.rows;
   }
   EXPECT_EQ(a.back(), -1.0f) << "past the last output row";
+}
+
+TEST(CpuBackendGdnSlots, RawGatesEqualGatesThenPerSequenceRecurrence) {
+  const std::unique_ptr<Backend> be = make_cpu_backend(2);
+  cpu::test::Rng rng(13);
+  const size_t nk = 2, nv = 4, dk = 8, dv = 8, C = 2 * nk * dk + nv * dv, n = 3, pool = 4;
+  const size_t state_floats = nv * dk * dv, slot_stride = state_floats + 5, gate_stride = 2 * nv + 3;
+  const std::vector<uint32_t> slots{2, 0, 3};  // out of order; slot 1 is not in the step
+  const GdnShape shape{1, nk, nv, dk, dv, C, C};
+  const std::vector<float> conv = rng.vec(n * C, -0.3f, 0.3f), rows = rng.vec(n * gate_stride, -4.0f, 4.0f);
+  const std::vector<float> a = rng.vec(nv, -3.0f, -0.1f), dt_bias = rng.vec(nv);
+  const std::vector<float> states = rng.vec(pool * slot_stride, -0.1f, 0.1f);
+  // rows: [alpha (nv) | 3 unused | beta_raw (nv)] per sequence.
+  const GdnRawGates gates{rows.data(), gate_stride, rows.data() + nv + 3, gate_stride, a.data(), dt_bias.data()};
+  std::vector<float> got_state = states, got(n * nv * dv);
+  be->gdn_decode_slots(shape, conv.data(), conv.data() + nk * dk, conv.data() + 2 * nk * dk, gates, got_state.data(),
+                       slot_stride, slots.data(), n, got.data());
+  std::vector<float> want_state = states, want(n * nv * dv), g(nv), beta(nv);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t h = 0; h < nv; ++h) {
+      g[h] = a[h] * cpu::softplus(rows[i * gate_stride + h] + dt_bias[h]);
+      beta[h] = cpu::sigmoid(rows[i * gate_stride + nv + 3 + h]);
+    }
+    const float* q = conv.data() + i * C;
+    be->gdn(shape, q, q + nk * dk, q + 2 * nk * dk, g.data(), beta.data(), want_state.data() + slots[i] * slot_stride,
+            want.data() + i * nv * dv);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_state, want_state);
+  EXPECT_NE(got_state, states) << "the step's slots change";
+  EXPECT_TRUE(
+      std::equal(states.begin() + slot_stride, states.begin() + 2 * slot_stride, got_state.begin() + slot_stride))
+      << "slot 1 stays untouched";
 }
 
 }  // namespace

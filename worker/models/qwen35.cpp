@@ -137,12 +137,13 @@ class Qwen35Stage final : public StageModel {
 
   void gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T);
   struct GdnInputs {
-    float* qkv;  // raw conv input [T, C]
-    float* z;    // output gate [T, nv*dv]
+    float* qkv;         // raw conv input [T, C]
+    float* z;           // output gate [T, nv*dv]
+    GdnRawGates gates;  // row t: token t's alpha / beta_raw (rows of the projections), a, dt_bias
   };
-  GdnInputs gdn_projections(const LayerWeights& lw, size_t T, float* g, float* beta);
-  void gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, const float* qkv,
-                      float* conv, const float* g, const float* beta, float* o);
+  GdnInputs gdn_projections(const LayerWeights& lw, size_t T);
+  void gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, const GdnInputs& in,
+                      float* conv, float* o);
   void gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
                              bool single_tokens, const float* qkv, float* conv, const float* g, const float* beta,
                              float* o);
@@ -369,26 +370,28 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
   }
 }
 
-// The GDN input projections of T rows and the gates: returns the raw conv input qkv [T, C] and the
-// output gate z [T, nv*dv] (rows of one stacked product at T == 1 when the backend stacks), and
-// writes g, beta [T, nv].
-Qwen35Stage::GdnInputs Qwen35Stage::gdn_projections(const LayerWeights& lw, size_t T, float* g, float* beta) {
+// The GDN input projections of T rows: returns the raw conv input qkv [T, C], the output gate z
+// [T, nv*dv] (rows of one stacked product at T == 1 when the backend stacks) and the raw gate
+// rows; the gates themselves are computed by the caller (gdn_layer) or inside the decode launch.
+Qwen35Stage::GdnInputs Qwen35Stage::gdn_projections(const LayerWeights& lw, size_t T) {
   const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nv = cfg_.ssm_dt_rank, dv = cfg_.ssm_head_v_dim();
   const float* x = ws_.get(Slot::kNorm, T * D);
+  // Stacked [alpha | beta_raw] rows of 2*nv floats.
+  const auto stacked_gates = [&](const float* alpha) {
+    return GdnRawGates{alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias};
+  };
   if (T == 1 && lw.gdn.in_proj.data != nullptr) {
     // One token: one GEMV over [qkv ; gate ; alpha ; beta]; its row splits into [qkv | z | alpha | beta_raw].
     float* qkv = ws_.get(Slot::kProjA, C + nv * dv + 2 * nv);
-    float* alpha = qkv + C + nv * dv;
     be_->matmul(lw.gdn.in_proj, x, D, 1, qkv, C + nv * dv + 2 * nv);
-    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
-    return {qkv, qkv + C};
+    return {qkv, qkv + C, stacked_gates(qkv + C + nv * dv)};
   }
-  GdnInputs in{ws_.get(Slot::kProjA, T * C), ws_.get(Slot::kProjB, T * nv * dv)};
+  GdnInputs in{ws_.get(Slot::kProjA, T * C), ws_.get(Slot::kProjB, T * nv * dv), {}};
   if (lw.gdn.in_proj.data != nullptr && be_->stacks_multi_token(T)) {  // one pass, rows to q/k/v, z, alpha|beta
     float* alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
     const Backend::RowOutput outs[] = {{C, in.qkv, C}, {nv * dv, in.z, nv * dv}, {2 * nv, alpha, 2 * nv}};
     be_->matmul_rows(lw.gdn.in_proj, x, D, T, outs, 3);
-    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    in.gates = stacked_gates(alpha);
     return in;
   }
   if (T == 1 && lw.gdn.qkv_gate.data != nullptr) {
@@ -403,41 +406,39 @@ Qwen35Stage::GdnInputs Qwen35Stage::gdn_projections(const LayerWeights& lw, size
   if (lw.gdn.alpha_beta.data != nullptr) {  // rows [alpha | beta_raw], read with stride 2*nv
     float* alpha = ws_.get(Slot::kAlpha, T * 2 * nv);
     be_->matmul(lw.gdn.alpha_beta, x, D, T, alpha, 2 * nv);
-    be_->gdn_gates(alpha, 2 * nv, alpha + nv, 2 * nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    in.gates = stacked_gates(alpha);
   } else {
     float* alpha = ws_.get(Slot::kAlpha, T * nv);
     float* beta_raw = ws_.get(Slot::kBeta, T * nv);
     be_->matmul(lw.gdn.alpha, x, D, T, alpha, nv);
     be_->matmul(lw.gdn.beta, x, D, T, beta_raw, nv);
-    be_->gdn_gates(alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias, T, nv, g, beta);
+    in.gates = GdnRawGates{alpha, nv, beta_raw, nv, lw.gdn.a, lw.gdn.dt_bias};
   }
   return in;
 }
 
-// A plain decode step: every sequence's conv and recurrence in one launch each, states addressed
-// by their pool slot.
+// A plain decode step: every sequence's conv and recurrence in one launch each (the recurrence
+// computes the gates from their raw rows itself), states addressed by their pool slot.
 void Qwen35Stage::gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans,
-                                 const float* qkv, float* conv, const float* g, const float* beta, float* o) {
+                                 const GdnInputs& in, float* conv, float* o) {
   const size_t C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
   const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
   StatePool& st = cache_->states();
   slots_.clear();
   for (const SeqSpan& s : spans) slots_.push_back(s.seq->slot);
-  be_->conv_silu_l2_slots(qkv, C, lw.gdn.conv, Kc, st.conv(0, gl), st.record_floats(), slots_.data(), spans.size(),
+  be_->conv_silu_l2_slots(in.qkv, C, lw.gdn.conv, Kc, st.conv(0, gl), st.record_floats(), slots_.data(), spans.size(),
                           2 * nk, dk, cfg_.rms_eps, conv);
   const GdnShape token_shape{1, nk, nv, dk, dv, C, C};
-  be_->gdn_decode_slots(token_shape, conv, conv + nk * dk, conv + 2 * nk * dk, g, beta, st.ssm(0, gl),
+  be_->gdn_decode_slots(token_shape, conv, conv + nk * dk, conv + 2 * nk * dk, in.gates, st.ssm(0, gl),
                         st.record_floats(), slots_.data(), spans.size(), o);
 }
 
 void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vector<SeqSpan>& spans, size_t T) {
   const size_t D = cfg_.n_embd, C = cfg_.ssm_conv_channels(), nv = cfg_.ssm_dt_rank, dv = cfg_.ssm_head_v_dim();
-  float* g = ws_.get(Slot::kGateG, T * nv);
-  float* beta = ws_.get(Slot::kGateBeta, T * nv);
   float* conv = ws_.get(Slot::kConv, T * C);  // silu(conv) [T, C] = [q | k | v]
   float* o = ws_.get(Slot::kMix, T * nv * dv);
   float* y = ws_.get(Slot::kGated, T * nv * dv);
-  const GdnInputs in = gdn_projections(lw, T, g, beta);
+  const GdnInputs in = gdn_projections(lw, T);
   const size_t gl = cache_index_[local];
   // Conv for all rows, then the recurrence: each captures its own state after every piece.
   // When every piece is one token, conv + SiLU + the q/k L2 norms go together
@@ -447,8 +448,12 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
     for (const GdnPiece& p : gdn_pieces(s)) single_tokens = single_tokens && p.n_tokens == 1;
   }
   if (single_tokens && one_row_per_span(spans)) {
-    gdn_decode_all(lw, gl, spans, in.qkv, conv, g, beta, o);
+    gdn_decode_all(lw, gl, spans, in, conv, o);
   } else {
+    float* g = ws_.get(Slot::kGateG, T * nv);
+    float* beta = ws_.get(Slot::kGateBeta, T * nv);
+    const GdnRawGates& r = in.gates;
+    be_->gdn_gates(r.alpha, r.alpha_stride, r.beta_raw, r.beta_stride, r.a, r.dt_bias, T, nv, g, beta);
     gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, in.qkv, conv, g, beta, o);
   }
   be_->gated_rms_norm(o, in.z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
@@ -479,19 +484,32 @@ void Qwen35Stage::attention_layer(const LayerWeights& lw, const std::vector<SeqS
     be_->matmul(lw.attn.k, x, D, T, k, Hkv * d);
     be_->matmul(lw.attn.v, x, D, T, v, Hkv * d);
   }
-  be_->rms_norm(qg, 2 * d, lw.attn.q_norm, cfg_.rms_eps, T * H, d, qg, 2 * d);
-  be_->rms_norm(k, d, lw.attn.k_norm, cfg_.rms_eps, T * Hkv, d, k, d);
-  be_->rope_neox(qg, T, 2 * H * d, H, 2 * d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
-  be_->rope_neox(k, T, Hkv * d, Hkv, d, d, cfg_.n_rot, positions_.data(), cfg_.rope_sections, cfg_.rope_theta);
-
-  // Every token's K/V row goes to its sequence's page first; then each sequence attends over
-  // its rows through its block table.
-  const size_t row = Hkv * d;
+  // q and k heads normed and roped, and every token's K/V row written to its sequence's page
+  // (one op: Backend::attention_prep); then each sequence attends over its rows through its
+  // block table.
   const size_t pool = mtp ? mtp_pool_ : cache_index_[local];
   float* k_pool = cache_->kv().k(pool);
   float* v_pool = cache_->kv().v(pool);
-  be_->scatter_rows(k, kv_rows_.data(), T, row, k_pool);
-  be_->scatter_rows(v, kv_rows_.data(), T, row, v_pool);
+  AttentionPrep prep;
+  prep.n_tokens = T;
+  prep.n_heads = H;
+  prep.n_kv_heads = Hkv;
+  prep.head_dim = d;
+  prep.qg = qg;
+  prep.q_head_stride = 2 * d;
+  prep.k = k;
+  prep.v = v;
+  prep.q_norm = lw.attn.q_norm;
+  prep.k_norm = lw.attn.k_norm;
+  prep.eps = cfg_.rms_eps;
+  prep.n_rot = cfg_.n_rot;
+  prep.positions = positions_.data();
+  prep.sections = cfg_.rope_sections;
+  prep.theta = cfg_.rope_theta;
+  prep.kv_rows = kv_rows_.data();
+  prep.k_pool = k_pool;
+  prep.v_pool = v_pool;
+  be_->attention_prep(prep);
   attend(spans, k_pool, v_pool, qg, o);
   be_->sigmoid_gate(o, d, qg + d, 2 * d, T * H, d, y, d);
   float* mixed = ws_.get(Slot::kOut, T * D);

@@ -199,6 +199,44 @@ TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
   }
 }
 
+// The FFN's SwiGLU folded into the GEMV's activation loads gives the bits of swiglu then the GEMV,
+// for both dot products and every launch width; matmul_swiglu_decode takes only decode steps.
+TEST(CudaGemvSplit, SwigluFoldedGivesTheBitsOfSwigluThenGemv) {
+  DS_REQUIRE_GPU();
+  Rng rng(93);
+  for (const Shape& s : {Shape{1040, 12288}, Shape{300, 4096}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    const std::vector<float> gate = rng.vec(4 * s.cols), up = rng.vec(4 * s.cols);
+    DeviceArray<float> dgate(gate), dup(up), dact(4 * s.cols), dy(4 * s.rows);
+    DS_CUDA_CHECK(swiglu(dgate.get(), dup.get(), 4 * s.cols, dact.get(), nullptr));
+    for (int v = 0; v < detail::kGemvSplitVariants; ++v) {
+      for (size_t n = 1; n <= 4; ++n) {
+        DS_CUDA_CHECK(detail::gemv_q8_split_variant(v, w.device_view(dw.get()), dact.get(), s.cols, n, dy.get(), s.rows,
+                                                    nullptr));
+        const std::vector<float> want = dy.download();
+        DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 4 * s.rows * sizeof(float)));
+        DS_CUDA_CHECK(detail::gemv_q8_split_swiglu_variant(v, w.device_view(dw.get()), dgate.get(), dup.get(), s.cols, n,
+                                                           dy.get(), s.rows, nullptr, /*pdl=*/n % 2 == 0));
+        const std::vector<float> got = dy.download();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * s.rows * sizeof(float)), 0)
+            << s.rows << "x" << s.cols << " variant " << v << " n=" << n;
+      }
+    }
+    const cpu::WeightView dev = w.device_view(dw.get());
+    EXPECT_EQ(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 1, dy.get(), s.rows, TcGemmOptions{}, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 5, dy.get(), s.rows, TcGemmOptions{}, nullptr),
+              cudaErrorNotSupported)
+        << "5+ tokens are not a decode GEMV step";
+    EXPECT_EQ(matmul_swiglu_decode(dev, dgate.get(), nullptr, s.cols, 1, dy.get(), s.rows, TcGemmOptions{}, nullptr),
+              cudaErrorNotSupported);
+    EXPECT_EQ(detail::gemv_q8_split_swiglu(dev, dgate.get(), dup.get() + 1, s.cols, 1, dy.get(), s.rows, nullptr),
+              cudaErrorInvalidValue)
+        << "misaligned up rows";
+  }
+}
+
 TEST(CudaGemvSplit, RejectsWhatItCannotRead) {
   DS_REQUIRE_GPU();
   DeviceArray<uint8_t> dw(64 * 1088 + 64);

@@ -1,0 +1,35 @@
+// Internal: what the small-batch GEMMs over split rows share (gemm_q8_split_small.cu on bf16
+// tensor cores, gemm_q8_split_int8.cu on int8 tensor cores): the K split of a shape and the
+// row-segment destinations. Both tile 256 rows per block and split K in whole 256-column units,
+// so one K split serves both, and the splits' partial sums go through launch_sum_splits
+// (matmul_fast.h) in split order.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cuda/matmul.h"  // RowSegments
+
+namespace ds::cuda::detail {
+
+inline constexpr int kSplitSmallBlockRows = 256;  // rows of one thread block
+inline constexpr int kSplitSmallSpanCols = 64;    // K splits are counted in spans of 64 columns
+inline constexpr int kSplitSmallUnitCols = 256;   // and are whole units of 256 columns
+
+// The K split of a shape: `splits` column ranges of `spans` spans each (the last may be shorter,
+// never empty).
+struct KSplit {
+  int splits = 1, spans = 0;
+};
+
+// Chosen from (rows, cols, SM count) only — never the token count — so a token's bits do not
+// depend on how many other tokens share the call (gemm_q8_split_small.cu has the cost model).
+KSplit choose_split(int rows, int cols, int sms);
+
+// Where row r of token t goes in a RowSegments destination (segments in row order).
+__device__ __forceinline__ float* segment_out(const RowSegments& s, int r, int t) {
+  int i = 0;
+  while (i + 1 < s.n && static_cast<size_t>(r) >= s.first[i + 1]) ++i;
+  return s.y[i] + static_cast<size_t>(t) * s.ys[i] + (r - s.first[i]);
+}
+
+}  // namespace ds::cuda::detail
