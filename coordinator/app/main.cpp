@@ -7,6 +7,7 @@
 // until SIGTERM/SIGINT; then it stops accepting, finishes or cancels in-flight requests,
 // shuts the workers down and exits 0.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "coordinator/app/serve_options.h"
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/engine/gpu_share.h"
 #include "coordinator/openai/openai_server.h"
 #include "coordinator/serving/batch_engine.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -96,6 +98,9 @@ int serve(int argc, char** argv) {
   if (o.http.served_model_name.empty()) o.http.served_model_name = file_name(o.engine.model_path);
   o.http.model_file_name = file_name(o.engine.model_path);
   ds::log::info("deltaserve", ds::describe(o));
+  const std::string gpu_hint = ds::shared_gpu_hint(o.engine.backend, o.engine.devices, o.engine.n_workers,
+                                                   ds::mps_control_running(std::getenv("CUDA_MPS_PIPE_DIRECTORY")));
+  if (!gpu_hint.empty()) ds::log::warn("deltaserve", gpu_hint);
 
   // The scheduler's numbers are upper bounds for the workers' pools (sent in Assign): each
   // worker allocates what fits its memory budget and reports it at Ready; the scheduler then

@@ -1,6 +1,8 @@
 // Splitting the GPU memory fraction among workers on one device (see gpu_share.h).
 #include "coordinator/engine/gpu_share.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -67,6 +69,28 @@ std::vector<std::string> gpu_fraction_flags(const std::string& backend, std::opt
     out.emplace_back(text);
   }
   return out;
+}
+
+std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
+                            bool mps_running) {
+  if (backend != "cuda" || mps_running) return {};
+  const std::vector<int> device_of = device_of_each_rank(devices, n_ranks);
+  std::map<int, int> on_device;
+  for (int d : device_of) ++on_device[d];
+  for (const auto& [device, count] : on_device) {
+    if (count < 2) continue;
+    return std::to_string(count) + " workers share GPU " + std::to_string(device) +
+           " without CUDA MPS: each hidden-state hop switches GPU contexts (measured on an H200: decode steps "
+           "1.12-1.16x a single worker's time, 1.02-1.06x under MPS). Start `nvidia-cuda-mps-control -d` first "
+           "to avoid it.";
+  }
+  return {};
+}
+
+bool mps_control_running(const char* pipe_env) {
+  const std::string dir = pipe_env != nullptr && *pipe_env != '\0' ? pipe_env : "/tmp/nvidia-mps";
+  struct stat st {};
+  return ::stat((dir + "/control").c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
 }  // namespace ds

@@ -2,7 +2,12 @@
 // Shares are fraction x layers / layers on that GPU; the expected values are worked out by hand
 // and compared to 1e-12 (a few double roundings of numbers near 1).
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <numeric>
 
 #include "common/error.h"
@@ -78,6 +83,38 @@ TEST(GpuShare, FlagsOnlyWhereTheWorkersNeedThem) {
             (std::vector<std::string>{"0.463636", "0.436363"}));
   EXPECT_EQ(gpu_fraction_flags("cuda", 0.6, {1, 1}, stages({4, 4}), false),
             (std::vector<std::string>{"0.300000", "0.300000"}));
+}
+
+// The start-up hint: only CUDA workers sharing a GPU without MPS get one, naming the GPU.
+TEST(GpuShare, SharedGpuHintOnlyWithoutMps) {
+  EXPECT_TRUE(shared_gpu_hint("cpu", {0, 0}, 2, false).empty());
+  EXPECT_TRUE(shared_gpu_hint("cuda", {}, 2, false).empty()) << "GPUs 0 and 1";
+  EXPECT_TRUE(shared_gpu_hint("cuda", {0, 0}, 2, true).empty()) << "MPS is running";
+  const std::string hint = shared_gpu_hint("cuda", {1, 0, 1}, 3, false);
+  EXPECT_NE(hint.find("2 workers share GPU 1"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("nvidia-cuda-mps-control -d"), std::string::npos) << hint;
+}
+
+// MPS counts as running when its pipe directory holds a control socket (not a plain file).
+TEST(GpuShare, MpsDetectedByItsControlSocket) {
+  char tmpl[] = "/tmp/ds-mps-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, control = dir + "/control";
+  EXPECT_FALSE(mps_control_running(dir.c_str()));
+  { std::ofstream(control) << "not a socket"; }
+  EXPECT_FALSE(mps_control_running(dir.c_str()));
+  std::remove(control.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", control.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_TRUE(mps_control_running(dir.c_str()));
+  close(fd);
+  std::remove(control.c_str());
+  rmdir(dir.c_str());
+  EXPECT_FALSE(mps_control_running("/nonexistent/ds-mps"));
 }
 
 }  // namespace
