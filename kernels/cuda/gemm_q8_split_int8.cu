@@ -232,30 +232,6 @@ __device__ __forceinline__ void compute_slice(const uint8_t* s, int warp_row, in
   }
 }
 
-// Where a product's rows go: partial[split][t][r] when the K is split, else the caller's segments.
-struct Destination {
-  float* partial;
-  RowSegments rows;
-};
-
-template <int NT>
-__device__ __forceinline__ void store_acc(const float (&acc)[2][NT][4], int warp_row, int g, int t4, int rows, int n,
-                                          const Destination& dst) {
-  float* part = dst.partial == nullptr ? nullptr : dst.partial + blockIdx.y * static_cast<size_t>(n) * rows;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * t4 + e % 2;
-        if (r >= rows || t >= n) continue;
-        *(part != nullptr ? part + static_cast<size_t>(t) * rows + r : segment_out(dst.rows, r, t)) = acc[mt][j][e];
-      }
-    }
-  }
-}
-
 template <int NT, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     gemm_q8_split_int8_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes, Acts x,

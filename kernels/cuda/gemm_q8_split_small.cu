@@ -123,32 +123,6 @@ __device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb
   }
 }
 
-// Where a product's rows go: partial[split][t][r] when the K is split (sum_splits_kernel then adds
-// the splits up), else straight to the caller's row segments.
-struct Destination {
-  float* partial;
-  RowSegments rows;
-};
-
-// The warp's accumulators (rows warp_row + 16 mt + g (+ 8), tokens 8 j + 2 c (+ 1)).
-template <int NT>
-__device__ __forceinline__ void store_acc(const float (&acc)[2][NT][4], int warp_row, int g, int c, int rows, int n,
-                                          const Destination& d) {
-  float* part = d.partial == nullptr ? nullptr : d.partial + blockIdx.y * static_cast<size_t>(n) * rows;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = warp_row + 16 * mt + g + 8 * (e / 2), t = 8 * j + 2 * c + e % 2;
-        if (r >= rows || t >= n) continue;
-        *(part != nullptr ? part + static_cast<size_t>(t) * rows + r : segment_out(d.rows, r, t)) = acc[mt][j][e];
-      }
-    }
-  }
-}
-
 // Where a thread works: its warp, its lane's row group g and column quarter c, and the block's K
 // range (split blockIdx.y: spans from first_span, n_slices slices of spans_per_slice spans).
 struct BlockTile {
