@@ -93,6 +93,7 @@ struct Options {
   bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
+  std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
@@ -109,7 +110,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -172,6 +173,11 @@ Options parse(int argc, char** argv) {
       o.device = parse_number<int>(kUsage, a, args.value(), 0);
     } else if (a == "--workers") {
       o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 64);
+    } else if (a == "--busy-poll") {
+      o.busy_poll = args.value();
+      if (o.busy_poll != "auto" && o.busy_poll != "on" && o.busy_poll != "off") {
+        kUsage.fail("--busy-poll must be auto, on or off, got '" + o.busy_poll + "'");
+      }
     } else if (a == "--pipeline-depth") {
       o.pipeline_depth = parse_number<uint32_t>(kUsage, a, args.value(), 0, 64);
     } else if (a == "--devices") {
@@ -397,6 +403,7 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.threads_per_worker = o.threads;
   eo.devices = o.devices;  // used on cuda only (the engine gives cpu workers no --device)
   eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
+  eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
   return ds::bench::make_pipeline_runner(eo, o.pipeline_depth);
 }
 

@@ -2,6 +2,7 @@
 #include "common/ipc/channel.h"
 
 #include <cerrno>
+#include <chrono>
 #include <stdexcept>
 
 namespace ds::ipc {
@@ -122,10 +123,19 @@ RecvStatus ZmqChannel::recv(Received* out, int timeout_ms, std::string* why) {
   return RecvStatus::kMessage;
 }
 
-int poll_channels(const std::vector<ZmqChannel*>& channels, int timeout_ms) {
+int poll_channels(const std::vector<ZmqChannel*>& channels, int timeout_ms, int spin_us) {
   std::vector<zmq::pollitem_t> items;
   for (ZmqChannel* c : channels) items.push_back({c->socket().handle(), 0, ZMQ_POLLIN, 0});
-  if (poll_items(items.data(), items.size(), timeout_ms) == 0) return -1;
+  const auto start = std::chrono::steady_clock::now();
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() - start < std::chrono::microseconds(spin_us)) {
+    ready = poll_items(items.data(), items.size(), 0) != 0;
+  }
+  if (!ready) {
+    const auto spun = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const int left = timeout_ms - static_cast<int>(spun.count());
+    if (left < 0 || poll_items(items.data(), items.size(), left) == 0) return -1;
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].revents & ZMQ_POLLIN) return static_cast<int>(i);
   }

@@ -75,7 +75,10 @@ class ZmqChannel : public Channel {
   std::string endpoint_;
 };
 
-// Waits until one of `channels` is readable; returns its index, or -1 on timeout.
-int poll_channels(const std::vector<ZmqChannel*>& channels, int timeout_ms);
+// Waits until one of `channels` is readable; returns its index, or -1 on timeout. The first
+// `spin_us` microseconds of the wait poll without sleeping (busy polling): a thread that blocks
+// pays a wake-up when the message comes (tens to hundreds of microseconds on a virtual machine),
+// once per hop of every step.
+int poll_channels(const std::vector<ZmqChannel*>& channels, int timeout_ms, int spin_us = 0);
 
 }  // namespace ds::ipc

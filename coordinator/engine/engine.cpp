@@ -121,6 +121,8 @@ void PipelineEngine::Impl::start_workers() {
       if (!fractions.empty()) a.insert(a.end(), {"--gpu-memory-fraction", fractions[rank]});
     }
     if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
+    if (opt.busy_poll == "off") a.insert(a.end(), {"--busy-poll-us", "0"});
+    if (opt.busy_poll == "on") a.insert(a.end(), {"--busy-poll-us", "5000"});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
     return a;
   };
@@ -318,9 +320,10 @@ void PipelineEngine::Impl::pump_once(int timeout_ms) {
 
 bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms) {
   const int64_t deadline = now_ms() + timeout_ms;
+  const bool spin = opt.busy_poll == "on" || (opt.busy_poll == "auto" && opt.backend == "cuda");
   while (!done()) {
     if (now_ms() >= deadline) return false;
-    pump_once(kPollSliceMs);
+    pump_once(spin ? 0 : kPollSliceMs);
   }
   return true;
 }

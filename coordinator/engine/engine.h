@@ -51,6 +51,11 @@ struct EngineOptions {
   // different GPUs; on one shared GPU each micro-batch re-reads the weights, so keep it off.
   // Above 4 (the workers' ring slots) a stage may wait for a free slot.
   uint32_t micro_batches = 1;
+  // While a step is in flight the engine polls for its result without sleeping, so the result
+  // costs no thread wake-up (H200 VM, 9B decode: ~0.3 ms of each step was outside compute).
+  // "auto": on with cuda workers (one busy core while serving), off with cpu workers (they need
+  // the cores); "on" / "off".
+  std::string busy_poll = "auto";
   int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
   int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
   int step_timeout_ms = 600000;         // no result for this long = the step is lost

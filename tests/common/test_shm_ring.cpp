@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
 
+#include "common/ipc/channel.h"
+#include "common/ipc/endpoints.h"
 #include "common/ipc/hidden_transport.h"
 #include "common/ipc/shm_ring.h"
 
@@ -333,6 +336,36 @@ TEST(HiddenTransport, ReservedChunksAreFilledInPlace) {
   ASSERT_TRUE(fill(8));
   EXPECT_EQ(sender.ring_messages(), 4u);
   EXPECT_THROW(sender.send_reserved(forward_of(64)), std::logic_error) << "nothing reserved";
+}
+
+// Busy polling: a message sent while the poller spins is seen during the spin; with none, the
+// wait still ends at its timeout (the spin counted in it), and a spin of 0 is a plain wait.
+TEST(PollChannels, SpinsThenSleepsAndKeepsItsTimeout) {
+  Context ctx;
+  const std::string endpoint = make_ipc_control_endpoint();
+  ZmqChannel pull(ctx, SocketRole::kPull, endpoint);
+  ZmqChannel push(ctx, SocketRole::kPush, endpoint);
+  std::vector<ZmqChannel*> channels{&pull};
+  auto elapsed_ms = [](auto t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(poll_channels(channels, 30, 5000), -1);
+  EXPECT_GE(elapsed_ms(t0), 29.0) << "the timeout covers the spin";
+  EXPECT_LT(elapsed_ms(t0), 1000.0);
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(poll_channels(channels, 20, 0), -1);
+  EXPECT_GE(elapsed_ms(t0), 19.0);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_TRUE(push.send(forward_of(8), pattern(8, 1)));
+  });
+  EXPECT_EQ(poll_channels(channels, 5000, 200000), 0) << "seen while spinning";
+  sender.join();
+  Received msg;
+  std::string why;
+  EXPECT_EQ(pull.recv(&msg, 0, &why), RecvStatus::kMessage) << why;
+  remove_ipc_endpoint_dir(endpoint);
 }
 
 TEST(HiddenTransport, ReceiverRejectsInconsistentChunks) {

@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kHelloRetryMs = 1000;  // Hello is repeated until Assign arrives
 constexpr int kPollMs = 50;          // bounds the reaction time to a stop request
+constexpr int64_t kBusyPollAfterTrafficMs = 1000;  // busy polling only within this long of a message
 
 uint64_t random_instance_id() {
   std::random_device rd;
@@ -49,7 +50,7 @@ void mark_shm_input(v1::Envelope* env) {
 
 WorkerDaemon::WorkerDaemon(WorkerOptions options, StageLoader loader)
     : options_(std::move(options)), loader_(std::move(loader)), instance_id_(random_instance_id()),
-      hidden_in_(pinned_ring_hooks(options_)) {
+      busy_poll_us_(busy_poll_window_us(options_)), hidden_in_(pinned_ring_hooks(options_)) {
   control_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kDealer, options_.coordinator);
   heartbeat_ = std::make_unique<HeartbeatThread>(ctx_, options_.coordinator, options_.rank, instance_id_,
                                                  options_.heartbeat_ms, stats_);
@@ -94,9 +95,12 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     }
     std::vector<ipc::ZmqChannel*> channels{control_.get()};
     if (data_in_) channels.push_back(data_in_.get());
-    const int ready = ipc::poll_channels(channels, kPollMs);
+    // Busy polling only right after traffic: an idle worker sleeps in the poll.
+    const bool recent = steady_now_ms() - last_message_ms_ < kBusyPollAfterTrafficMs;
+    const int ready = ipc::poll_channels(channels, kPollMs, recent ? busy_poll_us_ : 0);
     if (ready < 0) continue;
     drain(*channels[static_cast<size_t>(ready)], ready == 1);
+    last_message_ms_ = steady_now_ms();
   }
   ds::log::info("worker", ds::log::Msg() << "exiting");
   notifier_.stopping();

@@ -71,6 +71,8 @@ class WorkerDaemon {
   StageLoader loader_;
   uint64_t instance_id_ = 0;
   uint64_t epoch_ = 0;
+  int busy_poll_us_ = 0;           // busy_poll_window_us(options_)
+  int64_t last_message_ms_ = -1000000;  // steady clock of the last message handled
   bool shutdown_ = false;
   ipc::Context ctx_;
   std::unique_ptr<ipc::ZmqChannel> control_;

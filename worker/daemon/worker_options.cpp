@@ -26,7 +26,7 @@ constexpr const char* kUsage =
     "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
     "                         [--memory-budget SIZE] [--gpu-workspace-reserve SIZE] [--log-format text|json]\n"
     "                         [--prefill-precision bf16|f32] [--prefill-gemm cublaslt|mma]\n"
-    "                         [--bf16-weight-copy off|on|auto]\n"
+    "                         [--bf16-weight-copy off|on|auto] [--busy-poll-us US]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
@@ -47,6 +47,8 @@ constexpr const char* kUsage =
     "  --bf16-weight-copy  cuda: keep bf16 copies of the Q8_0 matrices for bf16 prefill (~1.9x\n"
     "                  their bytes, taken from the pool budget): off (default), on, or auto (on\n"
     "                  only when the KV/state pools lose nothing to it)\n"
+    "  --busy-poll-us  after each message, poll this long without sleeping (default -1 = auto:\n"
+    "                  5000 on cuda, 0 on cpu)\n"
     "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"
     "precedence: flag > environment > config file > default.\n";
 
@@ -80,6 +82,9 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"bf16-weight-copy", [o](const std::string& v) {
          o->bf16_weight_copy = v;
          return v == "off" || v == "on" || v == "auto";
+       }},
+      {"busy-poll-us", [o](const std::string& v) {
+         return parse_number(v, &o->busy_poll_us) && o->busy_poll_us >= -1 && o->busy_poll_us <= 1000000;
        }},
       {"memory-budget", [o](const std::string& v) { return parse_byte_size(v, &o->memory_budget_bytes) && o->memory_budget_bytes > 0; }},
       {"gpu-workspace-reserve", [o](const std::string& v) { return parse_byte_size(v, &o->gpu_workspace_reserve_bytes); }},
@@ -192,8 +197,14 @@ std::string describe(const WorkerOptions& o) {
     << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " memory_budget="
     << (o.memory_budget_bytes ? format_bytes(o.memory_budget_bytes) : std::string("default")) << " log_format=" << o.log_format
     << " hidden_transport=" << o.hidden_transport << " prefill_precision=" << o.prefill_precision
-    << " prefill_gemm=" << o.prefill_gemm << " bf16_weight_copy=" << o.bf16_weight_copy;
+    << " prefill_gemm=" << o.prefill_gemm << " bf16_weight_copy=" << o.bf16_weight_copy
+    << " busy_poll_us=" << busy_poll_window_us(o);
   return s.str();
+}
+
+int busy_poll_window_us(const WorkerOptions& o) {
+  if (o.busy_poll_us >= 0) return o.busy_poll_us;
+  return o.backend == "cuda" ? 5000 : 0;
 }
 
 }  // namespace ds

@@ -37,7 +37,15 @@ struct WorkerOptions {
   // "off" (default); "on": its bytes are taken from the pool budget before the pools are sized;
   // "auto": on only when the pools still get everything they would get without it.
   std::string bf16_weight_copy = "off";
+  // After each message the worker polls for the next one without sleeping for this long, so a
+  // step that follows closely (the next decode step, the previous stage's output) costs no
+  // thread wake-up. -1 = auto: 5000 on cuda (covers the other stages' part of a decode step),
+  // 0 on cpu (its compute threads need the cores).
+  int busy_poll_us = -1;
 };
+
+// The busy-poll window `o` asks for, auto resolved.
+int busy_poll_window_us(const WorkerOptions& o);
 
 // Parses argv. Returns false and fills `error` (usage included) on bad flags; `help` is set
 // when --help was asked for.

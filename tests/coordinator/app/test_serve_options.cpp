@@ -164,5 +164,20 @@ TEST(ServeOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
   }
 }
 
+// --busy-poll: auto by default; on / off also reach the workers serve starts (their --busy-poll-us
+// is set by the engine: see PipelineEngine's worker arguments); anything else is refused.
+TEST(ServeOptions, BusyPollValues) {
+  ServeOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
+  EXPECT_EQ(o.engine.busy_poll, "auto");
+  ServeOptions off;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--busy-poll", "off"}, {}, &off, &error)) << error;
+  EXPECT_EQ(off.engine.busy_poll, "off");
+  ServeOptions bad;
+  EXPECT_FALSE(parse({"--model", "m.gguf", "--busy-poll", "sometimes"}, {}, &bad, &error));
+  EXPECT_NE(error.find("busy-poll"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace ds

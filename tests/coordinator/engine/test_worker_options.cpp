@@ -174,5 +174,23 @@ TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
   unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
 }
 
+// --busy-poll-us: -1 (auto) resolves by backend; explicit values win; out-of-range values are refused.
+TEST(WorkerOptions, BusyPollWindowAutoByBackendAndExplicit) {
+  WorkerOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error)) << error;
+  EXPECT_EQ(busy_poll_window_us(o), 0) << "cpu workers need their cores";
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cuda"}, &o, &error)) << error;
+  EXPECT_EQ(busy_poll_window_us(o), 5000);
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cuda", "--busy-poll-us", "0"}, &o,
+                    &error))
+      << error;
+  EXPECT_EQ(busy_poll_window_us(o), 0);
+  WorkerOptions bad;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--busy-poll-us", "-2"}, &bad, &error));
+  EXPECT_NE(error.find("busy-poll-us"), std::string::npos) << error;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--busy-poll-us", "soon"}, &bad, &error));
+}
+
 }  // namespace
 }  // namespace ds
