@@ -87,7 +87,9 @@ struct PipelineEngine::Impl {
   void send_to(uint32_t rank, const v1::Envelope& env);
   void pump_once(int timeout_ms);
   void check_liveness();
-  bool wait_until(const std::function<bool()>& done, int timeout_ms);
+  // `step`: waiting for a step's result (busy-polled when EngineOptions::busy_poll says so);
+  // start-up, recovery and drops always sleep between polls.
+  bool wait_until(const std::function<bool()>& done, int timeout_ms, bool step = false);
   void wait_all_ready(int64_t deadline_ms);
   bool drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms);
   StepOutcome run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released);
@@ -318,9 +320,9 @@ void PipelineEngine::Impl::pump_once(int timeout_ms) {
   check_liveness();
 }
 
-bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms) {
+bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms, bool step) {
   const int64_t deadline = now_ms() + timeout_ms;
-  const bool spin = opt.busy_poll == "on" || (opt.busy_poll == "auto" && opt.backend == "cuda");
+  const bool spin = step && (opt.busy_poll == "on" || (opt.busy_poll == "auto" && opt.backend == "cuda"));
   while (!done()) {
     if (now_ms() >= deadline) return false;
     pump_once(spin ? 0 : kPollSliceMs);
@@ -397,7 +399,7 @@ StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs, 
   *env.mutable_step_plan() = plan;
   send_to(0, env);
   const bool done = wait_until([this] { return pending_result || !pending_error.empty() || needs_recovery; },
-                               opt.step_timeout_ms);
+                               opt.step_timeout_ms, /*step=*/true);
   pending_plan = 0;
   if (needs_recovery) throw WorkerLost("a worker was lost during plan " + std::to_string(plan.plan_id()));
   if (!pending_error.empty()) {
@@ -453,7 +455,8 @@ std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<s
     }
     const v1::StepPlan& plan = plans[out.size()];
     const auto it = pipelined.find(plan.plan_id());
-    const bool done = wait_until([&] { return it->second || !pending_error.empty() || needs_recovery; }, opt.step_timeout_ms);
+    const bool done = wait_until([&] { return it->second || !pending_error.empty() || needs_recovery; },
+                                 opt.step_timeout_ms, /*step=*/true);
     if (needs_recovery) fail(WorkerLost("a worker was lost during pipelined plan " + std::to_string(plan.plan_id())));
     if (!pending_error.empty()) fail(StepFailed(pending_error));
     if (!done) {
