@@ -33,6 +33,7 @@
 #include "common/gguf.h"
 #include "common/model_config.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/synth_model.h"
 #include "tests/worker/model_harness.h"
 #include "tools/synth/generate.h"
 #include "tools/synth/shapes.h"
@@ -47,27 +48,8 @@ constexpr double kMaxTol = 1.5e-1;
 constexpr double kF32Tol = 1e-3;
 constexpr size_t kPromptTokens = 300;  // > 4 GDN chunks of 64 plus a partial one; >= 16 for the TC GEMM
 
-struct SynthModel {
-  std::shared_ptr<const GgufFile> gguf;
-  ModelConfig config;
-};
-
-// 0.8B layer dimensions, 4 layers (3 GDN + 1 attention), small vocabulary so the CPU side is quick.
 const SynthModel& synth_model() {
-  static const SynthModel m = [] {
-    synth::SynthShape shape = synth::shape_by_name("0.8b");
-    shape.n_layer = 4;
-    shape.n_vocab = 4096;
-    shape.n_nextn = 0;
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("ds_bf16_synth_" + std::to_string(::getpid()) + ".gguf")).string();
-    synth::write_synth_gguf(shape, path, 7, 0);
-    SynthModel x;
-    x.gguf = std::make_shared<const GgufFile>(GgufFile::open(path));
-    std::filesystem::remove(path);  // the mapping stays valid after the name goes
-    x.config = load_model_config(*x.gguf);
-    return x;
-  }();
+  static const SynthModel m = make_small_synth_model("bf16", 7);
   return m;
 }
 

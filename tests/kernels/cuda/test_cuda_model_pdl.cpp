@@ -18,6 +18,7 @@
 #include "common/gguf.h"
 #include "common/model_config.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/synth_model.h"
 #include "tests/worker/model_harness.h"
 #include "tools/synth/generate.h"
 #include "tools/synth/shapes.h"
@@ -27,26 +28,8 @@
 namespace ds::test {
 namespace {
 
-struct SynthModel {
-  std::shared_ptr<const GgufFile> gguf;
-  ModelConfig config;
-};
-
 const SynthModel& synth_model() {
-  static const SynthModel m = [] {
-    synth::SynthShape shape = synth::shape_by_name("0.8b");
-    shape.n_layer = 4;
-    shape.n_vocab = 4096;
-    shape.n_nextn = 0;
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("ds_pdl_synth_" + std::to_string(::getpid()) + ".gguf")).string();
-    synth::write_synth_gguf(shape, path, 13, 0);
-    SynthModel x;
-    x.gguf = std::make_shared<const GgufFile>(GgufFile::open(path));
-    std::filesystem::remove(path);  // the mapping stays valid after the name goes
-    x.config = load_model_config(*x.gguf);
-    return x;
-  }();
+  static const SynthModel m = make_small_synth_model("pdl", 13);
   return m;
 }
 
