@@ -96,10 +96,6 @@ void gemm_paths(int reps) {
 // for 9..15, dequantization + cuBLASLt for >= 16) at the 9B shapes; bytes = Q8_0 weights + x + y.
 // The step line sums one 9B decode step's matrices (per_token of each shape). ----
 void gemv_mma(int reps) {
-  struct StepShape {
-    const char* name;
-    size_t rows, cols, per_step;
-  };
   const StepShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
                               {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
                               {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
@@ -146,10 +142,6 @@ void gemv_mma(int reps) {
 // decode-step shapes: the int8x3 dot (variant 1), the float dot (variant 2), and which one the
 // default (variant 0) picks for the shape. The step line sums one 9B decode step. ----
 void gemv_split(int reps) {
-  struct StepShape {
-    const char* name;
-    size_t rows, cols, per_step;
-  };
   const StepShape shapes[] = {{"gate+up 24576x4096", 24576, 4096, 32}, {"ffn_down 4096x12288", 4096, 12288, 32},
                               {"qkv+z+a+b 12352x4096", 12352, 4096, 24}, {"attn_q 8192x4096", 8192, 4096, 8},
                               {"gdn_out/o 4096x4096", 4096, 4096, 32}, {"attn_k/v 1024x4096", 1024, 4096, 16},
@@ -533,10 +525,6 @@ int main(int argc, char** argv) {
   // ---- 9B prefill step by layer kind (default bf16 path): kernel time of every GEMM of the step
   // (tensor cores, dequantization included), 24 chunked GDN layers and 8 attention layers. What a
   // model-level prefill takes beyond their sum is "other" (norms, conv, gates, rope, KV writes). ----
-  struct StepShape {
-    const char* name;
-    size_t rows, cols, per_step;
-  };
   const StepShape step_shapes[] = {{"ffn gate/up", 12288, 4096, 64}, {"ffn_down", 4096, 12288, 32},
                                    {"qkv/attn_q", 8192, 4096, 32},   {"gate/out/o", 4096, 4096, 56},
                                    {"attn_k/v", 1024, 4096, 16},     {"ssm_alpha/beta", 32, 4096, 48}};

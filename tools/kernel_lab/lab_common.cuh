@@ -97,4 +97,10 @@ inline float* device_f32(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1
   return p;
 }
 
+// A matrix of one model step: its shape and how many times a step reads it (the step's bytes).
+struct StepShape {
+  const char* name;
+  size_t rows, cols, per_step;
+};
+
 }  // namespace ds::kernel_lab

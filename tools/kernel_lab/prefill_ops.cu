@@ -15,20 +15,12 @@
 
 #include "kernels/cuda/gdn_chunked.h"
 #include "kernels/cuda/matmul.h"
+#include "tools/kernel_lab/lab_common.cuh"
 #include "tools/kernel_lab/prefill_ops.h"
 
 namespace {
 
-#define PF_CHECK(x)                                                                        \
-  do {                                                                                     \
-    const cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-constexpr double kHbm = 4.3e12;
+using namespace ds::kernel_lab;
 
 __device__ uint32_t mix(size_t i, uint32_t seed) {
   uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed * 40503u + static_cast<uint32_t>(i >> 32));
@@ -56,32 +48,9 @@ __global__ void fill_q8_blocks(uint8_t* p, size_t n_blocks, uint32_t seed) {
 
 float* uniform(size_t n, uint32_t seed, float lo, float hi) {
   float* p = nullptr;
-  PF_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+  LAB_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
   fill_uniform<<<1024, 256>>>(p, n, seed, lo, hi);
   return p;
-}
-
-template <class F>
-double median_ms(int reps, F&& launch) {
-  cudaEvent_t a, b;
-  PF_CHECK(cudaEventCreate(&a));
-  PF_CHECK(cudaEventCreate(&b));
-  launch(0);
-  PF_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    PF_CHECK(cudaEventRecord(a));
-    launch(r + 1);
-    PF_CHECK(cudaEventRecord(b));
-    PF_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    PF_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  PF_CHECK(cudaEventDestroy(a));
-  PF_CHECK(cudaEventDestroy(b));
-  return ms[ms.size() / 2];
 }
 
 void gdn_prep_variants(int reps) {
@@ -97,13 +66,13 @@ void gdn_prep_variants(int reps) {
     for (int v = 0; v < 2; ++v) {
       const auto prep = v == 0 ? ds::cuda::GdnPrep::kV2 : ds::cuda::GdnPrep::kV3;
       ms[v] = median_ms(reps, [&](int) {
-        PF_CHECK(ds::cuda::gdn_chunked_with_prep(prep, s, conv, conv + nk * d, conv + 2 * nk * d, g, beta, state, out,
+        LAB_CHECK(ds::cuda::gdn_chunked_with_prep(prep, s, conv, conv + nk * d, conv + 2 * nk * d, g, beta, state, out,
                                                  nullptr));
       });
     }
     std::printf("gdn chunked %5zu tok prep v2 / v3     %9.1f / %.1f us  (%.0f / %.0f tok/s, x%.2f)\n", T,
                 ms[0] * 1e3, ms[1] * 1e3, T / (ms[0] * 1e-3), T / (ms[1] * 1e-3), ms[0] / ms[1]);
-    for (float* p : {conv, g, beta, state, out}) PF_CHECK(cudaFree(p));
+    for (float* p : {conv, g, beta, state, out}) LAB_CHECK(cudaFree(p));
   }
 }
 
@@ -120,23 +89,23 @@ void dequant_variants(int reps) {
     const size_t copies = std::max<size_t>(1, (size_t{256} << 20) / bytes);  // > L2 over the rotation
     uint8_t* q8 = nullptr;
     void* out = nullptr;
-    PF_CHECK(cudaMalloc(&q8, bytes * copies));
-    PF_CHECK(cudaMalloc(&out, sh.rows * sh.cols * 2));
+    LAB_CHECK(cudaMalloc(&q8, bytes * copies));
+    LAB_CHECK(cudaMalloc(&out, sh.rows * sh.cols * 2));
     fill_q8_blocks<<<1024, 256>>>(q8, copies * sh.rows * sh.cols / 32, 7);
     double ms[2] = {};
     for (int v = 0; v < 2; ++v) {
       ms[v] = median_ms(reps, [&](int i) {
         const ds::cuda::WeightView w{ds::GgmlType::Q8_0, q8 + (static_cast<size_t>(i) % copies) * bytes, sh.rows,
                                      sh.cols, row_bytes};
-        PF_CHECK(ds::cuda::dequantize_q8_to_bf16(w, out, nullptr, v == 1));
+        LAB_CHECK(ds::cuda::dequantize_q8_to_bf16(w, out, nullptr, v == 1));
       });
     }
     const double moved = static_cast<double>(bytes + sh.rows * sh.cols * 2);
     std::printf("dequant q8->bf16 %-20s v1 / v2 %7.1f / %.1f us  (%.2f / %.2f TB/s, %.0f%% / %.0f%%)\n", sh.name,
                 ms[0] * 1e3, ms[1] * 1e3, moved / (ms[0] * 1e-3) / 1e12, moved / (ms[1] * 1e-3) / 1e12,
                 100 * moved / (ms[0] * 1e-3) / kHbm, 100 * moved / (ms[1] * 1e-3) / kHbm);
-    PF_CHECK(cudaFree(q8));
-    PF_CHECK(cudaFree(out));
+    LAB_CHECK(cudaFree(q8));
+    LAB_CHECK(cudaFree(out));
   }
 }
 

@@ -17,19 +17,23 @@
 
 using namespace ds::kernel_lab;
 
+namespace {
+
+// The matrices of a 9B multi-token step (unstacked), as both sections time them.
+const StepShape kMultiTokenShapes[] = {
+    {"ffn_gate/up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
+    {"qkv/attn_q 8192x4096", 8192, 4096, 32},    {"z/out/o 4096x4096", 4096, 4096, 56},
+    {"attn_k/v 1024x4096", 1024, 4096, 16},      {"ssm_alpha/beta 32x4096", 32, 4096, 48},
+    {"lm_head 248320x4096", 248320, 4096, 1}};
+
+}  // namespace
+
 // ---- Small-batch GEMM over split rows (kernels/cuda/gemm_q8_split_small.cu, batched decode)
 // against today's dispatch for the same split-rows matrix (3-term tensor-core GEMV <= 16 tokens,
 // dequantization + cuBLASLt beyond), at the 9B shapes of a multi-token step, each step's matrices
 // also queued back to back. ----
 void gemm_split(int reps) {
-  struct StepShape {
-    const char* name;
-    size_t rows, cols, per_step;
-  };
-  const StepShape shapes[] = {{"ffn_gate/up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
-                              {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"z/out/o 4096x4096", 4096, 4096, 56},
-                              {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
-                              {"lm_head 248320x4096", 248320, 4096, 1}};
+  const auto& shapes = kMultiTokenShapes;
   const size_t ns[] = {5, 8, 16, 32, 64};
   std::vector<std::unique_ptr<Q8Matrix>> mats;
   float* x = device_f32(64 * 12288, 3);
@@ -101,14 +105,7 @@ void gemm_split(int reps) {
 // f64 reference of the exact Q8_0 product on one shape. ----
 namespace int8_lab {
 
-struct StepShape {
-  const char* name;
-  size_t rows, cols, per_step;
-};
-const StepShape kShapes[] = {{"ffn_gate/up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
-                             {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"z/out/o 4096x4096", 4096, 4096, 56},
-                             {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
-                             {"lm_head 248320x4096", 248320, 4096, 1}};
+const auto& kShapes = kMultiTokenShapes;
 constexpr int kBf16Kernel = -1;  // "variant" of the bf16 kernel; 0.. are the int8 kernel's variants
 
 void launch_one(int kernel, const ds::cuda::WeightView& w, const float* x, size_t n, float* y) {
