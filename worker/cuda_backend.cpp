@@ -530,7 +530,6 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma = small_batch_mma_;
   tc.small_batch_mma_min = mma_min_;
   tc.small_batch_mma_max = mma_max_;
-  tc.decode_pdl = decode_pdl_;
   tc.split_small_max = split_small_max_;
   tc.split_small_int8 = split_small_int8_;
   // Not in the small-batch GEMM's range: it reads the Q8_0 rows (and stacks, whose first part shares

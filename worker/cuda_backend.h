@@ -70,12 +70,11 @@ struct CudaBackendOptions {
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads
   // both layouts with identical weights. false: GGUF order everywhere.
   bool q8_split = true;
-  // The decode GEMV as a programmatic dependent launch (kernels/cuda/matmul.h TcGemmOptions::
-  // decode_pdl): on by default (H200, 2026-11-29: 9B tg128 263.2 vs 256.7 tok/s; same bits,
-  // CudaGemvSplit.DependentLaunchGivesTheSameBits). deltaserve-bench --no-pdl switches it off.
-  // The same switch covers the decode path's small kernels (norms, activations, conv + L2,
-  // decode attention, embed / gather / scatter, logit digest) through the backend stream's entry
-  // in kernels/cuda/dependent_launch.h (tests/kernels/cuda/test_cuda_dependent_launch.cpp).
+  // Every decode-path kernel (GEMV, small-batch GEMMs, norms, activations, conv + L2, GDN,
+  // attention prep and decode attention, embed / gather / scatter, logit digest) as a programmatic
+  // dependent launch, through the backend stream's entry in kernels/cuda/dependent_launch.h: on by
+  // default (H200, 2026-11-29: 9B tg128 304.1 vs 276.2 tok/s; same bits, tests/kernels/cuda/
+  // test_cuda_dependent_launch.cpp). deltaserve-bench --no-pdl switches it off.
   bool decode_pdl = true;
 };
 std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
@@ -187,7 +188,7 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
       !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
     return cudaErrorNotSupported;
   }
-  return detail::gemv_q8_split_swiglu(w, gate, up, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
+  return detail::gemv_q8_split_swiglu(w, gate, up, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
 }
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
@@ -203,14 +204,14 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   // GGUF-order streaming GEMV for decode.
   if (precision == MatmulPrecision::kBf16TensorCores && n_tokens > detail::kGemvSplitBestTokens &&
       n_tokens <= tc.split_small_max && detail::gemm_q8_split_small_applies(w, x, x_stride, y, y_stride, n_tokens)) {
-    return tc.split_small_int8 ? detail::gemm_q8_split_int8(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl)
-                               : detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
+    return tc.split_small_int8 ? detail::gemm_q8_split_int8(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream))
+                               : detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
   }
   if (takes_small_batch_mma(w, x, x_stride, n_tokens, y, y_stride, tc)) {
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
-    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream, tc.decode_pdl);
+    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
   }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);
@@ -238,8 +239,8 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
       !detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) {
     return cudaErrorNotSupported;
   }
-  return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl)
-                             : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, tc.decode_pdl);
+  return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream))
+                             : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
 }
 
 }  // namespace ds::cuda

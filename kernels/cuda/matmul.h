@@ -91,11 +91,11 @@ struct TcGemmOptions {
   // weights exact, activations as two int8 levels, ~20x smaller error than bf16; H200 lab
   // 2026-11-29: as fast at 5..8 tokens, 0.6-0.85x the speed at 16..64). Opt-in.
   bool split_small_int8 = false;
-  // The split-rows decode GEMV as a programmatic dependent launch (sm_90+): its weight loads start
-  // while the previous kernel finishes (same bits: CudaGemvSplit.DependentLaunchGivesTheSameBits).
-  // Off here; the CUDA backend turns it on (measured +2.5% 9B tg128 on the H200, 2026-11-29).
-  bool decode_pdl = false;
 };
+// The split-rows GEMV and the small-batch GEMMs are programmatic dependent launches (sm_90+: their
+// weight loads start while the previous kernel finishes; same bits) when the stream's switch is on
+// (dependent_launch.h), like every other decode-path kernel; the CUDA backend sets it.
+
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
