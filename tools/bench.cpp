@@ -91,6 +91,7 @@ struct Options {
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
   bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run
+  bool profile_prefill = false;  // --profile-prefill: the same around each prefill run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
@@ -110,7 +111,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -196,6 +197,8 @@ Options parse(int argc, char** argv) {
       o.warmup = false;
     } else if (a == "--profile-decode") {
       o.profile_decode = true;
+    } else if (a == "--profile-prefill") {
+      o.profile_prefill = true;
     } else if (a == "--bf16-prefill") {  // the default now; kept so older scripts still run
       o.bf16_prefill = true;
     } else if (a == "--f32-prefill") {
@@ -407,11 +410,15 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   return ds::bench::make_pipeline_runner(eo, o.pipeline_depth);
 }
 
-// --profile-decode: only the decode steps (single or batched) go to a profiler started with
-// --profile-from-start off (ncu, nsys), so a step's kernels can be summed without the prefills.
-void profiler_range(const Options& o, bool start) {
+// --profile-decode / --profile-prefill: only the decode steps (single or batched) or only the
+// prefill runs go to a profiler started with --profile-from-start off (ncu, nsys), so one kind of
+// step's kernels can be summed without the other's.
+enum class Phase { prefill, decode };
+
+void profiler_range(const Options& o, Phase phase, bool start) {
 #ifdef DELTASERVE_HAVE_CUDA
-  if (o.profile_decode && o.backend == "cuda") {
+  const bool wanted = phase == Phase::decode ? o.profile_decode : o.profile_prefill;
+  if (wanted && o.backend == "cuda") {
     if (start) {
       cudaDeviceSynchronize();
       cudaProfilerStart();
@@ -422,6 +429,7 @@ void profiler_range(const Options& o, bool start) {
   }
 #else
   (void)o;
+  (void)phase;
   (void)start;
 #endif
 }
@@ -465,15 +473,17 @@ PromptResult measure_prompt(ds::bench::BenchRunner& runner, const Options& o, co
   r.tg.n_gen = o.gen;
   r.tg.n_depth = ids.size();
   for (int k = 0; k < o.repeat; ++k) {
+    profiler_range(o, Phase::prefill, true);
     const ds::bench::RunStats p = runner.prefill(seq, ids, o.chunk);
+    profiler_range(o, Phase::prefill, false);
     r.stages = stage_breakdown("prefill", p);
     r.pp.seconds.push_back(p.seconds);
     r.pp.tokens = p.tokens;
     r.pp.steps = p.steps;
     if (o.gen > 0) {
-      profiler_range(o, true);
+      profiler_range(o, Phase::decode, true);
       const ds::bench::RunStats d = runner.decode(seq, static_cast<uint32_t>(ids.size()), o.gen);
-      profiler_range(o, false);
+      profiler_range(o, Phase::decode, false);
       r.stages += stage_breakdown("decode", d);
       r.tg.seconds.push_back(d.seconds);
       r.tg.tokens = d.tokens;
@@ -535,9 +545,9 @@ BatchResult measure_batch(ds::bench::BenchRunner& runner, const Options& o, cons
       seqs.push_back(seq++);
       runner.prefill(seqs.back(), ids, o.chunk);
     }
-    profiler_range(o, true);
+    profiler_range(o, Phase::decode, true);
     const ds::bench::RunStats d = runner.decode_batch(seqs, static_cast<uint32_t>(ids.size()), o.gen);
-    profiler_range(o, false);
+    profiler_range(o, Phase::decode, false);
     r.stages = stage_breakdown("decode", d);
     r.tg.seconds.push_back(d.seconds);
     r.tg.tokens = d.tokens;

@@ -12,7 +12,10 @@
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
 # tg128 with the decode GEMV as a dependent launch vs without; "profile": ncu per-kernel sums of 4 decode
 # steps at PROFILE_N sequences, default "1 8"; "workers_batched": 32-sequence decode through 1 vs 2
-# worker processes on one GPU, plain and under MPS) picks what runs; every step has its
+# worker processes on one GPU, plain and under MPS; "prefill": 9B prefill at 512..32K, with 27B too
+# when "27b" is asked; "prefill_profile": ncu per-kernel sums of one 9B prefill step at PREFILL_PROFILE_P
+# tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
+# 8192-token steps next to the in-process and 1-worker prefill) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -114,7 +117,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want spec || want workers || want workers_batched || want http || want batched || want pdl || want profile; then
+if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -169,6 +172,22 @@ if want profile && command -v ncu > /dev/null; then
       --parallel "$n" --profile-decode --no-warmup > "$O/ncu_$n.csv" 2> "$O/ncu_$n.err"
     python3 tools/kernel_lab/ncu_summary.py "$O/ncu_$n.csv" 40 > "$O/ncu_$n.txt" 2>&1
     note "ncu 4 decode steps of $n sequences: $(tail -1 "$O/ncu_$n.txt")"
+  done
+fi
+
+if want prefill; then
+  echo "==== 9B prefill, one sequence, 512 to 32K tokens in one step"
+  bench 150 -m $M9 --backend cuda -p 512,2048,8192,16384,32768 -n 0 -r 2 > "$O/prefill9.log" 2>&1; note "prefill9 rc=$?"
+fi
+
+if want prefill_profile && command -v ncu > /dev/null; then
+  echo "==== 9B prefill step kernel by kernel (ncu, warm caches)"
+  for p in ${PREFILL_PROFILE_P:-2048 8192}; do
+    timeout 300 ncu --profile-from-start off --cache-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum "$B/bin/deltaserve-bench" -m $M9 --backend cuda -p "$p" -n 0 -r 1 \
+      --profile-prefill --no-warmup > "$O/ncu_prefill_$p.csv" 2> "$O/ncu_prefill_$p.err"
+    python3 tools/kernel_lab/ncu_summary.py "$O/ncu_prefill_$p.csv" 40 > "$O/ncu_prefill_$p.txt" 2>&1
+    note "ncu one prefill step of $p tokens: $(tail -1 "$O/ncu_prefill_$p.txt")"
   done
 fi
 
@@ -243,12 +262,35 @@ if want http; then
   kill -TERM $spid; wait $spid
 fi
 
+if want ttft; then
+  echo "==== 9B 8K-token prompt: time to first token through HTTP vs the bare prefill, where the rest goes"
+  bench 60 -m $M9 --backend cuda -p 8192 -n 0 -r 3 > "$O/ttft_inproc_1step.log" 2>&1; note "ttft in-process 1 step rc=$?"
+  bench 60 -m $M9 --backend cuda -p 8192 -b 2048 -n 0 -r 3 > "$O/ttft_inproc_2048.log" 2>&1; note "ttft in-process 2048-token steps rc=$?"
+  bench 90 -m $M9 --backend cuda --workers 1 --devices 0 -p 8192 -b 2048 -n 0 -r 3 > "$O/ttft_worker_2048.log" 2>&1
+  note "ttft 1 worker process 2048-token steps rc=$?"
+  for mbt in 2048 8192; do
+    "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 1 --devices 0 --port 18083 --max-seqs 8 \
+      --max-batch-tokens $mbt > "$O/serve_ttft_$mbt.log" 2>&1 &
+    spid=$!
+    if wait_listening "$O/serve_ttft_$mbt.log"; then
+      timeout 60 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 1 --requests 6 \
+        --prompt-tokens 8192 --max-tokens 2 > "$O/http_ttft_$mbt.log" 2>&1; note "http ttft8k max-batch-tokens $mbt rc=$?"
+    else
+      note "serve ttft $mbt did not start"
+    fi
+    kill -TERM $spid; wait $spid
+  done
+fi
+
 if want 27b; then
   echo "==== 27B bench"
   rm -f $M9
   timeout 90 "$B/bin/deltaserve-synth" --shape 27b --out $M27 > "$O/synth27.log" 2>&1 || tail -3 "$O/synth27.log"
   bench 150 -m $M27 --backend cuda -p 512,2048,8192 -n 128 -r 1 > "$O/bench27.log" 2>&1; note "bench27 rc=$?"
   bench 60 -m $M27 --backend cuda -p 512 -n 0 -r 3 --spec-k 3 > "$O/spec27_k3.log" 2>&1; note "spec27 k=3 rc=$?"
+  if want prefill; then
+    bench 200 -m $M27 --backend cuda -p 16384,32768 -n 128 -r 1 > "$O/prefill27.log" 2>&1; note "prefill27 rc=$?"
+  fi
 fi
 
 echo "==== summary"
@@ -259,8 +301,9 @@ cat "$SUMMARY"
 [ -f "$O/lab_gemm_int8.log" ] && { echo "---- lab_gemm_int8"; grep -E "step|accuracy" "$O/lab_gemm_int8.log"; }
 for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb1_mps wb2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
-for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order w1 w2 w2_seq w2_mps w1_mps bench27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
+for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order prefill9 w1 w2 w2_seq w2_mps w1_mps bench27 prefill27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
-for f in http9_c1 http9 http9_ttft; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in ttft_inproc_1step ttft_inproc_2048 ttft_worker_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
+for f in http9_c1 http9 http9_ttft http_ttft_2048 http_ttft_8192; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 # Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.
 ! grep -Eq 'rc=[1-9]|DIFFER|ERROR|did not start' "$SUMMARY"

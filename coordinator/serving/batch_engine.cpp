@@ -1,6 +1,7 @@
 #include "coordinator/serving/batch_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
@@ -335,8 +336,14 @@ void BatchEngine::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       if (stopping_) break;
       if (inbox_.empty() && cancels_.empty() && !scheduler_.has_unfinished()) {
+        // Idle: sleep on the inbox (submit / cancel / stop wake it at once), then handle the
+        // control traffic (heartbeats, restarts) that queued meanwhile. Sleeping in the pipeline's
+        // pump instead left a new request waiting up to idle_pump_ms before its first step
+        // (H200, 9B, 8K-token prompt: time to first token 377 ms over a 317 ms prefill).
+        cv_.wait_for(lock, std::chrono::milliseconds(opt_.idle_pump_ms),
+                     [this] { return stopping_ || !inbox_.empty() || !cancels_.empty(); });
         lock.unlock();
-        pipeline_.pump(opt_.idle_pump_ms);  // heartbeats and restarts while idle
+        pipeline_.pump(0);
         update_health();
         continue;
       }

@@ -41,7 +41,7 @@ CacheGeometry worker_cache_geometry(const SchedulerConfig& scheduler);
 
 struct BatchEngineOptions {
   SchedulerConfig scheduler;
-  int idle_pump_ms = 50;         // control-traffic polling while idle
+  int idle_pump_ms = 50;         // while idle, control traffic is handled this often (a request wakes the loop at once)
   uint32_t max_recoveries = 16;  // worker losses tolerated in a row before failing requests
   // Plans in flight at once while they only compute prefill chunks (a long prompt's chunks
   // pipeline over the stages); a plan that samples is always the last of such a window and

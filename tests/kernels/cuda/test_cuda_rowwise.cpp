@@ -214,7 +214,11 @@ TEST_P(CudaConv, OutputAndStateMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaConv,
                          ::testing::Values(ConvCase{1, 256, 4, 256}, ConvCase{2, 77, 4, 80}, ConvCase{37, 256, 4, 300},
-                                           ConvCase{5, 33, 1, 33}, ConvCase{9, 100, 6, 100}));
+                                           ConvCase{5, 33, 1, 33}, ConvCase{9, 100, 6, 100},
+                                           // 4 taps in token runs: 16-byte lanes, several runs and a
+                                           // partial one; a stride that is not a multiple of 4 floats
+                                           ConvCase{70, 1024, 4, 1032}, ConvCase{33, 2052, 4, 2052},
+                                           ConvCase{20, 64, 4, 66}));
 
 }  // namespace
 }  // namespace ds::cuda::test
