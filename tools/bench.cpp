@@ -77,6 +77,7 @@ struct Options {
   bool mma_gemm = false;      // --prefill-gemm mma: our mma.sync kernel instead of cuBLASLt
   bool bf16_weights = false;  // --bf16-weights: persistent bf16 weight copies (no per-call dequant)
   bool gdn_prep_v3 = true;    // --gdn-prep v2: the chunked GDN prefill's previous prep kernel
+  bool gdn_tc = true;         // --gdn-math f32: the chunked GDN prep + state pass in f32 also in bf16 prefill mode
   bool dequant_v2 = true;     // --dequant v1: the previous Q8_0 -> bf16 kernel
   bool prefill_fusions = true;  // --prefill-fusion off: SwiGLU + down projection, GDN head norms unfused
   bool device_digest = true;  // --host-digest: decode downloads full logits (no device digest)
@@ -110,7 +111,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
@@ -213,6 +214,10 @@ Options parse(int argc, char** argv) {
       const std::string v = args.value();
       if (v != "v2" && v != "v3") kUsage.fail("--gdn-prep must be v2 or v3, got '" + v + "'");
       o.gdn_prep_v3 = v == "v3";
+    } else if (a == "--gdn-math") {
+      const std::string v = args.value();
+      if (v != "tc" && v != "f32") kUsage.fail("--gdn-math must be tc or f32, got '" + v + "'");
+      o.gdn_tc = v == "tc";
     } else if (a == "--dequant") {
       const std::string v = args.value();
       if (v != "v1" && v != "v2") kUsage.fail("--dequant must be v1 or v2, got '" + v + "'");
@@ -324,6 +329,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
                               : ds::CudaBackendOptions::PrefillGemm::kCublasLt;
   c.bf16_weight_copy = o.bf16_weights;
   c.gdn_prep_v3 = o.gdn_prep_v3;
+  c.gdn_tensor_cores = o.gdn_tc;
   c.dequant_v2 = o.dequant_v2;
   c.prefill_fusions = o.prefill_fusions;
   c.device_logit_digest = o.device_digest;

@@ -8,7 +8,8 @@
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
-# split-rows GEMV and small-batch GEMM tables when the bundle has deltaserve-kernel-lab; "batched":
+# split-rows GEMV, small-batch GEMM and GDN f32-vs-tensor-core tables when the bundle has
+# deltaserve-kernel-lab; "batched":
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
 # tg128 with the decode GEMV as a dependent launch vs without; "profile": ncu per-kernel sums of 4 decode
 # steps at PROFILE_N sequences, default "1 8"; "workers_batched": 32-sequence decode through 1 vs 2
@@ -144,6 +145,8 @@ if want lab && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
     note "test_cuda_gemm_int8 rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/test_cuda_gemm_int8.log" | tr '\n' ' ')"
   fi
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-int8 --reps 10 > "$O/lab_gemm_int8.log" 2>&1; note "lab gemm-int8 rc=$?"
+  # Chunked GDN layer: f32 state pass vs tensor cores (9B and 27B heads), with tc's error vs f32.
+  timeout 120 "$B/bin/deltaserve-kernel-lab" --prefill-ops --reps 10 > "$O/lab_prefill_ops.log" 2>&1; note "lab prefill-ops rc=$?"
 fi
 
 if want batched; then
@@ -178,6 +181,8 @@ fi
 if want prefill; then
   echo "==== 9B prefill, one sequence, 512 to 32K tokens in one step"
   bench 150 -m $M9 --backend cuda -p 512,2048,8192,16384,32768 -n 0 -r 2 > "$O/prefill9.log" 2>&1; note "prefill9 rc=$?"
+  bench 100 -m $M9 --backend cuda --bf16-weights -p 512,2048,8192 -n 0 -r 2 > "$O/prefill9_bf16w.log" 2>&1
+  note "prefill9 bf16 weight copy rc=$?"
 fi
 
 if want prefill_profile && command -v ncu > /dev/null; then
@@ -299,9 +304,10 @@ cat "$SUMMARY"
 [ -f "$O/lab_gemm_split.log" ] && { echo "---- lab_gemm_split"; grep -E "step" "$O/lab_gemm_split.log"; }
 [ -f "$O/test_cuda_gemm_int8.log" ] && { echo "---- test_cuda_gemm_int8"; grep -E "FAILED|worst|max \|error\|" "$O/test_cuda_gemm_int8.log" | head -20; }
 [ -f "$O/lab_gemm_int8.log" ] && { echo "---- lab_gemm_int8"; grep -E "step|accuracy" "$O/lab_gemm_int8.log"; }
+[ -f "$O/lab_prefill_ops.log" ] && { echo "---- lab_prefill_ops"; grep -E "gdn layer" "$O/lab_prefill_ops.log"; }
 for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb1_mps wb2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
-for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order prefill9 w1 w2 w2_seq w2_mps w1_mps bench27 prefill27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
+for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order prefill9 prefill9_bf16w w1 w2 w2_seq w2_mps w1_mps bench27 prefill27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in ttft_inproc_1step ttft_inproc_2048 ttft_worker_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in http9_c1 http9 http9_ttft http_ttft_2048 http_ttft_8192; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done

@@ -126,6 +126,8 @@ class CudaBackend final : public Backend {
         fused_ops_(options.fused_decode_ops),
         stacked_weights_(options.stacked_weights),
         gdn_prep_(options.gdn_prep_v3 ? cuda::GdnPrep::kV3 : cuda::GdnPrep::kV2),
+        gdn_math_(options.bf16_prefill && options.gdn_tensor_cores ? cuda::GdnMath::kTensorCores
+                                                                   : cuda::GdnMath::kF32),
         dequant_v2_(options.dequant_v2),
         prefill_fusions_(options.prefill_fusions),
         small_batch_mma_(options.small_batch_mma),
@@ -189,10 +191,14 @@ class CudaBackend final : public Backend {
   // Up to kStackMaxTokens only: H200, 2026-11-29, 9B batched decode steps with the stacks vs without:
   // 8 sequences 5.96 vs 6.18 ms, 32: 9.25 vs 8.88, 64: 13.34 vs 12.86 (fewer launches help small
   // steps; the stacks' K splits and waves lose at larger ones).
+  // Prefill steps (past the small-batch GEMM) use the stacks too: each part is still its own
+  // tensor-core GEMM (same bits), but the activations are rounded to bf16 once per stack instead
+  // of once per part (cuda::matmul_rows).
   static constexpr size_t kStackMaxTokens = 16;
   bool stacks_multi_token(size_t n) const override {
-    return q8_split_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores && n > cuda::detail::kGemvSplitBestTokens &&
-           n <= std::min(split_small_max_, kStackMaxTokens);
+    if (precision_ != cuda::MatmulPrecision::kBf16TensorCores || n <= cuda::detail::kGemvSplitBestTokens) return false;
+    const bool small_batch = q8_split_ && n <= std::min(split_small_max_, kStackMaxTokens);
+    return small_batch || n > std::max(split_small_max_, cuda::kTcMinTokens - 1);
   }
   void rms_norm(const float* x, size_t xs, const float* w, float eps, size_t rows, size_t dim, float* y,
                 size_t ys) override {
@@ -352,6 +358,7 @@ class CudaBackend final : public Backend {
   bool fused_ops_;                   // add_rms_norm, conv_silu_l2_token as one kernel each
   bool stacked_weights_;             // weight_stack uploads stacked matrices
   cuda::GdnPrep gdn_prep_;           // which prep kernel the chunked GDN prefill runs
+  cuda::GdnMath gdn_math_;           // its state pass: tensor cores only in bf16 prefill mode
   bool dequant_v2_;                  // Q8_0 -> bf16 with the coalesced v2 kernel
   bool prefill_fusions_;             // swiglu_matmul and l2_norm_heads fused (else the default ops)
   bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
@@ -609,7 +616,10 @@ void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const f
                       const float* beta, float* state, float* out) {
   on_device();
   if (s.n_tokens >= kGdnChunkedMinTokens && cuda::gdn_chunked_applies(s)) {
-    DS_CUDA_CHECK(cuda::gdn_chunked_with_prep(gdn_prep_, s, q, k, v, g, beta, state, out, stream_));
+    // Tensor-core mode: both halves on tensor cores (the prep option only picks among f32 preps).
+    const bool tc = gdn_math_ == cuda::GdnMath::kTensorCores;
+    const cuda::GdnChunkedConfig config{tc ? cuda::GdnPrep::kTensorCores : gdn_prep_, gdn_math_, 0};
+    DS_CUDA_CHECK(cuda::gdn_chunked_configured(config, s, q, k, v, g, beta, state, out, stream_));
   } else if (s.n_tokens >= 2) {
     DS_CUDA_CHECK(cuda::gdn_prefill(s, q, k, v, g, beta, state, out, stream_));
   } else {

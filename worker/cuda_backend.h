@@ -44,6 +44,11 @@ struct CudaBackendOptions {
   // blocks per SM, batched 16-byte loads) or the v2 one. Same f32 arithmetic; v3 takes dk = dv =
   // 128 with aligned rows and falls back to v2 elsewhere.
   bool gdn_prep_v3 = true;
+  // Chunked GDN prefill prep and state pass on tensor cores (cuda::GdnPrep::kTensorCores and
+  // GdnMath::kTensorCores: tf32 mma.sync, f32 state; gdn_chunked.h) when bf16_prefill is on; the
+  // f32 prefill mode always keeps the f32 kernels (the fixture-model tests rely on them). false:
+  // f32 in both modes (gdn_prep_v3 then picks the prep).
+  bool gdn_tensor_cores = true;
   // Q8_0 -> bf16 dequantization of the prefill weights (per call, and the persistent copy) with
   // the coalesced v2 kernel (kernels/cuda/dequant_q8.h; default) or v1. Bit-identical results.
   bool dequant_v2 = true;

@@ -269,6 +269,14 @@ cudaError_t gdn_chunked(const GdnShape& s, const float* q, const float* k, const
 
 cudaError_t gdn_chunked_with_prep(GdnPrep prep, const GdnShape& s, const float* q, const float* k, const float* v,
                                   const float* g, const float* beta, float* state, float* out, cudaStream_t stream) {
+  return gdn_chunked_configured(GdnChunkedConfig{prep, GdnMath::kF32, 0}, s, q, k, v, g, beta, state, out, stream);
+}
+
+cudaError_t gdn_chunked_configured(const GdnChunkedConfig& config, const GdnShape& s, const float* q, const float* k,
+                                   const float* v, const float* g, const float* beta, float* state, float* out,
+                                   cudaStream_t stream) {
+  const GdnPrep prep = config.prep;
+  if (config.tc_slab != 0 && config.tc_slab != 32 && config.tc_slab != 64) return cudaErrorInvalidValue;
   if (s.n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check(s, q, k, v, g, beta, state, out); e != cudaSuccess) return e;
   // Per call, not once per process: the attribute belongs to the current device (a few us).
@@ -293,12 +301,18 @@ cudaError_t gdn_chunked_with_prep(GdnPrep prep, const GdnShape& s, const float* 
   for (size_t c0 = 0; c0 < n_chunks; c0 += seg_chunks) {
     const size_t nc = std::min(seg_chunks, n_chunks - c0);
     const Args args{s, q, k, v, g, beta, state, out, q_scale, c0 * kC, sc};
-    if (prep == GdnPrep::kV3 && prep_v3_applies(args)) {
+    if (prep == GdnPrep::kTensorCores && prep_v3_applies(args)) {
+      if ((e = launch_prep_tc(args, nc, stream)) != cudaSuccess) return e;
+    } else if (prep == GdnPrep::kV3 && prep_v3_applies(args)) {
       if ((e = launch_prep_v3(args, nc, stream)) != cudaSuccess) return e;
     } else {
       prep_kernel<<<dim3(static_cast<unsigned>(nc), static_cast<unsigned>(s.n_v_heads)), kThreads,
                     kPrepSmemFloats * sizeof(float), stream>>>(args);
       if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if (config.math == GdnMath::kTensorCores && state_tc_applies(args)) {
+      if ((e = launch_state_tc(args, nc, config.tc_slab, stream)) != cudaSuccess) return e;
+      continue;
     }
     state_kernel<<<dim3(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kSlab - 1) / kSlab)),
                    kThreads, kStateSmemFloats * sizeof(float), stream>>>(args, nc);

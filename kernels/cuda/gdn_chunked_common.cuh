@@ -93,18 +93,19 @@ __device__ inline void store_p(const float P[4][4], float* Ps) {
 
 // T = (I + A)^-1 (unit lower triangular). Column j only depends on column j:
 // T[r][j] = -sum_{s=j}^{r-1} A[r][s] T[s][j]; four lanes share a column and split the sum.
+template <int kLd = kLdc>  // row stride of As and Ts
 __device__ inline void invert_unit_lower(const float* As, float* Ts) {
   const int j = static_cast<int>(threadIdx.x) / 4, part = static_cast<int>(threadIdx.x) % 4;
   if (part == 0) {
-    for (int r = 0; r < kC; ++r) Ts[r * kLdc + j] = r == j ? 1.0f : 0.0f;
+    for (int r = 0; r < kC; ++r) Ts[r * kLd + j] = r == j ? 1.0f : 0.0f;
   }
   __syncwarp();
   for (int r = 1; r < kC; ++r) {  // every lane runs every r so the shuffles stay convergent
     float sum = 0.0f;
-    for (int s = j + part; s < r; s += 4) sum += As[r * kLdc + s] * Ts[s * kLdc + j];
+    for (int s = j + part; s < r; s += 4) sum += As[r * kLd + s] * Ts[s * kLd + j];
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-    if (part == 0 && r > j) Ts[r * kLdc + j] = -sum;
+    if (part == 0 && r > j) Ts[r * kLd + j] = -sum;
     __syncwarp();
   }
 }
@@ -147,5 +148,13 @@ __device__ inline void store_tile(const float acc[4][kMaxD / 16], size_t width, 
 // q/k/v rows), and its launch over the segment's `n_chunks` chunks.
 bool prep_v3_applies(const Args& a);
 cudaError_t launch_prep_v3(const Args& a, size_t n_chunks, cudaStream_t stream);
+// The tensor-core prep (gdn_chunked_prep_tc.cu, GdnPrep::kTensorCores): takes what v3 takes.
+cudaError_t launch_prep_tc(const Args& a, size_t n_chunks, cudaStream_t stream);
+
+// The tensor-core state pass (gdn_chunked_tc.cu, GdnMath::kTensorCores): whether it takes this
+// call (dk = dv = 128, `out` 8-byte aligned), and its launch over the segment's chunks with
+// `slab` value columns per block (32 or 64; 0: chosen from the device's SM count).
+bool state_tc_applies(const Args& a);
+cudaError_t launch_state_tc(const Args& a, size_t n_chunks, int slab, cudaStream_t stream);
 
 }  // namespace ds::cuda::gdn_chunked_detail

@@ -14,94 +14,15 @@
 #include <algorithm>
 
 #include "kernels/cuda/gdn_chunked_common.cuh"
+#include "kernels/cuda/gdn_chunked_prep_load.cuh"
 
 namespace ds::cuda::gdn_chunked_detail {
 namespace {
 
-constexpr int kD = 128;                         // dk = dv
-constexpr int kVec = kD / 4;                    // float4 per row: one warp per row
-constexpr int kRowsPerPass = kThreads / kVec;   // 8 rows per pass of the block
-constexpr int kPasses = kC / kRowsPerPass;      // 8 passes cover the chunk
+using namespace prep_load;
+
 constexpr size_t kSmemFloats = 2 * kC * kLdk + 2 * kC * kLdc + 2 * kC;
 static_assert(kSmemFloats * sizeof(float) * 2 + 2 * 1024 <= 228 * 1024, "two blocks per SM");
-
-// float4 `c4` of row r (stride floats apart from `base`), zero past the chunk's L rows.
-__device__ __forceinline__ float4 load_row4(const float* base, size_t stride, int r, int L, int c4) {
-  if (r >= L) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  return *reinterpret_cast<const float4*>(base + r * stride + 4 * c4);
-}
-
-// Padded shared rows (kLdk floats) are not 16-byte aligned: four scalar stores.
-__device__ __forceinline__ void put4(float* row, int c4, float4 v) {
-  row[4 * c4] = v.x;
-  row[4 * c4 + 1] = v.y;
-  row[4 * c4 + 2] = v.z;
-  row[4 * c4 + 3] = v.w;
-}
-
-__device__ __forceinline__ float4 scale4(float4 v, float f) { return make_float4(v.x * f, v.y * f, v.z * f, v.w * f); }
-
-// gam = cumsum(g) (sequential, in the CPU's order; padded rows add 0), bet = beta.
-__device__ void load_gates(const Args& a, size_t t0, int L, size_t n, float* gam, float* bet) {
-  if (threadIdx.x < kC) {
-    const int r = static_cast<int>(threadIdx.x);
-    bet[r] = r < L ? a.beta[(t0 + r) * a.s.n_v_heads + n] : 0.0f;
-    gam[r] = r < L ? a.g[(t0 + r) * a.s.n_v_heads + n] : 0.0f;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int r = 0; r < kC; ++r) gam[r] = (sum += gam[r]);
-  }
-  __syncthreads();
-}
-
-// Ks = k, QVs = q / sqrt(dk); the scratch gets Kd = e^(gam_L - gam) k and Qp's first term
-// e^gam (q / sqrt(dk)), both from the same registers.
-__device__ void load_qk(const Args& a, size_t t0, int L, size_t n, size_t rec, const float* gam, float* Ks,
-                        float* QVs) {
-  const int lane = static_cast<int>(threadIdx.x) % kVec, row0 = static_cast<int>(threadIdx.x) / kVec;
-  const size_t off = t0 * a.s.qk_token_stride + (n % a.s.n_k_heads) * kD;
-  float4 kr[kPasses], qr[kPasses];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int r = row0 + kRowsPerPass * p;
-    kr[p] = load_row4(a.k + off, a.s.qk_token_stride, r, L, lane);
-    qr[p] = load_row4(a.q + off, a.s.qk_token_stride, r, L, lane);
-  }
-  float* Kd = a.sc.Kd + rec * kC * kD;
-  float* Qp = a.sc.Qp + rec * kC * kD;
-  const float gl = gam[kC - 1];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int r = row0 + kRowsPerPass * p;
-    const float4 q = scale4(qr[p], a.q_scale);
-    put4(Ks + r * kLdk, lane, kr[p]);
-    put4(QVs + r * kLdk, lane, q);
-    reinterpret_cast<float4*>(Kd + r * kD)[lane] = scale4(kr[p], expf(gl - gam[r]));
-    reinterpret_cast<float4*>(Qp + r * kD)[lane] = scale4(q, expf(gam[r]));
-  }
-}
-
-// After the pairwise products: QVs = diag(beta) v and Ks scaled in place to diag(beta e^gam) k.
-// The v loads are issued before the barrier that frees the q tile, so their latency overlaps it.
-__device__ void load_v_scale_k(const Args& a, size_t t0, int L, size_t n, const float* gam, const float* bet,
-                               float* Ks, float* QVs) {
-  const int lane = static_cast<int>(threadIdx.x) % kVec, row0 = static_cast<int>(threadIdx.x) / kVec;
-  const float* vb = a.v + t0 * a.s.v_token_stride + n * kD;
-  float4 vr[kPasses];
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) vr[p] = load_row4(vb, a.s.v_token_stride, row0 + kRowsPerPass * p, L, lane);
-  __syncthreads();  // every pairwise read of raw k and q is done
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int r = row0 + kRowsPerPass * p;
-    put4(QVs + r * kLdk, lane, scale4(vr[p], bet[r]));
-    const float f = bet[r] * expf(gam[r]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) Ks[r * kLdk + 4 * lane + i] *= f;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 2) prep_v3_kernel(Args a) {
   extern __shared__ float smem[];
@@ -118,11 +39,11 @@ __global__ void __launch_bounds__(kThreads, 2) prep_v3_kernel(Args a) {
   const int ty = static_cast<int>(threadIdx.x) / 16, tx = static_cast<int>(threadIdx.x) % 16;
 
   load_gates(a, t0, L, n, gam, bet);
-  load_qk(a, t0, L, n, rec, gam, Ks, QVs);
+  load_qk<kLdk>(a, t0, L, n, rec, gam, Ks, QVs);
   __syncthreads();  // k and q tiles complete
   float P[4][4];
   pairwise(kD, Ks, QVs, gam, bet, As, P);
-  load_v_scale_k(a, t0, L, n, gam, bet, Ks, QVs);  // its barrier also completes A
+  load_v_scale_k<kLdk>(a, t0, L, n, gam, bet, Ks, QVs);  // its barrier also completes A
   invert_unit_lower(As, Ts);
   __syncthreads();  // T complete, A no longer read; scaled k and v in place
   store_p(P, As);

@@ -259,38 +259,63 @@ struct Activations {
   const float* up;
 };
 
-cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, size_t n, float* y, size_t ys,
-                            const TcGemmOptions& tc, cudaStream_t stream) {
-  if (!tc_weights_ok(w)) return cudaErrorNotSupported;  // never misread another layout
+// How one matrix's product runs: the persistent copy is one slab; otherwise the weights are
+// dequantized in row chunks of chunk_rows rows into w_bytes of workspace.
+struct TcPlan {
+  size_t chunk_rows = 0, w_bytes = 0;
+};
+
+TcPlan tc_plan(const cpu::WeightView& w, const __nv_bfloat16* persistent) {
   const size_t K = w.cols;
-  const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
-  // A persistent copy is one slab; otherwise the weights are dequantized in row chunks.
-  size_t chunk_rows = std::max<size_t>(kBM, kChunkBytes / (K * 2) / kBM * kBM);
-  chunk_rows = persistent != nullptr ? w.rows : std::min(chunk_rows, (w.rows + kBM - 1) / kBM * kBM);
-  if (persistent != nullptr && (w.rows + kBM - 1) / kBM > 65535) return cudaErrorInvalidValue;  // grid.y
-  const size_t x_bytes = (n * K * 2 + 255) / 256 * 256;
-  const size_t w_bytes = persistent != nullptr ? 0 : chunk_rows * K * 2;
-  cudaError_t e = cudaSuccess;
-  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + w_bytes, stream, &e));
-  if (ws == nullptr) return e;
-  auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
-  auto* wb = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes);
+  TcPlan p;
+  p.chunk_rows = std::max<size_t>(kBM, kChunkBytes / (K * 2) / kBM * kBM);
+  p.chunk_rows = persistent != nullptr ? w.rows : std::min(p.chunk_rows, (w.rows + kBM - 1) / kBM * kBM);
+  p.w_bytes = persistent != nullptr ? 0 : p.chunk_rows * K * 2;
+  return p;
+}
+
+size_t x_workspace_bytes(size_t n, size_t K) { return (n * K * 2 + 255) / 256 * 256; }
+
+// The activations' bf16 operand at xb: f32 rows x (stride xs), or the SwiGLU silu(x) * up.
+void convert_activations(const Activations& act, size_t n, size_t K, __nv_bfloat16* xb, cudaStream_t stream) {
   auto* xb2 = reinterpret_cast<__nv_bfloat162*>(xb);
   if (act.up != nullptr) {
     swiglu_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(act.x, act.up, n, K, xb2);
   } else {
     x_to_bf16_kernel<<<grid_for(n * K / 2, 256, 132 * 16), 256, 0, stream>>>(act.x, act.xs, n, K, xb2);
   }
+}
+
+// y = W xb for bf16 activations already at xb, the weights dequantized chunk by chunk into wb.
+cudaError_t run_tc_chunks(const cpu::WeightView& w, const __nv_bfloat16* persistent, const TcPlan& plan,
+                          const __nv_bfloat16* xb, __nv_bfloat16* wb, size_t n, float* y, size_t ys,
+                          const TcGemmOptions& tc, cudaStream_t stream) {
+  const size_t K = w.cols;
   const auto* wq = static_cast<const uint8_t*>(w.data);
-  for (size_t r0 = 0; r0 < w.rows; r0 += chunk_rows) {
-    const size_t rows = std::min(chunk_rows, w.rows - r0);
+  for (size_t r0 = 0; r0 < w.rows; r0 += plan.chunk_rows) {
+    const size_t rows = std::min(plan.chunk_rows, w.rows - r0);
     const __nv_bfloat16* a = persistent != nullptr ? persistent + r0 * K : wb;
     if (persistent == nullptr) {
       launch_dequant(w.type, wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, tc.dequant_v2);
     }
-    if ((e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream)) != cudaSuccess) return e;
+    if (const cudaError_t e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream); e != cudaSuccess) return e;
   }
   return cudaGetLastError();
+}
+
+cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, size_t n, float* y, size_t ys,
+                            const TcGemmOptions& tc, cudaStream_t stream) {
+  if (!tc_weights_ok(w)) return cudaErrorNotSupported;  // never misread another layout
+  const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
+  if (persistent != nullptr && (w.rows + kBM - 1) / kBM > 65535) return cudaErrorInvalidValue;  // grid.y
+  const TcPlan plan = tc_plan(w, persistent);
+  const size_t x_bytes = x_workspace_bytes(n, w.cols);
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + plan.w_bytes, stream, &e));
+  if (ws == nullptr) return e;
+  auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
+  convert_activations(act, n, w.cols, xb, stream);
+  return run_tc_chunks(w, persistent, plan, xb, reinterpret_cast<__nv_bfloat16*>(ws + x_bytes), n, y, ys, tc, stream);
 }
 
 }  // namespace
@@ -311,6 +336,37 @@ cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size
 cudaError_t swiglu_gemm_q8_tc(const cpu::WeightView& w, const float* gate, const float* up, size_t n, float* y,
                               size_t ys, const TcGemmOptions& tc, cudaStream_t stream) {
   return gemm_q8_tc_from(w, Activations{gate, w.cols, up}, n, y, ys, tc, stream);
+}
+
+// Each segment is the product gemm_q8_tc would compute for its row range of w (the same chunks,
+// the same operands, so the same bits); only the activations' conversion is shared. The
+// workspace is requested once, at the largest segment's size, so it is not reallocated (which
+// would drop the converted activations) between the segments.
+cudaError_t gemm_q8_tc_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
+                            const TcGemmOptions& tc, cudaStream_t stream) {
+  if (!tc_weights_ok(w)) return cudaErrorNotSupported;
+  const auto* persistent = static_cast<const __nv_bfloat16*>(tc.bf16_weights);
+  const size_t K = w.cols;
+  size_t w_bytes = 0;
+  for (int i = 0; i < out.n; ++i) {
+    const cpu::WeightView seg = cpu::row_range(w, out.first[i], out.first[i + 1] - out.first[i]);
+    if (persistent != nullptr && (seg.rows + kBM - 1) / kBM > 65535) return cudaErrorInvalidValue;  // grid.y
+    w_bytes = std::max(w_bytes, tc_plan(seg, persistent).w_bytes);
+  }
+  const size_t x_bytes = x_workspace_bytes(n, K);
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<unsigned char*>(stream_workspace(x_bytes + w_bytes, stream, &e));
+  if (ws == nullptr) return e;
+  auto* xb = reinterpret_cast<__nv_bfloat16*>(ws);
+  convert_activations(Activations{x, xs, nullptr}, n, K, xb, stream);
+  for (int i = 0; i < out.n; ++i) {
+    const cpu::WeightView seg = cpu::row_range(w, out.first[i], out.first[i + 1] - out.first[i]);
+    const __nv_bfloat16* seg_copy = persistent != nullptr ? persistent + out.first[i] * K : nullptr;
+    e = run_tc_chunks(seg, seg_copy, tc_plan(seg, seg_copy), xb, reinterpret_cast<__nv_bfloat16*>(ws + x_bytes), n,
+                      out.y[i], out.ys[i], tc, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace ds::cuda::detail

@@ -173,6 +173,17 @@ bool takes_small_batch_mma(const WeightView& w, const float* x, size_t xs, size_
          detail::gemv_q8_mma_applies(w, x, xs, y, ys, n);
 }
 
+// Every segment of a stacked product is a valid product of its own (matmul's checks on its row
+// range of w and its output), and the segments cover the rows in order.
+bool segments_valid(const WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out) {
+  if (!detail::row_segments_fit(out, w.rows, n)) return false;
+  for (int i = 0; i < out.n; ++i) {
+    const WeightView seg = cpu::row_range(w, out.first[i], out.first[i + 1] - out.first[i]);
+    if (check_args(seg, x, xs, n, out.y[i], out.ys[i]) != cudaSuccess) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
@@ -234,13 +245,21 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
 
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
-  if (precision != MatmulPrecision::kBf16TensorCores || n_tokens <= detail::kGemvSplitBestTokens ||
-      n_tokens > tc.split_small_max || out.n < 1 ||
-      !detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) {
+  if (precision != MatmulPrecision::kBf16TensorCores || n_tokens <= detail::kGemvSplitBestTokens || out.n < 1) {
     return cudaErrorNotSupported;
   }
-  return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream))
-                             : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
+  if (n_tokens <= tc.split_small_max) {
+    if (!detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) return cudaErrorNotSupported;
+    return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream))
+                               : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
+  }
+  // Prefill: where each segment's own product would take the tensor-core GEMM (as matmul() decides
+  // for more than split_small_max tokens, past the small-batch paths), one activation conversion.
+  if (takes_small_batch_mma(w, x, x_stride, n_tokens, out.y[0], out.ys[0], tc) || !detail::gemm_q8_tc_applies(w, n_tokens) ||
+      !segments_valid(w, x, x_stride, n_tokens, out)) {
+    return cudaErrorNotSupported;
+  }
+  return detail::gemm_q8_tc_rows(w, x, x_stride, n_tokens, out, tc, stream);
 }
 
 }  // namespace ds::cuda

@@ -33,6 +33,11 @@ cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size
 // straight to the bf16 operand (swiglu_matmul.h). Same preconditions as gemm_q8_tc.
 cudaError_t swiglu_gemm_q8_tc(const cpu::WeightView& w, const float* gate, const float* up, size_t n, float* y,
                               size_t ys, const TcGemmOptions& tc, cudaStream_t stream);
+// A stacked matrix's product to row segments (RowSegments): per segment exactly gemm_q8_tc on its
+// row range (same bits), with the activations rounded to bf16 once for all segments instead of
+// once per product. tc.bf16_weights, when set, is the copy of the whole stack.
+cudaError_t gemm_q8_tc_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
+                            const TcGemmOptions& tc, cudaStream_t stream);
 // The mma.sync kernel with per-call dequantization (the tests' and the lab's reference path).
 inline cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                               cudaStream_t stream) {

@@ -2,7 +2,7 @@
 // Qwen3.5 9B shapes, against the measured H200 ceilings (4.3 TB/s copy, 790 TFLOP/s bf16 dense).
 //
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
-//   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN prep v2/v3 and dequant v1/v2: prefill_ops.cu)
+//   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN f32 vs tensor-core state pass and dequant v1/v2: prefill_ops.cu)
 //   deltaserve-kernel-lab [--reps N] --gemv-mma       (only the small-batch tensor-core GEMV vs today's paths)
 //   deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order paths)
 //   deltaserve-kernel-lab [--reps N] --gemm-split     (only the small-batch GEMM over split rows vs today's paths)

@@ -14,9 +14,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "common/ggml_types.h"
+#include "common/q8_split.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
@@ -140,6 +142,53 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{1, 32, 16, 0, 0, 0}, GemmCase{300, 4096, 17, 3, 7, 1}, GemmCase{129, 352, 200, 1, 0, 0},
         GemmCase{512, 2048, 256, 0, 0, 0}, GemmCase{1000, 1024, 67, 0, 3, 3}, GemmCase{64, 12288, 33, 0, 0, 2}),
     gemm_case_name);
+
+// A stacked matrix's prefill product to row segments (matmul_rows: the activations rounded to bf16
+// once for all segments) gives every segment the bits of its own matmul, in GGUF order and split
+// rows, per-call dequantization and a persistent copy of the whole stack; the outputs' padding
+// survives. Segment sizes like the 9B GDN stack [qkv | z | alpha|beta], scaled down.
+TEST(CudaGemmPaths, StackedRowsEqualSeparateProducts) {
+  DS_REQUIRE_GPU();
+  const size_t cols = 1024, n = 130, seg_rows[3] = {512, 256, 64}, rows = 832, pad = 5;
+  Rng rng(41);
+  const std::vector<uint8_t> gguf = random_q8(rows, cols, rng);
+  std::vector<uint8_t> split(gguf.size());
+  q8_split_rows(gguf.data(), rows, cols, split.data());
+  const std::vector<float> x = rng.vec(n * (cols + 3));
+  DeviceArray<float> dx(x);
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q8_0_SPLIT}) {
+    DeviceArray<uint8_t> dw(type == GgmlType::Q8_0 ? gguf : split);
+    const cpu::WeightView w{type, dw.get(), rows, cols, ggml_row_bytes(GgmlType::Q8_0, cols)};
+    DeviceArray<uint16_t> dbf16(rows * cols);
+    DS_CUDA_CHECK(dequantize_q8_to_bf16(w, dbf16.get(), nullptr));
+    for (const void* copy : {static_cast<const void*>(nullptr), static_cast<const void*>(dbf16.get())}) {
+      SCOPED_TRACE(std::string(type == GgmlType::Q8_0 ? "gguf order" : "split rows") + (copy ? ", copy" : ""));
+      TcGemmOptions tc;
+      tc.bf16_weights = copy;
+      RowSegments out;
+      out.n = 3;
+      std::vector<std::unique_ptr<DeviceArray<float>>> stacked, separate;
+      for (int i = 0; i < 3; ++i) {
+        const size_t ys = seg_rows[i] + pad;
+        stacked.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n * ys, 7.0f)));
+        separate.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(n * ys, 7.0f)));
+        out.first[i + 1] = out.first[i] + seg_rows[i];
+        out.y[i] = stacked.back()->get();
+        out.ys[i] = ys;
+      }
+      DS_CUDA_CHECK(matmul_rows(w, dx.get(), cols + 3, n, out, MatmulPrecision::kBf16TensorCores, tc, nullptr));
+      for (int i = 0; i < 3; ++i) {
+        TcGemmOptions part = tc;
+        if (copy != nullptr) part.bf16_weights = dbf16.get() + out.first[i] * cols;
+        DS_CUDA_CHECK(matmul(cpu::row_range(w, out.first[i], seg_rows[i]), dx.get(), cols + 3, n, separate[i]->get(),
+                             out.ys[i], MatmulPrecision::kBf16TensorCores, part, nullptr));
+        const std::vector<float> a = stacked[i]->download(), b = separate[i]->download();
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "segment " << i;
+        for (size_t t = 0; t < n; ++t) ASSERT_EQ(a[t * out.ys[i] + seg_rows[i]], 7.0f) << "padding overwritten";
+      }
+    }
+  }
+}
 
 TEST(CudaGemmPaths, PersistentCopyIsRoundedDequantization) {
   DS_REQUIRE_GPU();
