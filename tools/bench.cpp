@@ -96,6 +96,7 @@ struct Options {
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
+  std::string mps = "off";         // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
@@ -112,7 +113,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [--mps auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -175,6 +176,9 @@ Options parse(int argc, char** argv) {
       o.device = parse_number<int>(kUsage, a, args.value(), 0);
     } else if (a == "--workers") {
       o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 64);
+    } else if (a == "--mps") {
+      o.mps = args.value();
+      if (o.mps != "auto" && o.mps != "on" && o.mps != "off") kUsage.fail("--mps must be auto, on or off, got '" + o.mps + "'");
     } else if (a == "--busy-poll") {
       o.busy_poll = args.value();
       if (o.busy_poll != "auto" && o.busy_poll != "on" && o.busy_poll != "off") {
@@ -413,6 +417,7 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.devices = o.devices;  // used on cuda only (the engine gives cpu workers no --device)
   eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
   eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
+  eo.mps = o.mps;
   return ds::bench::make_pipeline_runner(eo, o.pipeline_depth);
 }
 

@@ -20,6 +20,7 @@
 #include "coordinator/chat_template/chat_template.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/gpu_share.h"
+#include "coordinator/engine/mps_daemon.h"
 #include "coordinator/openai/openai_server.h"
 #include "coordinator/serving/batch_engine.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -98,8 +99,11 @@ int serve(int argc, char** argv) {
   if (o.http.served_model_name.empty()) o.http.served_model_name = file_name(o.engine.model_path);
   o.http.model_file_name = file_name(o.engine.model_path);
   ds::log::info("deltaserve", ds::describe(o));
-  const std::string gpu_hint = ds::shared_gpu_hint(o.engine.backend, o.engine.devices, o.engine.n_workers,
-                                                   ds::mps_control_running(std::getenv("CUDA_MPS_PIPE_DIRECTORY")));
+  // With --mps auto|on the engine starts its own MPS daemon (and warns itself if it cannot).
+  const std::string gpu_hint =
+      o.engine.mps == "off" ? ds::shared_gpu_hint(o.engine.backend, o.engine.devices, o.engine.n_workers,
+                                                  ds::mps_serves_this_process())
+                            : std::string();
   if (!gpu_hint.empty()) ds::log::warn("deltaserve", gpu_hint);
 
   // The scheduler's numbers are upper bounds for the workers' pools (sent in Assign): each

@@ -51,7 +51,11 @@ constexpr const char* kUsage =
     "  --hidden-transport auto|inline  hidden states between same-host workers: shared-memory ring\n"
     "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
     "  --busy-poll auto|on|off  wait for step results without sleeping (default auto: on with cuda\n"
-    "                         workers, costing one busy core while serving; off with cpu workers)\n"
+    "                         workers, costing one busy core while serving; off with cpu workers\n"
+    "                         and with cuda workers sharing a GPU under MPS)\n"
+    "  --mps off|auto|on      cuda workers sharing a GPU run under a private CUDA MPS daemon that\n"
+    "                         serve starts and stops (their prefills overlap); default off; auto:\n"
+    "                         when no MPS daemon serves this process already; on: always\n"
     "  --micro-batches N      cut each batched step into up to N micro-batches in flight across the\n"
     "                         stages (default 1 = off; for stages on different GPUs)\n"
     "  --pipeline-depth N     plans in flight while they only prefill, so a long prompt's chunks\n"
@@ -151,6 +155,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
       {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
       {"busy-poll", [e](const std::string& v) { e->busy_poll = v; return v == "auto" || v == "on" || v == "off"; }},
+      {"mps", [e](const std::string& v) { e->mps = v; return v == "auto" || v == "on" || v == "off"; }},
       {"pipeline-depth", [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }},
       {"prefill-precision", [o](const std::string& v) {  // passed to the workers by parse_serve_options
          o->prefill_precision = v;
@@ -299,7 +304,7 @@ std::string describe(const ServeOptions& o) {
   s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
     << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
-    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " pipeline_depth=" << o.pipeline_depth
+    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " mps=" << e.mps << " pipeline_depth=" << o.pipeline_depth
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
     << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))

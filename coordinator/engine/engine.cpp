@@ -3,6 +3,8 @@
 #include "coordinator/engine/engine.h"
 #include "common/log.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include <map>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "common/byte_size.h"
@@ -23,6 +26,7 @@
 #include "coordinator/engine/gpu_share.h"
 #include "coordinator/engine/layout.h"
 #include "coordinator/engine/micro_batch.h"
+#include "coordinator/engine/mps_daemon.h"
 #include "coordinator/engine/registry.h"
 #include "coordinator/engine/step_codec.h"
 #include "coordinator/engine/supervisor.h"
@@ -48,7 +52,11 @@ struct PipelineEngine::Impl {
   ipc::Context ctx;
   std::unique_ptr<ipc::ZmqChannel> router;
   std::unique_ptr<WorkerRegistry> registry;
+  // Our own MPS daemon for workers sharing a GPU (EngineOptions::mps); declared before the
+  // supervisor so that it is destroyed after the workers are gone.
+  std::unique_ptr<MpsDaemon> mps;
   std::unique_ptr<LocalSupervisor> supervisor;
+  bool busy_poll = false;          // EngineOptions::busy_poll resolved at start_workers()
   std::vector<uint64_t> assigned_instance;  // instance each rank's Assign went to
   uint64_t epoch = 1;
   uint64_t next_plan_id = 1;
@@ -72,6 +80,7 @@ struct PipelineEngine::Impl {
 
   void load_model_layout();
   void start_workers();
+  std::vector<std::string> start_private_mps();
   std::vector<std::string> worker_gpu_fractions() const;
   void remove_shm_rings() const;
   void handle(const ipc::Received& msg);
@@ -110,7 +119,33 @@ void PipelineEngine::Impl::load_model_layout() {
   ds::log::info("engine", ds::log::Msg() << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout));
 }
 
+// A private MPS daemon when local CUDA workers share a GPU (mps_daemon.h); returns the workers'
+// extra environment. Also settles busy polling: "auto" is on with cuda workers, except for
+// workers sharing a GPU under MPS (measured slower with it on the H200, 2026-11-29).
+std::vector<std::string> PipelineEngine::Impl::start_private_mps() {
+  const bool already = mps_serves_this_process();
+  const std::vector<int> gpus = device_of_each_rank(opt.devices, opt.n_workers);
+  const bool shared = std::set<int>(gpus.begin(), gpus.end()).size() < gpus.size();
+  std::vector<std::string> env;
+  if (wants_private_mps(opt.mps, opt.backend, opt.external_workers, opt.devices, opt.n_workers, already)) {
+    std::string why;
+    const std::string dir = (std::filesystem::temp_directory_path() / ("deltaserve-mps-" + std::to_string(getpid()))).string();
+    mps = MpsDaemon::start(find_executable("nvidia-cuda-mps-control"), dir, 5000, &why);
+    if (mps == nullptr && opt.mps == "on") throw ConfigError("--mps on: could not start a CUDA MPS daemon: " + why);
+    if (mps == nullptr) {
+      ds::log::warn("engine", ds::log::Msg() << "workers share a GPU without CUDA MPS (" << why
+                                             << "): every hidden-state hop switches GPU contexts");
+    } else {
+      env = mps->worker_env();
+    }
+  }
+  const bool under_mps = opt.backend == "cuda" && shared && (mps != nullptr || (already && opt.mps != "off"));
+  busy_poll = opt.busy_poll == "on" || (opt.busy_poll == "auto" && opt.backend == "cuda" && !under_mps);
+  return env;
+}
+
 void PipelineEngine::Impl::start_workers() {
+  const std::vector<std::string> extra_env = start_private_mps();
   if (opt.external_workers) return;
   std::string binary = opt.worker_binary.empty() ? executable_dir() + "/deltaserve-worker" : opt.worker_binary;
   const std::vector<std::string> fractions = worker_gpu_fractions();
@@ -123,12 +158,12 @@ void PipelineEngine::Impl::start_workers() {
       if (!fractions.empty()) a.insert(a.end(), {"--gpu-memory-fraction", fractions[rank]});
     }
     if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
-    if (opt.busy_poll == "off") a.insert(a.end(), {"--busy-poll-us", "0"});
-    if (opt.busy_poll == "on") a.insert(a.end(), {"--busy-poll-us", "5000"});
+    // cpu workers on "auto" keep their own default (no polling: they need the cores).
+    if (opt.backend == "cuda" || opt.busy_poll != "auto") a.insert(a.end(), {"--busy-poll-us", busy_poll ? "5000" : "0"});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
     return a;
   };
-  supervisor = std::make_unique<LocalSupervisor>(binary, opt.n_workers, args);
+  supervisor = std::make_unique<LocalSupervisor>(binary, opt.n_workers, args, extra_env);
   supervisor->start_all();
 }
 
@@ -322,7 +357,7 @@ void PipelineEngine::Impl::pump_once(int timeout_ms) {
 
 bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms, bool step) {
   const int64_t deadline = now_ms() + timeout_ms;
-  const bool spin = step && (opt.busy_poll == "on" || (opt.busy_poll == "auto" && opt.backend == "cuda"));
+  const bool spin = step && busy_poll;
   while (!done()) {
     if (now_ms() >= deadline) return false;
     pump_once(spin ? 0 : kPollSliceMs);
@@ -555,6 +590,7 @@ void PipelineEngine::shutdown() {
   // have no other way to learn it); local ones also get SIGTERM from the supervisor.
   m.router->socket().set(zmq::sockopt::linger, 500);
   if (m.supervisor) m.supervisor->stop_all(std::chrono::milliseconds(3000));
+  m.mps.reset();  // after the workers: quits our MPS daemon, if any
   m.router.reset();
   m.remove_shm_rings();
   if (m.opt.control_endpoint.empty()) ipc::remove_ipc_endpoint_dir(m.endpoint);

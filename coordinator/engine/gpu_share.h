@@ -46,9 +46,10 @@ std::vector<std::string> gpu_fraction_flags(const std::string& backend, std::opt
                                             const std::vector<int>& devices, const std::vector<StageRange>& layout,
                                             bool has_mtp);
 
-// A start-up hint for CUDA workers that share a GPU without CUDA MPS (`mps_running` false): every
-// hidden-state hop then switches GPU contexts. H200, 9B, 2 workers on one GPU vs 1 (2026-11-29):
-// decode 1.12-1.16x the time plainly, 1.02-1.06x under MPS. Empty when there is nothing to say.
+// A start-up hint for CUDA workers that share a GPU without CUDA MPS (`mps_running` false): their
+// kernels then time-share the GPU instead of overlapping. H200, 9B, 2 workers on one GPU vs 1
+// (2026-11-29, same call): prefill 1.02-1.09x the time plainly, 0.97-1.02x under MPS; decode
+// 1.11-1.15x either way. Empty when there is nothing to say.
 std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
                             bool mps_running);
 

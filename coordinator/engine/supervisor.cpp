@@ -36,8 +36,12 @@ std::string executable_dir() {
   return ec ? std::string(".") : self.parent_path().string();
 }
 
-LocalSupervisor::LocalSupervisor(std::string binary, uint32_t n_ranks, ArgsForRank args_for_rank)
-    : binary_(std::move(binary)), args_for_rank_(std::move(args_for_rank)), workers_(n_ranks) {
+LocalSupervisor::LocalSupervisor(std::string binary, uint32_t n_ranks, ArgsForRank args_for_rank,
+                                 std::vector<std::string> extra_env)
+    : binary_(std::move(binary)),
+      extra_env_(std::move(extra_env)),
+      args_for_rank_(std::move(args_for_rank)),
+      workers_(n_ranks) {
   if (access(binary_.c_str(), X_OK) != 0) throw std::runtime_error("worker binary not executable: " + binary_);
 }
 
@@ -47,14 +51,31 @@ void LocalSupervisor::start_all() {
   for (uint32_t r = 0; r < workers_.size(); ++r) spawn(r);
 }
 
+std::vector<std::string> environment_with(const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env;
+  const auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    bool replaced = false;
+    for (const std::string& extra : extra_env) replaced = replaced || name_of(extra) == name_of(entry);
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  return env;
+}
+
 void LocalSupervisor::spawn(uint32_t rank) {
-  // argv is built before fork: the child of a multi-threaded process may only make
+  // argv and envp are built before fork: the child of a multi-threaded process may only make
   // async-signal-safe calls until exec.
   std::vector<std::string> args = args_for_rank_(rank);
   args.insert(args.begin(), binary_);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env = environment_with(extra_env_);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed for worker rank " + std::to_string(rank));
@@ -62,7 +83,7 @@ void LocalSupervisor::spawn(uint32_t rank) {
     // The worker dies with the coordinator, even when the coordinator is SIGKILLed.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   Worker& w = workers_[rank];

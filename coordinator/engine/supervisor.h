@@ -13,12 +13,17 @@
 
 namespace ds {
 
+// This process's environment with `extra_env` ("NAME=value") added, replacing same-name variables.
+std::vector<std::string> environment_with(const std::vector<std::string>& extra_env);
+
 class LocalSupervisor {
  public:
   using ArgsForRank = std::function<std::vector<std::string>(uint32_t rank)>;
 
-  // `binary` is exec'd with args_for_rank(rank) (argv[1..]).
-  LocalSupervisor(std::string binary, uint32_t n_ranks, ArgsForRank args_for_rank);
+  // `binary` is exec'd with args_for_rank(rank) (argv[1..]) and this process's environment plus
+  // `extra_env` ("NAME=value" entries; they replace variables of the same name).
+  LocalSupervisor(std::string binary, uint32_t n_ranks, ArgsForRank args_for_rank,
+                  std::vector<std::string> extra_env = {});
   ~LocalSupervisor();
   LocalSupervisor(const LocalSupervisor&) = delete;
   LocalSupervisor& operator=(const LocalSupervisor&) = delete;
@@ -46,6 +51,7 @@ class LocalSupervisor {
   void on_exit(uint32_t rank, int status);
 
   std::string binary_;
+  std::vector<std::string> extra_env_;
   ArgsForRank args_for_rank_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
