@@ -23,13 +23,8 @@ int run_with_env(const std::string& binary, const std::vector<std::string>& args
                  const std::string& input) {
   std::vector<std::string> argv_s{binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
   std::vector<std::string> env_s = environment_with(env);
-  std::vector<char*> envp;
-  for (std::string& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  const std::vector<char*> argv = exec_array(argv_s), envp = exec_array(env_s);
   int in[2];
   if (pipe(in) != 0) return -1;
   const pid_t pid = fork();

@@ -51,6 +51,13 @@ void LocalSupervisor::start_all() {
   for (uint32_t r = 0; r < workers_.size(); ++r) spawn(r);
 }
 
+std::vector<char*> exec_array(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 std::vector<std::string> environment_with(const std::vector<std::string>& extra_env) {
   std::vector<std::string> env;
   const auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
@@ -69,13 +76,8 @@ void LocalSupervisor::spawn(uint32_t rank) {
   // async-signal-safe calls until exec.
   std::vector<std::string> args = args_for_rank_(rank);
   args.insert(args.begin(), binary_);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   std::vector<std::string> env = environment_with(extra_env_);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  const std::vector<char*> argv = exec_array(args), envp = exec_array(env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed for worker rank " + std::to_string(rank));

@@ -16,6 +16,9 @@ namespace ds {
 // This process's environment with `extra_env` ("NAME=value") added, replacing same-name variables.
 std::vector<std::string> environment_with(const std::vector<std::string>& extra_env);
 
+// argv / envp for exec: pointers into `strings` (which must outlive them), then nullptr.
+std::vector<char*> exec_array(std::vector<std::string>& strings);
+
 class LocalSupervisor {
  public:
   using ArgsForRank = std::function<std::vector<std::string>(uint32_t rank)>;

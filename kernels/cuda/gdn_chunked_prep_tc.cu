@@ -18,12 +18,14 @@
 
 #include "kernels/cuda/gdn_chunked_common.cuh"
 #include "kernels/cuda/gdn_chunked_prep_load.cuh"
-#include "kernels/cuda/gdn_chunked_tf32.cuh"
+#include "kernels/cuda/ptx_mma.cuh"  // tf32, mma_tf32
 
 namespace ds::cuda::gdn_chunked_detail {
 namespace {
 
 using namespace prep_load;
+using ptx::mma_tf32;
+using ptx::tf32;
 
 constexpr int kLt = 132;  // q/k/v tile rows
 constexpr int kLa = 68;   // A / T / P rows

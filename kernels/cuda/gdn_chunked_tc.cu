@@ -25,10 +25,13 @@
 
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gdn_chunked_common.cuh"
-#include "kernels/cuda/gdn_chunked_tf32.cuh"
+#include "kernels/cuda/ptx_mma.cuh"  // tf32, mma_tf32
 
 namespace ds::cuda::gdn_chunked_detail {
 namespace {
+
+using ptx::mma_tf32;
+using ptx::tf32;
 
 constexpr int kD = 128;   // dk = dv
 constexpr int kLk = 136;  // Kd rows ([W; Qp] rows: kLx = 132 of gdn_chunked_common.cuh)

@@ -1,6 +1,7 @@
-// Inline PTX shared by the bf16 tensor-core kernels (gemm_tc.cu, attention_prefill_tc.cu): async
-// 16-byte copies into shared memory, ldmatrix fragment loads and the m16n8k16 bf16 MMA with f32
-// accumulation. All of it runs on sm_80 and later.
+// Inline PTX shared by the tensor-core kernels (gemm_tc.cu, attention_prefill_tc.cu, the chunked
+// GDN's gdn_chunked_tc.cu / gdn_chunked_prep_tc.cu): async 16-byte copies into shared memory,
+// ldmatrix fragment loads, the m16n8k16 bf16 and m16n8k8 tf32 MMAs with f32 accumulation. All of
+// it runs on sm_80 and later.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,6 +52,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Round to nearest (ties away from zero) to tf32: 10 mantissa bits, 2^-11 relative error.
+__device__ __forceinline__ uint32_t tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// c (16x8 f32) += a (16x8 tf32, row) * b (8x8 tf32, col). Fragments (g = lane / 4, qd = lane % 4):
+// a = {(g, qd), (g + 8, qd), (g, qd + 4), (g + 8, qd + 4)}, b = {(qd, g), (qd + 4, g)},
+// c = {(g, 2qd), (g, 2qd + 1), (g + 8, 2qd), (g + 8, 2qd + 1)}.
+__device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
