@@ -121,7 +121,7 @@ void PipelineEngine::Impl::load_model_layout() {
 
 // A private MPS daemon when local CUDA workers share a GPU (mps_daemon.h); returns the workers'
 // extra environment. Also settles busy polling: "auto" is on with cuda workers, except for
-// workers sharing a GPU under MPS (measured slower with it on the H200, 2026-11-29).
+// workers sharing a GPU under MPS (H200, 2026-11-29: no faster with it there, slower in session 5).
 std::vector<std::string> PipelineEngine::Impl::start_private_mps() {
   const bool already = mps_serves_this_process();
   const std::vector<int> gpus = device_of_each_rank(opt.devices, opt.n_workers);
@@ -134,7 +134,7 @@ std::vector<std::string> PipelineEngine::Impl::start_private_mps() {
     if (mps == nullptr && opt.mps == "on") throw ConfigError("--mps on: could not start a CUDA MPS daemon: " + why);
     if (mps == nullptr) {
       ds::log::warn("engine", ds::log::Msg() << "workers share a GPU without CUDA MPS (" << why
-                                             << "): every hidden-state hop switches GPU contexts");
+                                             << "): their kernels time-share the GPU");
     } else {
       env = mps->worker_env();
     }
