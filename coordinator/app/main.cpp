@@ -53,6 +53,8 @@ ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_con
   s.eos_token_ids = tok.eog_ids();
   s.num_snapshots = o.prefix_cache_snapshots.value_or(2 * o.max_seqs);  // 0: prefix cache off
   s.spec_k = o.spec_k;
+  s.decode_groups = o.decode_groups ? o.decode_groups
+                                    : ds::auto_decode_groups(o.engine.backend, o.engine.devices, o.engine.n_workers);
   return s;
 }
 

@@ -58,8 +58,11 @@ constexpr const char* kUsage =
     "                         when no MPS daemon serves this process already; on: always\n"
     "  --micro-batches N      cut each batched step into up to N micro-batches in flight across the\n"
     "                         stages (default 1 = off; for stages on different GPUs)\n"
-    "  --pipeline-depth N     plans in flight while they only prefill, so a long prompt's chunks\n"
-    "                         pipeline over the workers (default 0 = min(workers + 1, 4); 1 = off)\n"
+    "  --pipeline-depth N     plans in flight at once, so a long prompt's chunks pipeline over the\n"
+    "                         workers (default 0 = min(workers + 1, 4); 1 = off)\n"
+    "  --decode-groups N|auto running sequences decode in N groups that take turns, so workers on\n"
+    "                         different GPUs decode at once (auto: 2 for cuda workers on two or\n"
+    "                         more GPUs, else 1 = off; at most 8)\n"
     "  --prefill-precision bf16|f32  cuda workers' prefill products + attention: bf16 tensor cores\n"
     "                         (the workers' default) or f32 SIMT; cpu workers always compute f32\n"
     "  --prefill-gemm cublaslt|mma  cuda workers' bf16 prefill GEMM (workers' default: cublaslt)\n"
@@ -157,6 +160,13 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"busy-poll", [e](const std::string& v) { e->busy_poll = v; return v == "auto" || v == "on" || v == "off"; }},
       {"mps", [e](const std::string& v) { e->mps = v; return v == "auto" || v == "on" || v == "off"; }},
       {"pipeline-depth", [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }},
+      {"decode-groups", [o](const std::string& v) {
+         if (v == "auto") {
+           o->decode_groups = 0;
+           return true;
+         }
+         return parse_positive(v, &o->decode_groups) && o->decode_groups <= 8;
+       }},
       {"prefill-precision", [o](const std::string& v) {  // passed to the workers by parse_serve_options
          o->prefill_precision = v;
          return v == "bf16" || v == "f32";
@@ -305,6 +315,7 @@ std::string describe(const ServeOptions& o) {
     << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
     << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " mps=" << e.mps << " pipeline_depth=" << o.pipeline_depth
+    << " decode_groups=" << (o.decode_groups ? std::to_string(o.decode_groups) : std::string("auto"))
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
     << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))

@@ -27,9 +27,14 @@ struct ServeOptions {
   // MTP speculative decoding: drafts per step, 0..4 (0 = off). Default off: the speed-up is
   // not measured yet on a GPU (tools/bench --spec-k), and CPU timings say nothing about it.
   uint32_t spec_k = 0;
-  // Plans the engine keeps in flight while they only compute prefill chunks (BatchEngineOptions::
-  // max_plans_in_flight); 0 = auto: min(workers + 1, 4) (the workers' ring slots), 1 = off.
+  // Plans the engine keeps in flight (BatchEngineOptions::max_plans_in_flight): a long prompt's
+  // chunks, and the decode groups; 0 = auto: min(workers + 1, 4) (the workers' ring slots),
+  // 1 = off (at least decode_groups).
   uint32_t pipeline_depth = 0;
+  // Running sequences decode in this many groups that take turns (SchedulerConfig::
+  // decode_groups), so stages on different GPUs decode at once; 0 = auto (auto_decode_groups:
+  // 2 for cuda workers on two or more GPUs, else 1), 1 = off.
+  uint32_t decode_groups = 0;
   // cuda workers' prefill: "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT); cpu workers
   // accept both and always compute in f32. Unset: not passed, so a worker keeps its own default
   // (bf16, or DELTASERVE_WORKER_PREFILL_PRECISION). Set: the workers this process starts get

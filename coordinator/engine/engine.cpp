@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -66,12 +67,15 @@ struct PipelineEngine::Impl {
   bool stopped = false;
   std::string startup_error;
   SentSamplingMap sent_sampling;
-  // The step in flight, if any.
-  uint64_t pending_plan = 0;
-  std::optional<ipc::Received> pending_result;
-  std::string pending_error;
-  // The pipelined steps in flight (run_pipelined): plan id -> its result once it arrived.
-  std::map<uint64_t, std::optional<ipc::Received>> pipelined;
+  // The steps in flight, oldest first, and each one's result once it arrived (by plan id).
+  struct Submitted {
+    v1::StepPlan plan;
+    std::chrono::steady_clock::time_point sent;
+  };
+  std::deque<Submitted> flying;
+  std::deque<size_t> step_plans;  // submit() calls not yet collected: the plans each went out as
+  std::map<uint64_t, std::optional<ipc::Received>> results;
+  std::string pending_error;  // a StepError for a step in flight
   // The DropSequences in flight, if any.
   uint64_t pending_drop = 0;
   std::vector<bool> drop_acked;
@@ -101,7 +105,10 @@ struct PipelineEngine::Impl {
   bool wait_until(const std::function<bool()>& done, int timeout_ms, bool step = false);
   void wait_all_ready(int64_t deadline_ms);
   bool drop_everywhere(const std::vector<uint64_t>& ids, bool all, int64_t deadline_ms);
-  StepOutcome run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released);
+  void submit_plan(v1::StepPlan plan);
+  StepOutcome collect_oldest();
+  template <typename Error>
+  [[noreturn]] void forget_in_flight(const Error& error);
   std::vector<StepOutcome> run_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t window,
                                          const std::function<void(size_t)>& on_step_done,
                                          const std::vector<std::vector<uint64_t>>& released = {});
@@ -314,13 +321,11 @@ void PipelineEngine::Impl::handle(const ipc::Received& msg) {
       return;
     }
     case v1::Envelope::kStepResult: {
-      const uint64_t id = env.step_result().plan_id();
-      if (id == pending_plan) pending_result = msg;
-      if (const auto it = pipelined.find(id); it != pipelined.end()) it->second = msg;
+      if (const auto it = results.find(env.step_result().plan_id()); it != results.end()) it->second = msg;
       return;
     }
     case v1::Envelope::kStepError:
-      if (env.step_error().plan_id() == pending_plan || pipelined.count(env.step_error().plan_id())) {
+      if (results.count(env.step_error().plan_id()) != 0) {
         pending_error = "rank " + std::to_string(env.step_error().rank()) + ": " + env.step_error().message();
       }
       return;
@@ -423,44 +428,62 @@ bool PipelineEngine::Impl::drop_everywhere(const std::vector<uint64_t>& ids, boo
 
 // ---- steps --------------------------------------------------------------------------------
 
-StepOutcome PipelineEngine::Impl::run_step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
-  if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
-  const v1::StepPlan plan = encode_plan(seqs, released, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling);
-  const auto t0 = std::chrono::steady_clock::now();
-  pending_plan = plan.plan_id();
-  pending_result.reset();
-  pending_error.clear();
+// Callers check needs_recovery first; a stage lost while sending is noticed by collect_oldest().
+void PipelineEngine::Impl::submit_plan(v1::StepPlan plan) {
+  if (flying.empty()) pending_error.clear();
+  results[plan.plan_id()];
   v1::Envelope env;
   *env.mutable_step_plan() = plan;
-  send_to(0, env);
-  const bool done = wait_until([this] { return pending_result || !pending_error.empty() || needs_recovery; },
-                               opt.step_timeout_ms, /*step=*/true);
-  pending_plan = 0;
-  if (needs_recovery) throw WorkerLost("a worker was lost during plan " + std::to_string(plan.plan_id()));
-  if (!pending_error.empty()) {
-    for (const uint64_t id : plan.seq_ids()) sent_sampling.erase(id);
-    throw StepFailed(pending_error);
+  flying.push_back(Submitted{std::move(plan), std::chrono::steady_clock::now()});
+  send_to(0, env);  // an unreachable stage marks it lost: collect_oldest() throws WorkerLost
+}
+
+// After a failure every step in flight is forgotten: results still on their way are dropped
+// on arrival, and the sampling rules of their sequences are sent again with their next plan.
+template <typename Error>
+void PipelineEngine::Impl::forget_in_flight(const Error& error) {
+  for (const Submitted& f : flying) {
+    for (const uint64_t id : f.plan.seq_ids()) sent_sampling.erase(id);
   }
+  flying.clear();
+  step_plans.clear();
+  results.clear();
+  pending_error.clear();
+  throw error;
+}
+
+// Each stage handles its messages first come, first served, so results arrive in plan order
+// and every stage computes exactly what one step at a time computes.
+StepOutcome PipelineEngine::Impl::collect_oldest() {
+  if (flying.empty()) throw std::logic_error("collect() with no step in flight");
+  const uint64_t id = flying.front().plan.plan_id();
+  const auto it = results.find(id);
+  const bool done = wait_until([&] { return it->second || !pending_error.empty() || needs_recovery; },
+                               opt.step_timeout_ms, /*step=*/true);
+  if (needs_recovery) forget_in_flight(WorkerLost("a worker was lost during plan " + std::to_string(id)));
+  if (!pending_error.empty()) forget_in_flight(StepFailed(pending_error));
   if (!done) {
     // A lost message looks like a lost worker: the state of the plan's sequences is unknown.
     ++epoch;
     needs_recovery = true;
-    throw WorkerLost("no result for plan " + std::to_string(plan.plan_id()) + " in time");
+    forget_in_flight(WorkerLost("no result for plan " + std::to_string(id) + " in time"));
   }
-  StepOutcome out = decode_result(plan, pending_result->env.step_result(), pending_result->bulk);
-  pending_result.reset();
-  out.wall_us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+  StepOutcome out = decode_result(flying.front().plan, it->second->env.step_result(), it->second->bulk);
+  out.wall_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                          std::chrono::steady_clock::now() - flying.front().sent)
+                                          .count());
+  results.erase(it);
+  flying.pop_front();
   return out;
 }
 
 // Sends the plans in order, keeping up to `window` in flight, and collects the results in the
-// same order (each stage handles its messages first come, first served, so results arrive in
-// plan order and every stage computes exactly what the sequential path computes).
+// same order.
 std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
                                                              uint32_t window,
                                                              const std::function<void(size_t)>& on_step_done,
                                                              const std::vector<std::vector<uint64_t>>& released) {
+  if (!flying.empty()) throw std::logic_error("step_pipelined() while submitted steps are in flight");
   if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
   if (released.size() > steps.size()) throw std::invalid_argument("more release lists than pipelined steps");
   std::vector<v1::StepPlan> plans;
@@ -470,39 +493,21 @@ std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<s
     plans.push_back(encode_plan(steps[i], gone, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  pending_error.clear();
-  pipelined.clear();
-  auto fail = [this, &plans](auto error) {
-    pipelined.clear();
-    for (const v1::StepPlan& p : plans) {
-      for (const uint64_t id : p.seq_ids()) sent_sampling.erase(id);
-    }
-    throw error;
-  };
   std::vector<StepOutcome> out;
   size_t sent = 0;
   while (out.size() < plans.size()) {
-    for (; sent < plans.size() && sent - out.size() < std::max<uint32_t>(window, 1); ++sent) {
-      pipelined[plans[sent].plan_id()];
-      v1::Envelope env;
-      *env.mutable_step_plan() = plans[sent];
-      send_to(0, env);
+    for (; sent < plans.size() && sent - out.size() < std::max<uint32_t>(window, 1); ++sent) submit_plan(plans[sent]);
+    try {
+      out.push_back(collect_oldest());
+    } catch (...) {
+      // Plans not sent yet registered their sampling rules as sent.
+      for (size_t i = sent; i < plans.size(); ++i) {
+        for (const uint64_t id : plans[i].seq_ids()) sent_sampling.erase(id);
+      }
+      throw;
     }
-    const v1::StepPlan& plan = plans[out.size()];
-    const auto it = pipelined.find(plan.plan_id());
-    const bool done = wait_until([&] { return it->second || !pending_error.empty() || needs_recovery; },
-                                 opt.step_timeout_ms, /*step=*/true);
-    if (needs_recovery) fail(WorkerLost("a worker was lost during pipelined plan " + std::to_string(plan.plan_id())));
-    if (!pending_error.empty()) fail(StepFailed(pending_error));
-    if (!done) {
-      ++epoch;
-      needs_recovery = true;
-      fail(WorkerLost("no result for pipelined plan " + std::to_string(plan.plan_id()) + " in time"));
-    }
-    out.push_back(decode_result(plan, it->second->env.step_result(), it->second->bulk));
     out.back().wall_us = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
-    pipelined.erase(it);
     if (on_step_done) on_step_done(out.size() - 1);
   }
   return out;
@@ -537,11 +542,9 @@ void PipelineEngine::start() {
 }
 
 StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
-  if (impl_->opt.micro_batches > 1 && seqs.size() > 1) {
-    const std::vector<std::vector<SeqRequest>> parts = split_micro_batches(seqs, impl_->opt.micro_batches);
-    return merge_micro_batches(impl_->run_pipelined(parts, static_cast<uint32_t>(parts.size()), {}, {released}));
-  }
-  return impl_->run_step(seqs, released);
+  if (!impl_->flying.empty()) throw std::logic_error("step() while submitted steps are in flight");
+  submit(seqs, released);
+  return collect();
 }
 
 std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
@@ -553,6 +556,31 @@ std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::v
   const uint32_t window = max_in_flight != 0 ? max_in_flight : std::min<uint32_t>(impl_->opt.n_workers + 1, 4);
   return impl_->run_pipelined(steps, window, on_step_done, released);
 }
+
+void PipelineEngine::submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
+  Impl& m = *impl_;
+  if (m.needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
+  std::vector<std::vector<SeqRequest>> plans;
+  if (m.opt.micro_batches > 1 && seqs.size() > 1) plans = split_micro_batches(seqs, m.opt.micro_batches);
+  if (plans.empty()) plans.push_back(seqs);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    static const std::vector<uint64_t> kNone;
+    m.submit_plan(encode_plan(plans[i], i == 0 ? released : kNone, m.opt.cache.managed(), m.next_plan_id++, m.epoch,
+                              &m.sent_sampling));
+  }
+  m.step_plans.push_back(plans.size());
+}
+
+StepOutcome PipelineEngine::collect() {
+  Impl& m = *impl_;
+  if (m.step_plans.empty()) throw std::logic_error("collect() with no step in flight");
+  std::vector<StepOutcome> parts;
+  for (size_t i = 0, n = m.step_plans.front(); i < n; ++i) parts.push_back(m.collect_oldest());
+  m.step_plans.pop_front();
+  return parts.size() == 1 ? std::move(parts[0]) : merge_micro_batches(parts);
+}
+
+size_t PipelineEngine::in_flight() const { return impl_->step_plans.size(); }
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
   Impl& m = *impl_;
@@ -569,6 +597,10 @@ void PipelineEngine::recover() {
     if (m.drop_everywhere({}, true, deadline)) break;
   }
   m.sent_sampling.clear();
+  m.flying.clear();  // steps in flight when the worker was lost, if nobody collected them
+  m.step_plans.clear();
+  m.results.clear();
+  m.pending_error.clear();
   m.needs_recovery = false;
   ds::log::info("engine", ds::log::Msg() << "recovered, epoch " << m.epoch);
 }

@@ -169,6 +169,7 @@ class PipelineEngine {
   void start();
   // Runs one step through the pipeline. `released`: sequences the workers forget before the
   // step (their placement ended; see StepPlan.released_seq_ids). Throws WorkerLost or StepFailed.
+  // Steps submitted before (submit()) must have been collected.
   StepOutcome step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
   // Runs several steps back to back without waiting for each result, so stage k computes step
   // i+1 while stage k+1 computes step i (pipelined prefill: the chunks of a long prompt). Every
@@ -181,6 +182,16 @@ class PipelineEngine {
   std::vector<StepOutcome> step_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t max_in_flight = 0,
                                           const std::function<void(size_t)>& on_step_done = {},
                                           const std::vector<std::vector<uint64_t>>& released = {});
+  // Sends one step without waiting for its result, for callers that keep several steps in
+  // flight (BatchEngine's decode groups): every stage runs the steps in the order they were
+  // submitted. Throws WorkerLost when a worker was lost before (recover() first).
+  void submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
+  // The result of the oldest submitted step not yet collected (waits for it). Throws
+  // std::logic_error when none is in flight, WorkerLost or StepFailed like step(); after
+  // either, every step in flight is forgotten and its sequences are in an unknown state.
+  StepOutcome collect();
+  // Steps submitted and not yet collected.
+  size_t in_flight() const;
   // Frees the sequences' state on every worker.
   void drop_sequences(const std::vector<uint64_t>& seq_ids);
   // After WorkerLost: waits until every stage is Ready again and drops all sequence state on

@@ -53,6 +53,12 @@ std::vector<std::string> gpu_fraction_flags(const std::string& backend, std::opt
 std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
                             bool mps_running);
 
+// Decode groups for `serve --decode-groups auto` (SchedulerConfig::decode_groups): 2 when the
+// workers are cuda workers on two or more GPUs, so one group decodes on each GPU at once
+// (one batch through two stages leaves each GPU idle half of every step); 1 otherwise: on one
+// device two half batches cost two weight reads where one batch costs one.
+uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks);
+
 // Whether a CUDA MPS control daemon seems to serve this process: its pipe directory
 // (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds a control socket. `pipe_env` is the
 // variable's value (nullptr when unset).

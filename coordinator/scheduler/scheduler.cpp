@@ -9,7 +9,9 @@
 namespace ds {
 
 StepPlan Scheduler::schedule() {
-  if (in_flight_) throw std::logic_error("schedule() while a step is in flight");
+  if (in_flight_.size() >= std::max<uint32_t>(config_.max_steps_in_flight, 1)) {
+    throw std::logic_error("schedule() with " + std::to_string(in_flight_.size()) + " steps in flight (the most allowed)");
+  }
   StepPlan plan;
   plan.step_id = next_step_++;
   plan.released = std::move(pending_releases_);
@@ -22,23 +24,38 @@ StepPlan Scheduler::schedule() {
   schedule_running(plan, budget, /*decode=*/false);
   // After a preemption memory is short: admitting now would only preempt again.
   if (plan.released.size() == released_before) schedule_waiting(plan, budget);
-  if (!plan.seqs.empty()) in_flight_ = std::move(building_);
+  if (!plan.seqs.empty()) {
+    for (const auto& row : building_.rows) busy_.insert(row.second);
+    in_flight_.push_back(std::move(building_));
+  }
   return plan;
+}
+
+// Running, not yet in this plan and not in a step in flight (whose result would change it).
+bool Scheduler::available(const Sequence& s) const {
+  return s.slot && scheduled_.count(s.uid) == 0 && busy_.count(s.uid) == 0;
+}
+
+uint32_t Scheduler::decode_rows_per_step() const {
+  const uint32_t groups = std::max<uint32_t>(config_.decode_groups, 1);
+  return (static_cast<uint32_t>(running_.size()) + groups - 1) / groups;
 }
 
 void Scheduler::schedule_running(StepPlan& plan, uint32_t& budget, bool decode) {
   std::vector<Sequence*> order = running_;  // copy: preemption edits running_
+  uint32_t rows_left = decode ? decode_rows_per_step() : UINT32_MAX;
   for (Sequence* s : order) {
-    if (budget == 0) return;
-    if (!s->slot || scheduled_.count(s->uid) != 0) continue;  // preempted or done
+    if (budget == 0 || rows_left == 0) return;
+    if (!available(*s)) continue;  // preempted, done, or busy
     if ((s->remaining() == 1) != decode) continue;
-    schedule_running_seq(*s, plan, budget);
+    if (schedule_running_seq(*s, plan, budget)) --rows_left;
   }
 }
 
 // Schedules the next tokens of a running sequence. A prefill chunk shrinks to the free
-// blocks; when not even one token fits, the youngest sequence not yet in this step is
-// preempted (possibly `s` itself, which then gives up its turn).
+// blocks; when not even one token fits, the youngest sequence not yet in this step (nor in
+// one in flight) is preempted (possibly `s` itself, which then gives up its turn). When every
+// other sequence is busy, `s` waits for their results instead.
 bool Scheduler::schedule_running_seq(Sequence& s, StepPlan& plan, uint32_t& budget) {
   uint32_t start = s.num_computed;
   uint32_t end = chunk_end(s, start, budget);
@@ -52,6 +69,7 @@ bool Scheduler::schedule_running_seq(Sequence& s, StepPlan& plan, uint32_t& budg
       return true;
     }
     Sequence* victim = youngest_unscheduled();
+    if (victim == nullptr) return false;
     preempt(*victim, plan.released);
     if (victim == &s) return false;
   }
@@ -211,11 +229,17 @@ void Scheduler::set_snapshot_target(Sequence& s, uint32_t start) {
   s.snapshot_target = target;
 }
 
+// The youngest running sequence not in this plan, or nullptr when that one is in a step in
+// flight: its row is being computed, so the caller waits for its result (the next plan may
+// preempt it) rather than preempt an older sequence. With one step in flight at a time there
+// is always a victim: the sequence asking is itself a candidate.
 Sequence* Scheduler::youngest_unscheduled() {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if (scheduled_.count((*it)->uid) == 0) return *it;
+    if (scheduled_.count((*it)->uid) != 0) continue;
+    return busy_.count((*it)->uid) != 0 ? nullptr : *it;
   }
-  throw std::logic_error("no sequence to preempt");
+  if (in_flight_.empty()) throw std::logic_error("no sequence to preempt");
+  return nullptr;
 }
 
 void Scheduler::preempt(Sequence& s, std::vector<ReleasedSeq>& released) {

@@ -1,6 +1,8 @@
 // Continuous-batching scheduler: pure CPU, no CUDA / ZeroMQ. Each step:
 //   plan = schedule();  send plan to workers;  update_from_output(sampled tokens).
-// One step is in flight at a time. Every sequence has `num_computed` and `num_tokens`
+// Up to max_steps_in_flight steps may be in flight: a sequence in a step whose result is not
+// in yet is busy and sits out later plans; the workers run plans in the order they were made,
+// so every plan sees the memory the earlier ones wrote. Every sequence has `num_computed` and `num_tokens`
 // (prompt + generated); a step computes min(num_tokens - num_computed, budget left) of
 // them, so prefill chunks and decode tokens share one rule and one token budget.
 //
@@ -46,6 +48,13 @@ struct SchedulerConfig {
   // MTP speculative decoding: drafts proposed per step (0 = off, at most 4, the workers'
   // rollback depth). A sequence's blocks then cover spec_k positions past its row (draft rows).
   uint32_t spec_k = 0;
+  // Plans made before the earlier ones' results are in (schedule() throws beyond). Results may
+  // be applied in any order; the workers must run the plans in the order they were made.
+  uint32_t max_steps_in_flight = 1;
+  // Decode rows per plan are capped at ceil(running / decode_groups), so the running sequences
+  // fall into this many groups that take turns: with stages on different devices, group B
+  // goes through stage 0 while group A is on stage 1 (steps in flight >= groups needed).
+  uint32_t decode_groups = 1;
   uint64_t hash_seed = 0x6473636865647531ULL;  // pass a random one in production
   std::vector<int32_t> eos_token_ids;
 };
@@ -70,10 +79,11 @@ class Scheduler {
 
   // Queues a request. Throws std::invalid_argument for one that can never be served.
   void add_request(const GenerationRequest& request);
-  // Plans the next step. Throws std::logic_error while a step is in flight.
+  // Plans the next step from the sequences not in a step in flight (empty when none can run).
+  // Throws std::logic_error while max_steps_in_flight steps are in flight.
   StepPlan schedule();
-  // Applies the sampled tokens of the in-flight step: appends them, finishes sequences
-  // and frees their resources (their slots are released in the next plan).
+  // Applies the sampled tokens of a step in flight (any of them): appends them, finishes
+  // sequences and frees their resources (their slots are released in the next plan).
   UpdateResult update_from_output(const SampledStep& output);
   // Drops a request wherever it is. False when unknown or already finished.
   bool abort(const std::string& request_id);
@@ -82,6 +92,7 @@ class Scheduler {
   void reset_worker_state();
 
   bool has_unfinished() const { return !seqs_.empty(); }
+  size_t steps_in_flight() const { return in_flight_.size(); }
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
   // Empty when every allocator / slot / snapshot invariant holds (for tests).
@@ -112,6 +123,8 @@ class Scheduler {
   std::optional<uint32_t> plan_snapshot(Sequence& s, uint32_t start, uint32_t end);
   void set_snapshot_target(Sequence& s, uint32_t start);
   Sequence* youngest_unscheduled();
+  bool available(const Sequence& s) const;
+  uint32_t decode_rows_per_step() const;
   void preempt(Sequence& s, std::vector<ReleasedSeq>& released);
   bool cache_enabled() const { return config_.num_snapshots > 0; }
 
@@ -137,7 +150,8 @@ class Scheduler {
   std::vector<Sequence*> running_; // admission order: back is the youngest
   std::vector<ReleasedSeq> pending_releases_;
   std::unordered_set<uint64_t> scheduled_;  // uids in the plan being built
-  std::optional<InFlight> in_flight_;
+  std::deque<InFlight> in_flight_;          // oldest first
+  std::unordered_set<uint64_t> busy_;       // uids in a step in flight
   InFlight building_;
   uint64_t next_uid_ = 1;
   uint64_t next_step_ = 1;

@@ -17,6 +17,9 @@ void check_config(const SchedulerConfig& c) {
       c.max_context == 0) {
     throw std::invalid_argument("scheduler config: sizes must be positive");
   }
+  if (c.max_steps_in_flight == 0 || c.decode_groups == 0) {
+    throw std::invalid_argument("scheduler config: steps in flight and decode groups must be positive");
+  }
   if (c.spec_k > kMaxSpecK) {
     throw std::invalid_argument("scheduler config: spec_k " + std::to_string(c.spec_k) + " above " +
                                 std::to_string(kMaxSpecK) + " (the workers' rollback depth)");
@@ -64,19 +67,20 @@ void Scheduler::add_request(const GenerationRequest& request) {
 }
 
 UpdateResult Scheduler::update_from_output(const SampledStep& output) {
-  if (!in_flight_ || output.step_id != in_flight_->step_id) {
-    throw std::logic_error("update_from_output for a step that is not in flight");
-  }
-  if (output.sampled.size() != in_flight_->rows.size()) {
+  const auto flying = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                   [&](const InFlight& f) { return f.step_id == output.step_id; });
+  if (flying == in_flight_.end()) throw std::logic_error("update_from_output for a step that is not in flight");
+  if (output.sampled.size() != flying->rows.size()) {
     throw std::invalid_argument("step output has " + std::to_string(output.sampled.size()) +
-                                " rows, plan had " + std::to_string(in_flight_->rows.size()));
+                                " rows, plan had " + std::to_string(flying->rows.size()));
   }
   if ((!output.accepted.empty() && output.accepted.size() != output.sampled.size()) ||
       (!output.drafts.empty() && output.drafts.size() != output.sampled.size())) {
     throw std::invalid_argument("step output: speculative columns differ in length from the rows");
   }
-  InFlight step = std::move(*in_flight_);
-  in_flight_.reset();
+  InFlight step = std::move(*flying);
+  in_flight_.erase(flying);
+  for (const auto& row : step.rows) busy_.erase(row.second);
   for (uint32_t id : step.pending_snapshots) snapshots_.commit(id);
   UpdateResult result;
   for (size_t i = 0; i < step.rows.size(); ++i) {
@@ -145,7 +149,8 @@ bool Scheduler::abort(const std::string& request_id) {
 }
 
 void Scheduler::reset_worker_state() {
-  in_flight_.reset();
+  in_flight_.clear();
+  busy_.clear();
   std::vector<Sequence*> order = running_;
   for (auto it = order.rbegin(); it != order.rend(); ++it) preempt(**it, pending_releases_);
   snapshots_.clear();

@@ -57,8 +57,15 @@ CacheGeometry worker_cache_geometry(const SchedulerConfig& s) {
   return g;
 }
 
+// The scheduler may have as many steps in flight as the engine sends.
+BatchEngineOptions with_plan_depth(BatchEngineOptions o) {
+  o.max_plans_in_flight = std::max({o.max_plans_in_flight, o.scheduler.decode_groups, 1u});
+  o.scheduler.max_steps_in_flight = o.max_plans_in_flight;
+  return o;
+}
+
 BatchEngine::BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options)
-    : pipeline_(pipeline), opt_(std::move(options)), scheduler_(opt_.scheduler) {
+    : pipeline_(pipeline), opt_(with_plan_depth(std::move(options))), scheduler_(opt_.scheduler) {
   if (!workers_hold(pipeline_.cache_geometry(), worker_cache_geometry(opt_.scheduler)) || opt_.scheduler.num_blocks == 0) {
     throw std::invalid_argument("the scheduler plans with more memory than the workers hold (or other block sizes)");
   }
@@ -272,53 +279,63 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   return r;
 }
 
-// Plans the next steps: one, or while a plan only computes prefill chunks, up to
-// opt_.max_plans_in_flight of them, so a long prompt's chunks pipeline over the stages (stage k
-// computes chunk i + 1 while stage k + 1 computes chunk i). A prefill-only plan is applied to
-// the scheduler as soon as it is made (its "result" is known: no token), which is what lets the
-// scheduler plan the next one; every stage runs the plans in order, so the workers compute
-// exactly what the one-plan-at-a-time loop computes. Only the last plan may sample.
-BatchEngine::Window BatchEngine::plan_window() {
-  Window w;
-  while (w.plans.size() < std::max<uint32_t>(opt_.max_plans_in_flight, 1)) {
-    StepPlan plan = scheduler_.schedule();
-    note_released(plan);
-    if (plan.empty()) break;  // the releases ride on the next step
-    std::vector<SeqRequest> reqs;
-    for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
-    w.steps.push_back(std::move(reqs));
-    w.released.push_back(std::exchange(to_release_, {}));
-    w.plans.push_back(std::move(plan));
-    if (!samples_nothing(w.plans.back())) break;
-    deliver(StepOutcome{}, w.plans.back());  // no tokens: only the scheduler's bookkeeping
+// Plans one step and sends it; false when nothing can run now (every live sequence is in a
+// step in flight, or waits for memory). A plan that samples nothing is applied at once: its
+// "result" is known (no token), which is what lets the scheduler plan the next chunk of the
+// same prompt while this one computes; every stage runs the plans in order, so the workers
+// compute exactly what the one-plan-at-a-time loop computes.
+bool BatchEngine::send_next_plan() {
+  StepPlan plan = scheduler_.schedule();
+  note_released(plan);
+  if (plan.empty()) return false;  // the releases ride on the next step
+  std::vector<SeqRequest> reqs;
+  for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
+  flying_.push_back(Flying{std::move(plan), std::exchange(to_release_, {}), false});
+  pipeline_.submit(reqs, flying_.back().released);
+  if (samples_nothing(flying_.back().plan)) {
+    deliver(StepOutcome{}, flying_.back().plan);  // no tokens: only the scheduler's bookkeeping
+    flying_.back().delivered = true;
   }
-  w.last_delivered = !w.plans.empty() && samples_nothing(w.plans.back());
-  return w;
+  return true;
 }
 
+// Fills the pipeline up to max_plans_in_flight plans, then collects the oldest result.
 void BatchEngine::run_step() {
-  Window w = plan_window();
-  if (w.plans.empty()) return;
-  std::vector<StepOutcome> outcomes;
   try {
-    if (w.plans.size() == 1) {
-      outcomes.push_back(pipeline_.step(w.steps[0], w.released[0]));
-    } else {
-      if (!pipelined_once_) {  // told once, so an operator (and the e2e test) can see it happen
-        pipelined_once_ = true;
-        log::info("engine", log::Msg() << "prefill pipelining: " << w.plans.size()
-                                       << " plans in flight (the first such window; --pipeline-depth "
-                                       << opt_.max_plans_in_flight << ")");
-      }
-      outcomes = pipeline_.step_pipelined(w.steps, opt_.max_plans_in_flight, {}, w.released);
+    while (flying_.size() < opt_.max_plans_in_flight && send_next_plan()) {
     }
+    if (flying_.empty()) return;
+    if (flying_.size() > 1 && !pipelined_once_) {  // told once, so an operator (and the e2e test) can see it happen
+      pipelined_once_ = true;
+      log::info("engine", log::Msg() << "pipelining: " << flying_.size() << " plans in flight at once (the first time; --pipeline-depth "
+                                     << opt_.max_plans_in_flight << ", --decode-groups "
+                                     << opt_.scheduler.decode_groups << ")");
+    }
+    const StepOutcome outcome = pipeline_.collect();
+    Flying oldest = std::move(flying_.front());
+    flying_.pop_front();
+    if (!oldest.delivered) deliver(outcome, oldest.plan);
   } catch (...) {
-    // Releases are idempotent on the workers: after a failed step they are simply sent again.
-    for (const std::vector<uint64_t>& r : w.released) to_release_.insert(to_release_.end(), r.begin(), r.end());
+    // Every step in flight is lost with the failure (the caller resets the scheduler's worker
+    // state). Releases are idempotent on the workers: they are simply sent again.
+    for (const Flying& f : flying_) to_release_.insert(to_release_.end(), f.released.begin(), f.released.end());
+    flying_.clear();
+    drain_pipeline();
     throw;
   }
-  if (!w.last_delivered) deliver(outcomes.back(), w.plans.back());
   recoveries_in_a_row_ = 0;
+}
+
+// Waits out and drops the results of steps still in flight (a failure in between left them
+// there), so the next plan's result is the next one collected.
+void BatchEngine::drain_pipeline() {
+  while (pipeline_.in_flight() > 0) {
+    try {
+      pipeline_.collect();
+    } catch (const std::exception&) {
+      return;  // the pipeline forgot every step in flight
+    }
+  }
 }
 
 void BatchEngine::fail_all(const std::string& error, FinishReason reason) {

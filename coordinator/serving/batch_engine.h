@@ -2,12 +2,15 @@
 // One thread (the engine loop) owns the Scheduler and the PipelineEngine, which are both
 // single-threaded; HTTP threads only enqueue submissions / cancellations and read health.
 //
-// Each loop turn: take new requests and cancellations, plan a step, run it on the workers
-// (with the scheduler's memory placement: state slots, block tables, snapshots, and the
-// sequences released since the last step), feed the sampled tokens back, and report tokens
-// and finishes to the request sinks. While plans only compute prefill chunks, one turn plans
-// and sends up to max_plans_in_flight of them at once (plan_window), so a long prompt's chunks
-// pipeline over the stages. A lost worker triggers recovery: the pipeline waits
+// Each loop turn: take new requests and cancellations, plan steps until max_plans_in_flight
+// are in flight or nothing else can run (with the scheduler's memory placement: state slots,
+// block tables, snapshots, and the sequences released since the last step), collect the
+// oldest step's result, feed its sampled tokens back, and report tokens and finishes to the
+// request sinks. A sequence sits out plans while it is in one in flight; a plan that only
+// computes prefill chunks is applied to the scheduler as soon as it is sent (it samples
+// nothing), so a long prompt's chunks pipeline over the stages; with decode groups
+// (SchedulerConfig::decode_groups) the running sequences take turns in that many plans, so
+// every stage has a batch to decode. A lost worker triggers recovery: the pipeline waits
 // for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
 // and clients only see a pause.
 #pragma once
@@ -43,9 +46,8 @@ struct BatchEngineOptions {
   SchedulerConfig scheduler;
   int idle_pump_ms = 50;         // while idle, control traffic is handled this often (a request wakes the loop at once)
   uint32_t max_recoveries = 16;  // worker losses tolerated in a row before failing requests
-  // Plans in flight at once while they only compute prefill chunks (a long prompt's chunks
-  // pipeline over the stages); a plan that samples is always the last of such a window and
-  // waits for its result. 1 = one plan at a time.
+  // Plans in flight at once (at least scheduler.decode_groups; the scheduler's
+  // max_steps_in_flight is set to it). 1 = one plan at a time.
   uint32_t max_plans_in_flight = 1;
 };
 
@@ -77,18 +79,18 @@ class BatchEngine final : public Engine {
     uint32_t top_logprobs = 0;
   };
 
-  // Plans made in one go (plan_window): sent together, results in order.
-  struct Window {
-    std::vector<StepPlan> plans;
-    std::vector<std::vector<SeqRequest>> steps;  // parallel to plans
-    std::vector<std::vector<uint64_t>> released;  // seq ids the workers forget before each plan
-    bool last_delivered = false;                  // the last plan samples nothing and was applied
+  // A plan sent to the workers whose result is not collected yet.
+  struct Flying {
+    StepPlan plan;
+    std::vector<uint64_t> released;  // seq ids the workers forget before it
+    bool delivered = false;          // it samples nothing and was applied when sent
   };
 
   void loop();
   void take_inbox();
-  Window plan_window();
+  bool send_next_plan();
   void run_step();
+  void drain_pipeline();
   void deliver(const StepOutcome& outcome, const StepPlan& plan);
   void finish(const std::string& id, FinishReason reason, const std::string& error);
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
@@ -105,8 +107,9 @@ class BatchEngine final : public Engine {
   std::unordered_map<std::string, uint64_t> placed_;
   std::vector<uint64_t> to_release_;
   uint64_t next_seq_id_ = 1;
+  std::deque<Flying> flying_;  // oldest first
   uint32_t recoveries_in_a_row_ = 0;
-  bool pipelined_once_ = false;  // a window of several plans went out (logged once)
+  bool pipelined_once_ = false;  // several plans were in flight at once (logged once)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -2,6 +2,8 @@
 //  - prefill pipelining in BatchEngine (--pipeline-depth): a long prompt's chunk plans go out
 //    several at a time over 2 and 3 workers, greedy tokens bit-identical to one plan at a time,
 //    also with concurrent requests and with a worker SIGKILLed while the chunks are in flight;
+//  - decode groups (--decode-groups 2): the running sequences decode in two plans that take
+//    turns in flight, tokens identical to one group, also with a worker SIGKILLed mid-decode;
 //  - --hidden-transport inline and --micro-batches 2 give the default server's tokens.
 // Tokens are compared by id (logprobs.tokens) and text; temperature 0 with ignore_eos so every
 // request runs its full length.
@@ -41,7 +43,7 @@ std::vector<std::string> server_args(const std::string& workers, std::vector<std
   return a;
 }
 
-constexpr const char* kPipelinedNote = "prefill pipelining:";
+constexpr const char* kPipelinedNote = "plans in flight at once";
 
 // ---- prefill pipelining (--pipeline-depth) --------------------------------------------------
 
@@ -142,6 +144,84 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   const std::string after = greedy_completion_body(ids, 300, 6);
   EXPECT_EQ(completion_outcome(post_completion(three_->port(), after)),
             completion_outcome(post_completion(sequential_->port(), after)));
+}
+
+// ---- decode groups (--decode-groups) ---------------------------------------------------------
+
+class DecodeGroupsE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    one_ = new ServerProcess(server_args("2", {"--decode-groups", "1", "--pipeline-depth", "1"}));
+    two_ = new ServerProcess(server_args("2", {"--decode-groups", "2"}));
+  }
+  static void TearDownTestSuite() { stop_servers({&one_, &two_}); }
+  // Mixed prompt lengths and output lengths: sequences join and leave the groups while the
+  // others decode.
+  static std::vector<std::string> bodies(bool stream) {
+    const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
+    std::vector<std::string> out;
+    for (int i = 0; i < 8; ++i) {
+      const size_t len = 2 + static_cast<size_t>(i * 37 % 190);
+      out.push_back(greedy_completion_body(ids, len, 40 + static_cast<uint32_t>(i * 11 % 23), stream));
+    }
+    return out;
+  }
+  static ServerProcess* one_;
+  static ServerProcess* two_;
+};
+ServerProcess* DecodeGroupsE2E::one_ = nullptr;
+ServerProcess* DecodeGroupsE2E::two_ = nullptr;
+
+TEST_F(DecodeGroupsE2E, ConcurrentRequestsGiveTheOneGroupTokens) {
+  const std::vector<std::string> b = bodies(false);
+  const std::vector<HttpReply> want = post_concurrently(one_->port(), b);
+  const std::vector<HttpReply> got = post_concurrently(two_->port(), b);
+  for (size_t i = 0; i < b.size(); ++i) {
+    ASSERT_EQ(want[i].status, 200) << want[i].body;
+    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
+  }
+  EXPECT_NE(two_->log().find("decode_groups=2"), std::string::npos) << "the option reached the engine";
+  EXPECT_NE(two_->log().find(kPipelinedNote), std::string::npos) << two_->log();
+  EXPECT_EQ(one_->log().find(kPipelinedNote), std::string::npos);
+}
+
+// A worker SIGKILLed while both groups decode: every stream completes with the text it has on
+// the one-group server (the engine forgets both plans in flight and re-prefills everything).
+TEST_F(DecodeGroupsE2E, WorkerKilledMidDecodeGivesTheSameTokens) {
+  const std::vector<std::string> b = bodies(true);
+  std::vector<std::string> want;
+  for (const HttpReply& r : post_concurrently(one_->port(), b)) {
+    ASSERT_EQ(r.status, 200) << r.body;
+    want.push_back(streamed_completion_text(r.body));
+  }
+  std::atomic<int> streaming{0}, done{0};
+  std::vector<HttpReply> got(b.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < b.size(); ++i) {
+    clients.emplace_back([&, i] {
+      bool counted = false;
+      got[i] = http_request(two_->port(), "POST", "/v1/completions", b[i], {}, [&](const std::string& so_far) {
+        if (!counted && !streamed_completion_text(so_far).empty()) {
+          counted = true;
+          ++streaming;
+        }
+      });
+      ++done;
+    });
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (streaming < 4 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int streaming_at_kill = streaming, done_at_kill = done;
+  kill(two_->worker_pids().at(1), SIGKILL);
+  for (auto& c : clients) c.join();
+  EXPECT_GE(streaming_at_kill, 4) << "the kill came before the streams started decoding";
+  EXPECT_LT(done_at_kill, 8) << "the kill came after every stream had ended";
+  for (size_t i = 0; i < b.size(); ++i) {
+    ASSERT_EQ(got[i].status, 200) << got[i].body;
+    EXPECT_EQ(streamed_completion_text(got[i].body), want[i]) << "request " << i;
+  }
+  EXPECT_NE(two_->log().find("worker rank 1 lost"), std::string::npos) << "the engine saw the kill";
+  EXPECT_EQ(http_request(two_->port(), "GET", "/ready", "").status, 200);
 }
 
 // ---- --hidden-transport inline, --micro-batches 2 -----------------------------------------

@@ -179,5 +179,28 @@ TEST(ServeOptions, BusyPollValues) {
   EXPECT_NE(error.find("busy-poll"), std::string::npos) << error;
 }
 
+TEST(ServeOptions, DecodeGroupsValues) {
+  std::string error;
+  ServeOptions o;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
+  EXPECT_EQ(o.decode_groups, 0u) << "auto";
+  ServeOptions two;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--decode-groups", "2"}, {}, &two, &error)) << error;
+  EXPECT_EQ(two.decode_groups, 2u);
+  ServeOptions from_env;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_DECODE_GROUPS", "3"}}, &from_env, &error)) << error;
+  EXPECT_EQ(from_env.decode_groups, 3u);
+  ServeOptions back_to_auto;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--decode-groups", "auto"}, {{"DELTASERVE_DECODE_GROUPS", "3"}},
+                    &back_to_auto, &error))
+      << error;
+  EXPECT_EQ(back_to_auto.decode_groups, 0u);
+  for (const char* bad : {"0", "9", "two", "-1"}) {
+    ServeOptions b;
+    EXPECT_FALSE(parse({"--model", "m.gguf", "--decode-groups", bad}, {}, &b, &error)) << bad;
+    EXPECT_NE(error.find("decode-groups"), std::string::npos) << error;
+  }
+}
+
 }  // namespace
 }  // namespace ds

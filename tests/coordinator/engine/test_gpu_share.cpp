@@ -117,5 +117,14 @@ TEST(GpuShare, MpsDetectedByItsControlSocket) {
   EXPECT_FALSE(mps_control_running("/nonexistent/ds-mps"));
 }
 
+TEST(GpuShare, DecodeGroupsOnlyAcrossGpus) {
+  EXPECT_EQ(auto_decode_groups("cuda", {}, 2), 2u) << "ranks 0 and 1 on GPUs 0 and 1";
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 1}, 2), 2u);
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 0}, 2), 1u) << "one GPU: half batches read the weights twice";
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 0, 1}, 3), 2u);
+  EXPECT_EQ(auto_decode_groups("cuda", {}, 1), 1u);
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 3), 1u);
+}
+
 }  // namespace
 }  // namespace ds

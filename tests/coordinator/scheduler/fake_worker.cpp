@@ -1,5 +1,6 @@
 #include "tests/coordinator/scheduler/fake_worker.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace ds::test {
@@ -146,29 +147,59 @@ void Harness::add(const std::string& id, std::vector<int32_t> prompt, uint32_t m
   sched.add_request(r);
 }
 
-std::string Harness::step() {
-  last_plan = sched.schedule();
+// Plans one step and runs it on the worker; `submitted` false when the plan was empty (its
+// releases still reach the worker).
+std::string Harness::submit(bool& submitted) {
+  StepPlan plan = sched.schedule();
   if (auto e = sched.check_invariants(); !e.empty()) return "after schedule: " + e;
   std::vector<int32_t> sampled;
-  if (auto e = worker.run(last_plan, sampled); !e.empty()) return e;
-  if (last_plan.empty()) return {};
+  if (auto e = worker.run(plan, sampled); !e.empty()) return e;
+  submitted = !plan.empty();
+  last_plan = plan;
+  if (!submitted) return {};
   for (size_t i = 0; i < sampled.size(); ++i) {
-    if (sampler && last_plan.seqs[i].needs_logits) sampled[i] = sampler(last_plan.seqs[i], sampled[i]);
+    if (sampler && plan.seqs[i].needs_logits) sampled[i] = sampler(plan.seqs[i], sampled[i]);
   }
-  SampledStep out{last_plan.step_id, sampled, {}, {}};
+  Flying f{std::move(plan), SampledStep{last_plan.step_id, sampled, {}, {}}, false};
   if (sched.config().spec_k > 0) {
-    out.accepted = worker.accepted();
-    out.drafts = worker.drafts();
+    f.out.accepted = worker.accepted();
+    f.out.drafts = worker.drafts();
   }
-  UpdateResult result = sched.update_from_output(out);
+  flying_.push_back(std::move(f));
+  most_in_flight = std::max(most_in_flight, static_cast<uint32_t>(sched.steps_in_flight()));
+  return {};
+}
+
+std::string Harness::apply(const Flying& f) {
+  UpdateResult result = sched.update_from_output(f.out);
   for (const TokenEvent& t : result.tokens) outputs[t.request_id].push_back(t.token);
-  for (const FinishEvent& f : result.finished) finished[f.request_id] = f;
+  for (const FinishEvent& e : result.finished) finished[e.request_id] = e;
   if (auto e = sched.check_invariants(); !e.empty()) return "after update: " + e;
   return {};
 }
 
+std::string Harness::step() {
+  const uint32_t depth = std::max<uint32_t>(sched.config().max_steps_in_flight, 1);
+  while (flying_.size() < depth) {
+    bool submitted = false;
+    if (auto e = submit(submitted); !e.empty()) return e;
+    if (!submitted) break;
+    Flying& f = flying_.back();
+    const bool samples = std::any_of(f.plan.seqs.begin(), f.plan.seqs.end(),
+                                     [](const ScheduledSeq& s) { return s.needs_logits; });
+    if (depth > 1 && !samples) {
+      if (auto e = apply(f); !e.empty()) return e;
+      f.applied = true;
+    }
+  }
+  if (flying_.empty()) return {};
+  Flying oldest = std::move(flying_.front());
+  flying_.pop_front();
+  return oldest.applied ? std::string() : apply(oldest);
+}
+
 std::string Harness::run_to_completion(int max_steps) {
-  for (int i = 0; i < max_steps && sched.has_unfinished(); ++i) {
+  for (int i = 0; i < max_steps && (sched.has_unfinished() || !flying_.empty()); ++i) {
     if (auto e = step(); !e.empty()) return e;
   }
   return sched.has_unfinished() ? "requests left after max_steps" : "";

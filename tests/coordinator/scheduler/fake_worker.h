@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -54,13 +55,18 @@ class FakeWorker {
   uint64_t draft_rng_ = 0x9e3779b97f4a7c15ULL;
 };
 
-// Scheduler + fake worker driven step by step; collects outputs and finish events.
+// Scheduler + fake worker driven step by step; collects outputs and finish events. With
+// config.max_steps_in_flight > 1 it keeps that many plans in flight like the serving engine:
+// the worker runs each plan when it is made (the workers run plans in order, so that is when
+// its result is fixed), and results are applied oldest first, a plan that samples nothing at
+// once (the engine's prefill pipelining).
 struct Harness {
   explicit Harness(const SchedulerConfig& config, uint32_t vocab = 64);
 
   void add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
            bool ignore_eos = false);
-  // One step: schedule, run on the worker, feed back; "" or what went wrong.
+  // One step: schedule (up to max_steps_in_flight plans), run on the worker, feed back the
+  // oldest; "" or what went wrong.
   std::string step();
   // Steps until no request is left; "" or the first error.
   std::string run_to_completion(int max_steps = 100000);
@@ -72,6 +78,17 @@ struct Harness {
   std::function<int32_t(const ScheduledSeq&, int32_t)> sampler;
   std::map<std::string, std::vector<int32_t>> outputs;
   std::map<std::string, FinishEvent> finished;
+  uint32_t most_in_flight = 0;  // steps in flight at once, at most, so far
+
+ private:
+  struct Flying {
+    StepPlan plan;
+    SampledStep out;
+    bool applied = false;
+  };
+  std::string submit(bool& submitted);
+  std::string apply(const Flying& f);
+  std::deque<Flying> flying_;
 };
 
 std::vector<int32_t> iota_tokens(uint32_t n, int32_t first = 1);

@@ -313,5 +313,78 @@ TEST(Batching, WorkerLossReprefillsEverythingWithSameOutput) {
   EXPECT_EQ(h.outputs, ref.outputs);
 }
 
+// Two decode groups with two steps in flight: the running sequences split into halves that
+// take turns (oldest half first), a sequence is never in two plans in flight, and the outputs
+// equal the one-step-at-a-time run.
+TEST(Batching, DecodeGroupsTakeTurnsWithTwoStepsInFlight) {
+  SchedulerConfig c = small_config();
+  c.max_steps_in_flight = 2;
+  c.decode_groups = 2;
+  Harness h(c);
+  const std::vector<std::string> ids{"a", "b", "c", "d"};
+  for (size_t i = 0; i < ids.size(); ++i) h.add(ids[i], iota_tokens(3, 10 * static_cast<int32_t>(i) + 1), 8, true);
+  ASSERT_EQ(h.step(), "");  // the four prompts in one plan: it samples, the next is empty
+  for (int step = 0; step < 6; ++step) {
+    // Two plans in flight: the oldest is applied, the other stays busy.
+    StepPlan first = h.sched.schedule();
+    StepPlan second = h.sched.schedule();
+    EXPECT_THROW(h.sched.schedule(), std::logic_error) << "at most max_steps_in_flight";
+    ASSERT_EQ(first.seqs.size(), 2u) << "step " << step;
+    ASSERT_EQ(second.seqs.size(), 2u);
+    EXPECT_EQ(first.seqs[0].request_id, "a");
+    EXPECT_EQ(first.seqs[1].request_id, "b");
+    EXPECT_EQ(second.seqs[0].request_id, "c");
+    EXPECT_EQ(second.seqs[1].request_id, "d");
+    for (const StepPlan* p : {&first, &second}) {
+      std::vector<int32_t> sampled;
+      ASSERT_EQ(h.worker.run(*p, sampled), "");
+      // Results may come back out of plan order too.
+      for (const TokenEvent& t : h.sched.update_from_output(SampledStep{p->step_id, sampled}).tokens) {
+        h.outputs[t.request_id].push_back(t.token);
+      }
+      ASSERT_EQ(h.sched.check_invariants(), "");
+    }
+  }
+  ASSERT_EQ(h.run_to_completion(), "");
+  Harness ref(small_config());
+  for (size_t i = 0; i < ids.size(); ++i) ref.add(ids[i], iota_tokens(3, 10 * static_cast<int32_t>(i) + 1), 8, true);
+  ASSERT_EQ(ref.run_to_completion(), "");
+  EXPECT_EQ(h.outputs, ref.outputs);
+}
+
+// A sequence that needs a block while every other one is busy waits for their results instead
+// of preempting one of them (their rows are being computed).
+TEST(Batching, NeverPreemptsASequenceInFlight) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 4;  // 16 positions
+  c.max_steps_in_flight = 2;
+  c.decode_groups = 2;
+  Harness h(c);
+  h.add("old", iota_tokens(7), 8, true);
+  h.add("young", iota_tokens(7, 40), 8, true);
+  ASSERT_EQ(h.step(), "");  // both prompts: 2 blocks each, all memory in use
+  StepPlan first = h.sched.schedule();  // "old" decodes at position 7 (its block 2 has room)
+  ASSERT_EQ(first.seqs.size(), 1u);
+  EXPECT_EQ(first.seqs[0].request_id, "old");
+  StepPlan second = h.sched.schedule();  // "young" too
+  ASSERT_EQ(second.seqs.size(), 1u);
+  std::vector<int32_t> sampled;
+  ASSERT_EQ(h.worker.run(first, sampled), "");
+  h.sched.update_from_output(SampledStep{first.step_id, sampled});
+  // "old" is at position 8 and needs a third block: none is free and "young" is busy.
+  StepPlan third = h.sched.schedule();
+  EXPECT_TRUE(third.empty());
+  EXPECT_TRUE(third.released.empty()) << "the busy sequence was preempted";
+  std::vector<int32_t> sampled2;
+  ASSERT_EQ(h.worker.run(second, sampled2), "");
+  ASSERT_EQ(h.worker.run(third, sampled), "");
+  h.sched.update_from_output(SampledStep{second.step_id, sampled2});
+  // Now "young" is not busy: it is preempted for "old" (the youngest), as with one step.
+  StepPlan fourth = h.sched.schedule();
+  ASSERT_EQ(fourth.released.size(), 1u);
+  EXPECT_EQ(fourth.released[0].request_id, "young");
+  EXPECT_EQ(h.sched.check_invariants(), "");
+}
+
 }  // namespace
 }  // namespace ds::test

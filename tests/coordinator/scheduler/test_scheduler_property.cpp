@@ -6,6 +6,7 @@
 // everything is free again.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -70,12 +71,20 @@ SchedulerConfig random_config(Workload& w) {
   return c;
 }
 
+struct Totals : SchedulerStats {
+  uint32_t most_in_flight = 0;    // steps in flight at once, at most, over the runs
+  uint32_t runs_overlapping = 0;  // runs that had two or more steps in flight at some point
+};
+
 // spec_k > 0: MTP speculation on (the fake worker verifies and drafts, see fake_worker.h).
-void run_one(uint32_t seed, SchedulerStats& total, uint32_t spec_k = 0) {
+// in_flight > 1: that many steps in flight, and 1..in_flight decode groups.
+void run_one(uint32_t seed, Totals& total, uint32_t spec_k = 0, uint32_t in_flight = 1) {
   Workload w{std::mt19937(seed), {}, {}};
   for (int i = 0; i < 3; ++i) w.system_prompts.push_back(w.tokens(w.uniform(8, 30)));
   SchedulerConfig config = random_config(w);
   config.spec_k = spec_k;
+  config.max_steps_in_flight = in_flight;
+  config.decode_groups = in_flight > 1 ? w.uniform(1, in_flight) : 1;
   // One longest request must still fit alone, drafts and draft rows included.
   config.num_blocks += (2 * spec_k + config.block_size - 1) / config.block_size;
   Harness h(config, kVocab);
@@ -123,10 +132,12 @@ void run_one(uint32_t seed, SchedulerStats& total, uint32_t spec_k = 0) {
   total.spec.drafted += st.spec.drafted;
   total.spec.accepted += st.spec.accepted;
   total.spec.steps += st.spec.steps;
+  total.most_in_flight = std::max(total.most_in_flight, h.most_in_flight);
+  total.runs_overlapping += h.most_in_flight > 1;
 }
 
 TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
-  SchedulerStats total;
+  Totals total;
   for (uint32_t seed = 1; seed <= 60; ++seed) {
     run_one(seed, total);
     if (HasFatalFailure()) return;
@@ -149,7 +160,7 @@ TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
 // must still be exactly the fake model's (greedy speculation is lossless), with the fake
 // worker checking every KV read, state and rewind.
 TEST(SchedulerProperty, SpeculativeDecodingKeepsOutputsExact) {
-  SchedulerStats total;
+  Totals total;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     run_one(seed, total, 1 + seed % kMaxSpecK);
     if (HasFatalFailure()) return;
@@ -161,6 +172,25 @@ TEST(SchedulerProperty, SpeculativeDecodingKeepsOutputsExact) {
   std::printf("spec: %lu drafted, %lu accepted in %lu verify rows; %lu preemptions\n",
               static_cast<unsigned long>(total.spec.drafted), static_cast<unsigned long>(total.spec.accepted),
               static_cast<unsigned long>(total.spec.steps), static_cast<unsigned long>(total.preemptions));
+}
+
+// Several steps in flight (the serving engine with --decode-groups / --pipeline-depth): busy
+// sequences sit out later plans, results come back oldest first (prefill-only plans applied
+// at once), and the outputs must still be exactly the fake model's, with and without drafts.
+TEST(SchedulerProperty, StepsInFlightKeepOutputsExact) {
+  Totals total;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    run_one(seed, total, seed % 3 == 0 ? 1 + seed % kMaxSpecK : 0, 2 + seed % 2);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(total.preemptions, 10u);
+  EXPECT_GT(total.prefix_hit_tokens, 0u);
+  EXPECT_GT(total.spec.accepted, 0u);
+  // Runs with one live sequence at most (max_seqs 1) never overlap steps; most others must.
+  EXPECT_EQ(total.most_in_flight, 3u);
+  EXPECT_GT(total.runs_overlapping, 25u);
+  std::printf("%u of 40 runs had steps in flight together; %lu preemptions\n", total.runs_overlapping,
+              static_cast<unsigned long>(total.preemptions));
 }
 
 }  // namespace
