@@ -26,7 +26,9 @@
 // batched decode: N sequences prefilled one after another with the same prompt (not timed),
 // then --gen steps in which all N advance one token in ONE forward step (in-process: one
 // StepInput of N SeqSteps with a digest row each, like the server's batched step; --workers:
-// one engine.step() with N SeqRequests). Reported per (P, N): mean step time, aggregate tok/s,
+// one engine.step() with N SeqRequests; with --decode-groups G the N sequences form G groups,
+// each its own step, all in flight at once, a group's next step sent as its result comes back,
+// like `serve --decode-groups`). Reported per (P, N): mean step time, aggregate tok/s,
 // the bytes a step must move (weights once + N x (GDN state r/w + KV of the context)) and, with
 // the device's bandwidth (--peak-gbps; cuda default: the H200's measured ~4300 GB/s copy), the
 // aggregate tok/s that byte count allows and the fraction reached. Each --repeat run prefills
@@ -95,6 +97,7 @@ struct Options {
   bool profile_prefill = false;  // --profile-prefill: the same around each prefill run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
+  uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
   std::string mps = "off";         // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
   bool json = false;           // -o json: one JSON object per result row instead of the table
@@ -113,7 +116,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--busy-poll auto|on|off] [--mps auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -186,6 +189,8 @@ Options parse(int argc, char** argv) {
       }
     } else if (a == "--pipeline-depth") {
       o.pipeline_depth = parse_number<uint32_t>(kUsage, a, args.value(), 0, 64);
+    } else if (a == "--decode-groups") {
+      o.decode_groups = parse_number<uint32_t>(kUsage, a, args.value(), 1, 8);
     } else if (a == "--devices") {
       o.devices = ds::cli::parse_list<int>(kUsage, a, args.value(), 0, 255);  // GPU indexes, 0,0 = shared
     } else if (a == "--prefill-precision") {
@@ -256,6 +261,7 @@ Options parse(int argc, char** argv) {
   }
   if (o.model.empty()) kUsage.fail("--model is required");
   if (o.spec_k > 0 && o.workers > 0) kUsage.fail("--spec-k times the in-process stage; drop --workers");
+  if (o.decode_groups > 1 && o.workers == 0) kUsage.fail("--decode-groups splits batched decode over worker processes: give --workers N");
   check_devices(o);
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
   check_parallel(o);
@@ -418,7 +424,7 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
   eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
   eo.mps = o.mps;
-  return ds::bench::make_pipeline_runner(eo, o.pipeline_depth);
+  return ds::bench::make_pipeline_runner(eo, o.pipeline_depth, o.decode_groups);
 }
 
 // --profile-decode / --profile-prefill: only the decode steps (single or batched) or only the

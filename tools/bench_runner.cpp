@@ -148,7 +148,8 @@ void add_stage_compute(const StepOutcome& out, RunStats* r) {
 
 class PipelineRunner final : public BenchRunner {
  public:
-  PipelineRunner(const EngineOptions& options, uint32_t pipeline_depth) : engine_(options), depth_(pipeline_depth) {
+  PipelineRunner(const EngineOptions& options, uint32_t pipeline_depth, uint32_t decode_groups)
+      : engine_(options), depth_(pipeline_depth), groups_(std::max<uint32_t>(decode_groups, 1)) {
     engine_.start();
   }
   ~PipelineRunner() override { engine_.shutdown(); }
@@ -195,25 +196,27 @@ class PipelineRunner final : public BenchRunner {
     return r;
   }
 
-  // One engine.step() with a SeqRequest per sequence; the rows come back in request order.
+  // Per step one SeqRequest per sequence; the rows come back in request order. With decode
+  // groups each group is its own step and every group's step is in flight at once.
   RunStats decode_batch(const std::vector<uint64_t>& seqs, uint32_t start, size_t n) override {
     RunStats compute;
+    const std::vector<std::pair<size_t, size_t>> groups = group_ranges(seqs.size());
     RunStats r = timed_batch_decode(seqs.size(), n, [&](size_t i, std::vector<int32_t>& toks) {
-      std::vector<SeqRequest> qs(seqs.size());
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        qs[s].seq_id = seqs[s];
-        qs[s].start_pos = static_cast<uint32_t>(start + i);
-        qs[s].tokens = {toks[s]};
-        qs[s].logit_rows = {0};
-        qs[s].random_u = {0.0};  // greedy
+      // Round i: the first round submits every group; later rounds find each group's step i
+      // already in flight (sent when its step i - 1 came back).
+      if (i == 0) {
+        for (const auto& g : groups) engine_.submit(group_step(seqs, toks, g, start));
       }
-      const StepOutcome out = engine_.step(qs);
-      if (out.rows.size() != seqs.size()) {
-        throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for " +
-                                 std::to_string(seqs.size()));
+      for (const auto& g : groups) {
+        const StepOutcome out = engine_.collect();
+        if (out.rows.size() != g.second - g.first) {
+          throw std::runtime_error("pipeline returned " + std::to_string(out.rows.size()) + " rows for " +
+                                   std::to_string(g.second - g.first));
+        }
+        for (size_t s = g.first; s < g.second; ++s) toks[s] = out.rows[s - g.first].token;
+        add_stage_compute(out, &compute);
+        if (i + 1 < n) engine_.submit(group_step(seqs, toks, g, start + static_cast<uint32_t>(i) + 1));
       }
-      for (size_t s = 0; s < seqs.size(); ++s) toks[s] = out.rows[s].token;
-      add_stage_compute(out, &compute);
     });
     r.stage_compute_s = std::move(compute.stage_compute_s);
     return r;
@@ -222,8 +225,33 @@ class PipelineRunner final : public BenchRunner {
   void drop(uint64_t seq) override { engine_.drop_sequences({seq}); }
 
  private:
+  // [first, last) of each decode group: contiguous, sizes differing by at most one.
+  std::vector<std::pair<size_t, size_t>> group_ranges(size_t n_seqs) const {
+    const size_t g = std::min<size_t>(groups_, std::max<size_t>(n_seqs, 1));
+    std::vector<std::pair<size_t, size_t>> out;
+    for (size_t k = 0; k < g; ++k) out.emplace_back(n_seqs * k / g, n_seqs * (k + 1) / g);
+    return out;
+  }
+
+  // One greedy decode step of the group's sequences at position `pos`.
+  static std::vector<SeqRequest> group_step(const std::vector<uint64_t>& seqs, const std::vector<int32_t>& toks,
+                                            const std::pair<size_t, size_t>& group, uint32_t pos) {
+    std::vector<SeqRequest> qs;
+    for (size_t s = group.first; s < group.second; ++s) {
+      SeqRequest q;
+      q.seq_id = seqs[s];
+      q.start_pos = pos;
+      q.tokens = {toks[s]};
+      q.logit_rows = {0};
+      q.random_u = {0.0};  // greedy
+      qs.push_back(std::move(q));
+    }
+    return qs;
+  }
+
   PipelineEngine engine_;
   uint32_t depth_;
+  uint32_t groups_;
 };
 
 }  // namespace
@@ -232,8 +260,9 @@ std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab
   return std::make_unique<StageRunner>(model, n_vocab);
 }
 
-std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth) {
-  return std::make_unique<PipelineRunner>(options, pipeline_depth);
+std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth,
+                                                  uint32_t decode_groups) {
+  return std::make_unique<PipelineRunner>(options, pipeline_depth, decode_groups);
 }
 
 }  // namespace ds::bench

@@ -48,6 +48,10 @@ std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab
 // the last stage samples greedily, so only the token comes back. Throws std::runtime_error
 // when the workers do not start.
 // `pipeline_depth`: prefill chunks in flight at once (0 = all of them, 1 = one after the other).
-std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth = 0);
+// `decode_groups` > 1: decode_batch splits the sequences into that many groups, each its own
+// step, all in flight at once; a group's next step goes out as soon as its result is in (the
+// server's --decode-groups). A "step" of the stats is then one round over the groups.
+std::unique_ptr<BenchRunner> make_pipeline_runner(const EngineOptions& options, uint32_t pipeline_depth = 0,
+                                                  uint32_t decode_groups = 1);
 
 }  // namespace ds::bench

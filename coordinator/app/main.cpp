@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "common/gguf.h"
 #include "common/log.h"
@@ -54,7 +55,9 @@ ds::SchedulerConfig scheduler_config(const ds::ServeOptions& o, uint32_t max_con
   s.num_snapshots = o.prefix_cache_snapshots.value_or(2 * o.max_seqs);  // 0: prefix cache off
   s.spec_k = o.spec_k;
   s.decode_groups = o.decode_groups ? o.decode_groups
-                                    : ds::auto_decode_groups(o.engine.backend, o.engine.devices, o.engine.n_workers);
+                                    : ds::auto_decode_groups(o.engine.backend, o.engine.devices, o.engine.n_workers,
+                                                             static_cast<uint32_t>(o.engine.threads_per_worker),
+                                                             std::thread::hardware_concurrency());
   return s;
 }
 
@@ -114,6 +117,9 @@ int serve(int argc, char** argv) {
   ds::BatchEngineOptions bo;
   bo.scheduler = scheduler_config(o, o.engine.max_context, tokenizer);
   bo.max_plans_in_flight = o.pipeline_depth ? o.pipeline_depth : std::min<uint32_t>(o.engine.n_workers + 1, 4);
+  ds::log::info("deltaserve", ds::log::Msg() << "decode groups: " << bo.scheduler.decode_groups
+                                             << (o.decode_groups ? "" : " (auto)") << ", plans in flight up to "
+                                             << std::max(bo.max_plans_in_flight, bo.scheduler.decode_groups));
   o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
   o.engine.cache_sizing = ds::CacheSizing::kFitBudget;
   o.engine.spec_k = bo.scheduler.spec_k;  // the workers budget each slot's rollback records

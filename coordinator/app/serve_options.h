@@ -32,8 +32,9 @@ struct ServeOptions {
   // 1 = off (at least decode_groups).
   uint32_t pipeline_depth = 0;
   // Running sequences decode in this many groups that take turns (SchedulerConfig::
-  // decode_groups), so stages on different GPUs decode at once; 0 = auto (auto_decode_groups:
-  // 2 for cuda workers on two or more GPUs, else 1), 1 = off.
+  // decode_groups), so stages on different devices decode at once; 0 = auto (auto_decode_groups:
+  // 2 for cuda workers on two or more GPUs or cpu workers whose threads fit the cores, else 1),
+  // 1 = off.
   uint32_t decode_groups = 0;
   // cuda workers' prefill: "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT); cpu workers
   // accept both and always compute in f32. Unset: not passed, so a worker keeps its own default

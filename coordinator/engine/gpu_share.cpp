@@ -93,8 +93,10 @@ bool mps_control_running(const char* pipe_env) {
   return ::stat((dir + "/control").c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks) {
-  if (backend != "cuda" || n_ranks < 2) return 1;
+uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
+                            uint32_t threads_per_worker, uint32_t hardware_threads) {
+  if (n_ranks < 2) return 1;
+  if (backend == "cpu") return uint64_t{n_ranks} * threads_per_worker <= hardware_threads ? 2 : 1;
   const std::vector<int> gpus = device_of_each_rank(devices, n_ranks);
   return std::set<int>(gpus.begin(), gpus.end()).size() >= 2 ? 2 : 1;
 }

@@ -54,10 +54,14 @@ std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& 
                             bool mps_running);
 
 // Decode groups for `serve --decode-groups auto` (SchedulerConfig::decode_groups): 2 when the
-// workers are cuda workers on two or more GPUs, so one group decodes on each GPU at once
-// (one batch through two stages leaves each GPU idle half of every step); 1 otherwise: on one
-// device two half batches cost two weight reads where one batch costs one.
-uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks);
+// workers compute on separate devices, so one group decodes on each at once (one batch through
+// two stages leaves each device idle half of every step): cuda workers on two or more GPUs, or
+// two or more cpu workers whose threads fit the host's `hardware_threads`. 1 otherwise: on one
+// device two half batches cost more than one batch (each re-reads the weights). Measured with
+// 2 cpu workers of 1 thread on 2 cores, 0.2B-parameter model, 32 sequences: 56.8 -> 93.4 tok/s;
+// 1 worker: 64.0 -> 55.7 (docs/PERFORMANCE.md, session 7).
+uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
+                            uint32_t threads_per_worker, uint32_t hardware_threads);
 
 // Whether a CUDA MPS control daemon seems to serve this process: its pipe directory
 // (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds a control socket. `pipe_env` is the

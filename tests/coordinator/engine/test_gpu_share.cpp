@@ -117,13 +117,17 @@ TEST(GpuShare, MpsDetectedByItsControlSocket) {
   EXPECT_FALSE(mps_control_running("/nonexistent/ds-mps"));
 }
 
-TEST(GpuShare, DecodeGroupsOnlyAcrossGpus) {
-  EXPECT_EQ(auto_decode_groups("cuda", {}, 2), 2u) << "ranks 0 and 1 on GPUs 0 and 1";
-  EXPECT_EQ(auto_decode_groups("cuda", {0, 1}, 2), 2u);
-  EXPECT_EQ(auto_decode_groups("cuda", {0, 0}, 2), 1u) << "one GPU: half batches read the weights twice";
-  EXPECT_EQ(auto_decode_groups("cuda", {0, 0, 1}, 3), 2u);
-  EXPECT_EQ(auto_decode_groups("cuda", {}, 1), 1u);
-  EXPECT_EQ(auto_decode_groups("cpu", {}, 3), 1u);
+TEST(GpuShare, DecodeGroupsOnlyAcrossDevices) {
+  EXPECT_EQ(auto_decode_groups("cuda", {}, 2, 1, 8), 2u) << "ranks 0 and 1 on GPUs 0 and 1";
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 1}, 2, 1, 8), 2u);
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 0}, 2, 1, 8), 1u) << "one GPU: half batches read the weights twice";
+  EXPECT_EQ(auto_decode_groups("cuda", {0, 0, 1}, 3, 1, 8), 2u);
+  EXPECT_EQ(auto_decode_groups("cuda", {}, 1, 1, 8), 1u);
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 2, 1, 2), 2u) << "each worker has its own core";
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 2, 4, 8), 2u);
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 3, 1, 2), 1u) << "more worker threads than cores";
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 2, 4, 6), 1u);
+  EXPECT_EQ(auto_decode_groups("cpu", {}, 1, 1, 8), 1u);
 }
 
 }  // namespace
