@@ -375,10 +375,7 @@ cudaError_t gemm_q8_split_int8(const cpu::WeightView& w, const float* x, size_t 
 
 cudaError_t gemm_q8_split_int8_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                     const RowSegments& out, cudaStream_t stream, bool dependent) {
-  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
-  if (out.n < 1 || !gemm_q8_split_int8_applies(w, x, xs, out.y[0], w.rows, n) || !row_segments_fit(out, w.rows, n)) {
-    return cudaErrorInvalidValue;
-  }
+  if (const cudaError_t e = split_small_rows_status(w, x, xs, n, out); e != cudaSuccess) return e;  // same tiling
   return run_segments(kSplitInt8DefaultVariant, w, x, xs, n, out, stream, dependent);
 }
 

@@ -452,6 +452,15 @@ bool row_segments_fit(const RowSegments& out, size_t rows, size_t n) {
   return true;
 }
 
+cudaError_t split_small_rows_status(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                    const RowSegments& out) {
+  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
+  if (out.n < 1 || !gemm_q8_split_small_applies(w, x, xs, out.y[0], w.rows, n) || !row_segments_fit(out, w.rows, n)) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                         float* y, size_t ys, cudaStream_t stream, bool dependent) {
   if (variant < 0 || variant >= kSplitSmallVariants) return cudaErrorInvalidValue;
@@ -467,10 +476,7 @@ cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t
 
 cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                      const RowSegments& out, cudaStream_t stream, bool dependent) {
-  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
-  if (out.n < 1 || !gemm_q8_split_small_applies(w, x, xs, out.y[0], w.rows, n) || !row_segments_fit(out, w.rows, n)) {
-    return cudaErrorInvalidValue;
-  }
+  if (const cudaError_t e = split_small_rows_status(w, x, xs, n, out); e != cudaSuccess) return e;
   return run_segments(default_variant(n), w, x, xs, n, out, stream, dependent);
 }
 

@@ -116,6 +116,11 @@ cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, c
 cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                      const RowSegments& out, cudaStream_t stream, bool dependent = false);
 bool row_segments_fit(const RowSegments& out, size_t rows, size_t n);
+// The checks of the small-batch GEMMs' `_rows` calls (bf16 and int8 share tiling and preconditions):
+// cudaErrorNotSupported for another weight type, cudaErrorInvalidValue where the product or the
+// segments do not fit (gemm_q8_split_small_applies, row_segments_fit), else cudaSuccess.
+cudaError_t split_small_rows_status(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                    const RowSegments& out);
 // out rows = the sum, in split order, of partial[s][t][r] (s < splits, t < n, r < rows): the K-split
 // sum of the small-batch tensor-core kernels (rows < 2^30, n <= 64).
 cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t rows, const RowSegments& out,

@@ -263,12 +263,18 @@ TEST(HiddenTransport, RingPathGrowsAndInlinePathStillWorks) {
   EXPECT_EQ(sender.inline_messages(), 1u);
 }
 
-TEST(HiddenTransport, FullRingFallsBackInlineInOrder) {
-  RecordingChannel ch;
+// A ring of two 64-byte slots that gives up on a free slot after 10 ms: filled by two messages.
+HiddenRingOptions two_small_slots() {
   HiddenRingOptions o;
   o.n_slots = 2;
   o.min_slot_bytes = 64;
   o.wait_ms = 10;
+  return o;
+}
+
+TEST(HiddenTransport, FullRingFallsBackInlineInOrder) {
+  RecordingChannel ch;
+  const HiddenRingOptions o = two_small_slots();
   HiddenSender sender(ch, test_ring_name("fallback"), o, 78);
   HiddenReceiver receiver;
   for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(sender.send(forward_of(64), pattern(64, i)));  // nobody reads
@@ -305,10 +311,7 @@ TEST(HiddenTransport, FullRingFallsBackInlineInOrder) {
 // lands there); a full ring reserves an inline buffer instead; abandoned reservations leak no slot.
 TEST(HiddenTransport, ReservedChunksAreFilledInPlace) {
   RecordingChannel ch;
-  HiddenRingOptions o;
-  o.n_slots = 2;
-  o.min_slot_bytes = 64;
-  o.wait_ms = 10;
+  const HiddenRingOptions o = two_small_slots();
   HiddenSender sender(ch, test_ring_name("reserve"), o, 79);
   HiddenReceiver receiver;
   auto fill = [&](uint32_t seed) {

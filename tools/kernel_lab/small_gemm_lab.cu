@@ -26,6 +26,27 @@ const StepShape kMultiTokenShapes[] = {
     {"attn_k/v 1024x4096", 1024, 4096, 16},      {"ssm_alpha/beta 32x4096", 32, 4096, 48},
     {"lm_head 248320x4096", 248320, 4096, 1}};
 
+// Those matrices (each rotated over copies beyond L2), activations and outputs for up to 64
+// tokens, and one step's weight bytes: what both sections time.
+struct StepMatrices {
+  std::vector<std::unique_ptr<Q8Matrix>> mats;
+  float* x = device_f32(64 * 12288, 3);
+  float* y = device_f32(64 * 248320, 4);
+  double step_bytes = 0;
+  StepMatrices() {
+    for (const StepShape& sh : kMultiTokenShapes) {
+      mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
+      step_bytes += static_cast<double>(sh.rows * mats.back()->row_bytes) * sh.per_step;
+    }
+  }
+  ~StepMatrices() {
+    LAB_CHECK(cudaFree(x));
+    LAB_CHECK(cudaFree(y));
+  }
+  StepMatrices(const StepMatrices&) = delete;
+  StepMatrices& operator=(const StepMatrices&) = delete;
+};
+
 }  // namespace
 
 // ---- Small-batch GEMM over split rows (kernels/cuda/gemm_q8_split_small.cu, batched decode)
@@ -35,14 +56,10 @@ const StepShape kMultiTokenShapes[] = {
 void gemm_split(int reps) {
   const auto& shapes = kMultiTokenShapes;
   const size_t ns[] = {5, 8, 16, 32, 64};
-  std::vector<std::unique_ptr<Q8Matrix>> mats;
-  float* x = device_f32(64 * 12288, 3);
-  float* y = device_f32(64 * 248320, 4);
-  double step_bytes = 0;
-  for (const StepShape& sh : shapes) {
-    mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
-    step_bytes += static_cast<double>(sh.rows * mats.back()->row_bytes) * sh.per_step;
-  }
+  StepMatrices step;
+  const auto& mats = step.mats;
+  float *x = step.x, *y = step.y;
+  const double step_bytes = step.step_bytes;
   const auto run = [&](size_t i, int copy, size_t n, bool small) {
     const ds::cuda::WeightView v = mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT);
     ds::cuda::TcGemmOptions tc{.small_batch_mma = true};
@@ -94,8 +111,6 @@ void gemm_split(int reps) {
                 n, step_bytes / 1e9, cur, 100 * step_bytes / (cur * 1e-3) / kHbm, neu,
                 100 * step_bytes / (neu * 1e-3) / kHbm, n / (neu * 1e-3), v0d, v1, v1d);
   }
-  LAB_CHECK(cudaFree(x));
-  LAB_CHECK(cudaFree(y));
 }
 
 // ---- Small-batch GEMM over split rows on int8 tensor cores (kernels/cuda/gemm_q8_split_int8.cu)
@@ -173,14 +188,10 @@ void gemm_int8(int reps) {
   using namespace int8_lab;
   const size_t ns[] = {5, 8, 16, 32, 64};
   constexpr int kVariants = ds::cuda::detail::kSplitInt8Variants;
-  std::vector<std::unique_ptr<Q8Matrix>> mats;
-  float* x = device_f32(64 * 12288, 3);
-  float* y = device_f32(64 * 248320, 4);
-  double step_bytes = 0;
-  for (const StepShape& sh : kShapes) {
-    mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
-    step_bytes += static_cast<double>(sh.rows * mats.back()->row_bytes) * sh.per_step;
-  }
+  StepMatrices step;
+  const auto& mats = step.mats;
+  float *x = step.x, *y = step.y;
+  const double step_bytes = step.step_bytes;
   const auto view = [&](size_t i, int copy) { return mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT); };
   for (size_t i = 0; i < mats.size(); ++i) {
     for (size_t n : ns) {
@@ -213,8 +224,6 @@ void gemm_int8(int reps) {
     }
     std::printf("\n");
   }
-  LAB_CHECK(cudaFree(x));
-  LAB_CHECK(cudaFree(y));
   int8_lab::accuracy(4096, 4096, 8);
   int8_lab::accuracy(1024, 4096, 64);
 }

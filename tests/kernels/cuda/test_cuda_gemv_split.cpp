@@ -30,29 +30,10 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/split_rows_test_util.h"
 
 namespace ds::cuda::test {
 namespace {
-
-struct SplitHost {
-  size_t rows, cols, row_bytes;
-  std::vector<uint8_t> gguf, split;  // the same matrix in both layouts
-  cpu::WeightView gguf_view() const { return {GgmlType::Q8_0, gguf.data(), rows, cols, row_bytes}; }
-  cpu::WeightView device_view(const void* base) const { return {GgmlType::Q8_0_SPLIT, base, rows, cols, row_bytes}; }
-};
-
-SplitHost make_split(size_t rows, size_t cols, Rng& rng) {
-  SplitHost w{rows, cols, cols / 32 * 34, {}, {}};
-  w.gguf.resize(rows * w.row_bytes);
-  for (size_t b = 0; b < rows * cols / 32; ++b) {
-    const uint16_t d = fp32_to_fp16(rng.uniform(0.001f, 0.05f));
-    std::memcpy(&w.gguf[b * 34], &d, 2);
-    for (size_t i = 0; i < 32; ++i) w.gguf[b * 34 + 2 + i] = static_cast<uint8_t>(rng.integer(-128, 127));
-  }
-  w.split.resize(w.gguf.size());
-  q8_split_rows(w.gguf.data(), rows, cols, w.split.data());
-  return w;
-}
 
 std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x,
                              size_t xs, size_t n, size_t ys, int variant = detail::kGemvSplitDefaultVariant) {
@@ -423,46 +404,14 @@ TEST(CudaGemmSplitSmall, DependentLaunchGivesTheSameBits) {
 // (bitwise: same kernel, same K split), with and without a K split; bad segment lists are refused.
 TEST(CudaGemmSplitSmall, RowSegmentsEqualTheWholeProduct) {
   DS_REQUIRE_GPU();
-  Rng rng(515);
-  for (const Shape& s : {Shape{4096 + 1024 + 64, 1024}, Shape{70000, 512}}) {
-    const SplitHost w = make_split(s.rows, s.cols, rng);
-    DeviceArray<uint8_t> dw(w.split);
-    for (size_t n : {size_t{5}, size_t{24}, size_t{64}}) {
-      const std::vector<float> x = rng.vec(n * s.cols);
-      const std::vector<float> whole = run_small(w, dw, x, s.cols, n, s.rows);
-      const size_t cut[4] = {0, s.rows / 2 + 3, s.rows - 64, s.rows};  // odd-sized segments
-      DeviceArray<float> dx(x), d0(n * cut[1] + 5), d1(n * (cut[2] - cut[1])), d2(n * 64);
-      RowSegments seg;
-      seg.n = 3;
-      float* ys[3] = {d0.get(), d1.get(), d2.get()};
-      for (int i = 0; i < 3; ++i) {
-        seg.first[i + 1] = cut[i + 1];
-        seg.y[i] = ys[i];
-        seg.ys[i] = cut[i + 1] - cut[i];
-      }
-      DS_CUDA_CHECK(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, n, seg, nullptr, true));
-      const std::vector<float> parts[3] = {d0.download(), d1.download(), d2.download()};
-      for (int i = 0; i < 3; ++i) {
-        const size_t rows_i = cut[i + 1] - cut[i];
-        for (size_t t = 0; t < n; ++t) {
-          ASSERT_EQ(std::memcmp(parts[i].data() + t * rows_i, whole.data() + t * s.rows + cut[i], rows_i * sizeof(float)), 0)
-              << s.rows << "x" << s.cols << " n=" << n << " segment " << i << " token " << t;
-        }
-      }
-    }
-    DeviceArray<float> dx(8 * s.cols), dy(8 * s.rows);
-    RowSegments bad = RowSegments::whole(dy.get(), s.rows - 1, s.rows);  // misses the last row
-    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
-              cudaErrorInvalidValue);
-    bad = RowSegments::whole(dy.get(), s.rows, s.rows - 1);  // token rows overlap
-    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
-              cudaErrorInvalidValue);
-    bad = RowSegments::whole(dy.get(), s.rows, s.rows);
-    bad.n = 0;
-    EXPECT_EQ(detail::gemm_q8_split_small_rows(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, nullptr),
-              cudaErrorInvalidValue);
-  }
-  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_row_segments_equal_whole(
+      {{4096 + 1024 + 64, 1024}, {70000, 512}},
+      [](const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t n) {
+        return run_small(w, dw, x, w.cols, n, w.rows);
+      },
+      [](const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out, bool dependent) {
+        return detail::gemm_q8_split_small_rows(w, x, xs, n, out, nullptr, dependent);
+      });
 }
 
 TEST(CudaGemmSplitSmall, RejectsWhatItCannotRead) {
