@@ -2,8 +2,9 @@
 # Issue 13 on a 2-GPU machine (kind nvidia-h200-x2): the synthetic 9B and 27B on 1 GPU vs split over 2
 # worker processes, one per GPU — prefill at 2K/8K/18K and batch-1 decode (deltaserve-bench --workers),
 # decode throughput at 32 and 64 streams through `deltaserve serve`, and a kill -9 of one worker under
-# load (time until it serves again, requests lost); the streams with and without --micro-batches 2, and
-# the 9B with systemd-style workers (started separately; external_run below).
+# load (time until it serves again, requests lost); the streams with 2 decode groups (serve's default on
+# two GPUs) and with one (--decode-groups 1), the in-process batched decode at 32 / 64 sequences with
+# and without --decode-groups 2, and the 9B with systemd-style workers (started separately; external_run).
 # Results go to OUT_DIR/summary.txt as they come,
 # so a run cut short still returns what it measured.
 #   tools/device_2gpu.sh BUNDLE_DIR|BUNDLE.tar.xz OUT_DIR [MODELS]     (MODELS default "9b 27b")
@@ -125,9 +126,15 @@ for m in $MODELS; do
     note "bench $m workers=$1 devices=$2 rc=$?"
     tail -3 "$O/bench_${m}_w$1.log" | tee -a "$S"
   done
+  for w in "1 0 1" "2 0,1 1" "2 0,1 2"; do  # batched decode in-process: workers, devices, decode groups
+    set -- $w
+    timeout 120 "$B/bin/deltaserve-bench" -m "$F" --backend cuda --workers "$1" --devices "$2" --decode-groups "$3" \
+      -p 128 -n 64 -r 1 --parallel 32,64 > "$O/batched_${m}_w$1_g$3.log" 2>&1
+    note "batched $m workers=$1 decode-groups=$3 rc=$?: $(grep -E '^128 ' "$O/batched_${m}_w$1_g$3.log" | awk '{printf "%s seqs %s tok/s; ", $2, $4}')"
+  done
   http_run "$F" 1 0 "${m}_1gpu"
-  http_run "$F" 2 0,1 "${m}_2gpu"
-  http_run "$F" 2 0,1 "${m}_2gpu_mb2" --micro-batches 2
+  http_run "$F" 2 0,1 "${m}_2gpu"  # decode groups auto: 2
+  http_run "$F" 2 0,1 "${m}_2gpu_g1" --decode-groups 1
   [ "$m" = 9b ] && kill_under_load "$F"
   [ "$m" = 9b ] && external_run "$F" 9b
   rm -f "$F"

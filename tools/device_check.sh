@@ -12,7 +12,7 @@
 # deltaserve-kernel-lab; "batched":
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
 # tg128 with the decode GEMV as a dependent launch vs without; "profile": ncu per-kernel sums of 4 decode
-# steps at PROFILE_N sequences, default "1 8"; "workers_batched": 32-sequence decode through 1 vs 2
+# steps at PROFILE_N sequences, default "1 8"; "workers_batched": 32-sequence decode through 1 vs 2 (and 2 with --decode-groups 2)
 # worker processes on one GPU, plain and under MPS; "prefill": 9B prefill at 512..32K, with 27B too
 # when "27b" is asked; "prefill_profile": ncu per-kernel sums of one 9B prefill step at PREFILL_PROFILE_P
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
@@ -235,14 +235,15 @@ fi
 
 if want workers_batched; then
   echo "==== 9B: 32-sequence decode through 1 vs 2 worker processes on one GPU (plain, then under MPS)"
-  wb() { bench 150 -m $M9 --backend cuda --workers "$1" --devices "$2" -p 128 -n 64 -r 1 --parallel 32 > "$O/$3.log" 2>&1
-         note "$3 rc=$?"; }
-  wb 1 0 wb1; wb 2 0,0 wb2
+  wb() { local w=$1 d=$2 tag=$3; shift 3
+         bench 150 -m $M9 --backend cuda --workers "$w" --devices "$d" -p 128 -n 64 -r 1 --parallel 32 "$@" > "$O/$tag.log" 2>&1
+         note "$tag rc=$?"; }
+  wb 1 0 wb1; wb 2 0,0 wb2; wb 2 0,0 wb2_g2 --decode-groups 2
   if command -v nvidia-cuda-mps-control > /dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
     mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
     if nvidia-cuda-mps-control -d; then
-      wb 1 0 wb1_mps; wb 2 0,0 wb2_mps
+      wb 1 0 wb1_mps; wb 2 0,0 wb2_mps; wb 2 0,0 wb2_g2_mps --decode-groups 2
       echo quit | nvidia-cuda-mps-control
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY

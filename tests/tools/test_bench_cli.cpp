@@ -218,6 +218,17 @@ TEST(BenchCli, ParallelThroughTwoWorkerProcessesAndInTheTable) {
   EXPECT_NE(t.output.find("byte limit not reported"), std::string::npos) << t.output;
 }
 
+// Decode groups: 5 sequences as groups of 2 and 3 in flight at once; every sequence still
+// advances one token per round (tokens = 5 x gen, steps = gen rounds).
+TEST(BenchCli, DecodeGroupsThroughTwoWorkerProcesses) {
+  const CmdResult j = run(kBin + "/deltaserve-bench -m " + tiny_model() +
+                          " -p 24 -n 4 --parallel 5 --workers 2 --decode-groups 2 -r 1 -t 1 -o json --no-warmup 2>/dev/null");
+  ASSERT_EQ(j.status, 0) << j.output;
+  const auto rows = json_lines(j.output);
+  ASSERT_EQ(rows.size(), 1u) << j.output;
+  expect_batch_row(rows[0], 24, 4, 5, 2, 1, 0);
+}
+
 TEST(BenchCli, TableModeStillPrintsTheTable) {
   const CmdResult r = run(kBin + "/deltaserve-bench -m " + tiny_model() + " -p 16 -n 2 -r 1 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -295,6 +306,9 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
       {m + " --parallel 1,8 -n 0", "--parallel N > 1 times batched decode steps: --gen must be >= 1"},
       {m + " --parallel 8 --spec-k 2", "--spec-k runs with the single-sequence rows: include 1 in --parallel"},
       {m + " --peak-gbps 0", "--peak-gbps needs an integer in [1, 1000000], got '0'"},
+      {m + " --workers 2 --decode-groups 0", "--decode-groups needs an integer in [1, 8], got '0'"},
+      {m + " --workers 2 --decode-groups 9", "--decode-groups needs an integer in [1, 8], got '9'"},
+      {m + " --decode-groups 2", "--decode-groups splits batched decode over worker processes: give --workers N"},
       {" --http", "--url needs a value"},
       {" --http https://127.0.0.1:8080", "--url must start with http://"},
       {" --http http://127.0.0.1", "--url needs http://HOST:PORT"},
