@@ -235,6 +235,44 @@ TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
   expect_bit_equal(got[1], ref);
 }
 
+// submit() / collect() (BatchEngine's decode groups): six single-chunk steps of two sequences
+// submitted before any is collected (more than the workers' 4 ring slots) come back in order
+// with the sequential logits; the misuses are refused.
+TEST(Pipeline, SubmittedStepsCollectInOrderWithSequentialLogits) {
+  const std::vector<int32_t> rand = test::random_prompt(90, 151936);
+  const std::vector<Chunk> chunks{{0, 30, {29}}, {30, 31, {0}}, {31, 90, {0, 58}}};
+  const auto ref = reference_logits(rand, chunks);
+  PipelineEngine engine(test::engine_options(2));
+  engine.start();
+  EXPECT_THROW(engine.collect(), std::logic_error) << "nothing in flight";
+  for (const Chunk& c : chunks) {
+    for (uint64_t seq : {1u, 2u}) {
+      SeqRequest r;
+      r.seq_id = seq;
+      r.start_pos = static_cast<uint32_t>(c.begin);
+      r.tokens.assign(rand.begin() + static_cast<long>(c.begin), rand.begin() + static_cast<long>(c.end));
+      r.logit_rows = c.rows;
+      r.random_u.assign(c.rows.size(), 0.0);
+      r.return_full_logits = true;
+      engine.submit({r});
+    }
+  }
+  EXPECT_EQ(engine.in_flight(), 6u);
+  EXPECT_THROW(engine.step({}), std::logic_error) << "step() while steps are in flight";
+  std::vector<std::vector<float>> got[2];
+  for (size_t i = 0; i < 6; ++i) {
+    StepOutcome out = engine.collect();
+    ASSERT_EQ(out.rows.size(), chunks[i / 2].rows.size()) << "step " << i;
+    for (const RowResult& row : out.rows) {
+      EXPECT_EQ(row.seq_id, 1 + i % 2) << "results in submission order";
+      got[i % 2].push_back(row.logits);
+    }
+  }
+  EXPECT_EQ(engine.in_flight(), 0u);
+  expect_bit_equal(got[0], ref);
+  expect_bit_equal(got[1], ref);
+}
+
 // Releases ride on their own plan of a pipelined window (BatchEngine sends a preempted
 // sequence's release with the plan made after it): with scheduler-placed memory, seq 1 prefills
 // 0..64 in slot 0 over two plans; the third releases it and starts seq 2 in the same slot and
