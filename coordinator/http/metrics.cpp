@@ -152,6 +152,13 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
   header(out, "deltaserve:spec_mean_accepted_length",
          "Tokens emitted per verify step since start (accepted drafts + 1; 0 before the first).", "gauge");
   sample(out, "deltaserve:spec_mean_accepted_length", "", health.spec.mean_accepted_length());
+  header(out, "deltaserve:engine_steps_total", "Steps the engine collected from the workers.", "counter");
+  sample(out, "deltaserve:engine_steps_total", "", static_cast<double>(health.steps));
+  header(out, "deltaserve:engine_host_seconds_total",
+         "Engine loop time planning steps and delivering their tokens (the workers may idle meanwhile).", "counter");
+  sample(out, "deltaserve:engine_host_seconds_total", "", health.step_host_seconds);
+  header(out, "deltaserve:engine_wait_seconds_total", "Engine loop time waiting for step results.", "counter");
+  sample(out, "deltaserve:engine_wait_seconds_total", "", health.step_wait_seconds);
   header(out, "deltaserve:engine_ready", "1 when every worker is Ready.", "gauge");
   sample(out, "deltaserve:engine_ready", "", health.ready ? 1 : 0);
   return out;

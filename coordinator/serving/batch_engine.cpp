@@ -136,6 +136,9 @@ void BatchEngine::update_health() {
   h.slots_used = opt_.scheduler.max_seqs - std::min(s.free_slots, opt_.scheduler.max_seqs);
   h.preemptions = s.preemptions;
   h.spec = s.spec;
+  h.steps = steps_;
+  h.step_host_seconds = host_seconds_;
+  h.step_wait_seconds = wait_seconds_;
   std::lock_guard<std::mutex> lock(mu_);
   health_ = h;
 }
@@ -301,7 +304,10 @@ bool BatchEngine::send_next_plan() {
 
 // Fills the pipeline up to max_plans_in_flight plans, then collects the oldest result.
 void BatchEngine::run_step() {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   try {
+    const auto t0 = Clock::now();
     while (flying_.size() < opt_.max_plans_in_flight && send_next_plan()) {
     }
     if (flying_.empty()) return;
@@ -311,10 +317,15 @@ void BatchEngine::run_step() {
                                      << opt_.max_plans_in_flight << ", --decode-groups "
                                      << opt_.scheduler.decode_groups << ")");
     }
+    const auto t1 = Clock::now();
     const StepOutcome outcome = pipeline_.collect();
+    const auto t2 = Clock::now();
     Flying oldest = std::move(flying_.front());
     flying_.pop_front();
     if (!oldest.delivered) deliver(outcome, oldest.plan);
+    ++steps_;
+    host_seconds_ += seconds(t0, t1) + seconds(t2, Clock::now());
+    wait_seconds_ += seconds(t1, t2);
   } catch (...) {
     // Every step in flight is lost with the failure (the caller resets the scheduler's worker
     // state). Releases are idempotent on the workers: they are simply sent again.

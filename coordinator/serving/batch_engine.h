@@ -108,6 +108,9 @@ class BatchEngine final : public Engine {
   std::vector<uint64_t> to_release_;
   uint64_t next_seq_id_ = 1;
   std::deque<Flying> flying_;  // oldest first
+  uint64_t steps_ = 0;          // EngineHealth::steps, step_host_seconds, step_wait_seconds
+  double host_seconds_ = 0;
+  double wait_seconds_ = 0;
   uint32_t recoveries_in_a_row_ = 0;
   bool pipelined_once_ = false;  // several plans were in flight at once (logged once)
 

@@ -90,6 +90,12 @@ struct EngineHealth {
   uint32_t slots_used = 0;
   uint64_t preemptions = 0;        // sequences preempted (recomputed later) since start
   SpecCounts spec = {};            // speculative decoding since start (all zero when off)
+  // Where the engine loop's time goes while it serves (since start): steps collected, time in
+  // the coordinator planning them and delivering their tokens, and time waiting for results.
+  // A large host share means the workers idle between steps (with one plan in flight).
+  uint64_t steps = 0;
+  double step_host_seconds = 0;
+  double step_wait_seconds = 0;
 };
 
 class Engine {

@@ -183,6 +183,10 @@ TEST_F(DecodeGroupsE2E, ConcurrentRequestsGiveTheOneGroupTokens) {
   EXPECT_NE(two_->log().find("decode_groups=2"), std::string::npos) << "the option reached the engine";
   EXPECT_NE(two_->log().find(kPipelinedNote), std::string::npos) << two_->log();
   EXPECT_EQ(one_->log().find(kPipelinedNote), std::string::npos);
+  // Every token took a step; the loop's time splits into host work and waiting.
+  EXPECT_GE(metric_value(two_->port(), "deltaserve:engine_steps_total"), 40.0);
+  EXPECT_GT(metric_value(two_->port(), "deltaserve:engine_host_seconds_total"), 0.0);
+  EXPECT_GT(metric_value(two_->port(), "deltaserve:engine_wait_seconds_total"), 0.0);
 }
 
 // A worker SIGKILLed while both groups decode: every stream completes with the text it has on

@@ -190,6 +190,9 @@ TEST_F(ServiceTest, MetricsExportCacheAndSlotGauges) {
   h.preemptions = 5;
   h.prefix_cache_queried_tokens = 1000;
   h.prefix_cache_hit_tokens = 640;
+  h.steps = 42;
+  h.step_host_seconds = 0.25;
+  h.step_wait_seconds = 1.5;
   engine_.set_health(h);
   const std::string m = call("GET", "/metrics")->body();
   for (const char* line :
@@ -197,6 +200,8 @@ TEST_F(ServiceTest, MetricsExportCacheAndSlotGauges) {
         "deltaserve:kv_blocks_used 40", "deltaserve:kv_cache_usage_perc 0.078125", "deltaserve:gdn_slots_total 8",
         "deltaserve:gdn_slots_used 3", "deltaserve:num_preemptions_total 5",
         "deltaserve:prefix_cache_queried_tokens_total 1000", "deltaserve:prefix_cache_hit_tokens_total 640",
+        "deltaserve:engine_steps_total 42", "deltaserve:engine_host_seconds_total 0.25",
+        "deltaserve:engine_wait_seconds_total 1.5", "# TYPE deltaserve:engine_host_seconds_total counter",
         "# TYPE deltaserve:num_preemptions_total counter", "# TYPE deltaserve:kv_blocks_used gauge"}) {
     EXPECT_NE(m.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << m;
   }
