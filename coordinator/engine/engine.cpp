@@ -119,8 +119,10 @@ struct PipelineEngine::Impl {
 void PipelineEngine::Impl::load_model_layout() {
   const GgufFile gguf = GgufFile::open(opt.model_path);
   config = load_model_config(gguf);
-  layout = opt.layer_split.empty() ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers)
-                                   : layout_from_counts(opt.layer_split, config.n_layer);
+  layout = opt.layer_split.empty()
+               ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers,
+                                      last_stage_extra_bytes(gguf, config.n_layer, opt.spec_k))
+               : layout_from_counts(opt.layer_split, config.n_layer);
   if (layout.size() != opt.n_workers) throw ConfigError("layer split names " + std::to_string(layout.size()) +
                                                         " stages for " + std::to_string(opt.n_workers) + " workers");
   ds::log::info("engine", ds::log::Msg() << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout));

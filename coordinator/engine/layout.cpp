@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "common/error.h"
 #include "common/gguf.h"
@@ -20,7 +21,21 @@ std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer)
   return bytes;
 }
 
-std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_bytes, uint32_t n_stages) {
+uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k) {
+  uint64_t head = 0, embeddings = 0, norm = 0, mtp = 0;
+  const std::string mtp_prefix = "blk." + std::to_string(n_layer) + ".";
+  for (const GgufTensor& t : gguf.tensors()) {
+    if (t.name == "output.weight") head = t.nbytes;
+    if (t.name == "token_embd.weight") embeddings = t.nbytes;
+    if (t.name == "output_norm.weight") norm = t.nbytes;
+    if (t.name.rfind(mtp_prefix, 0) == 0) mtp += t.nbytes;
+  }
+  const uint64_t lm_head = (head != 0 ? head : embeddings) + norm;
+  return lm_head + uint64_t{spec_k} * (mtp + lm_head);
+}
+
+std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_bytes, uint32_t n_stages,
+                                             uint64_t last_stage_extra) {
   const size_t n = layer_bytes.size();
   if (n_stages == 0 || n_stages > n) {
     throw ConfigError("cannot split " + std::to_string(n) + " layers into " + std::to_string(n_stages) + " stages");
@@ -34,9 +49,10 @@ std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_
   best[0][0] = 0;
   for (uint32_t s = 1; s <= n_stages; ++s) {
     for (size_t i = s; i <= n; ++i) {
+      const uint64_t extra = s == n_stages ? last_stage_extra : 0;
       for (size_t j = s - 1; j < i; ++j) {  // last stage covers [j, i)
         if (best[s - 1][j] == kInf) continue;
-        const uint64_t cost = std::max(best[s - 1][j], prefix[i] - prefix[j]);
+        const uint64_t cost = std::max(best[s - 1][j], prefix[i] - prefix[j] + extra);
         if (cost < best[s][i]) {
           best[s][i] = cost;
           cut[s][i] = j;

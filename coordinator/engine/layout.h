@@ -1,5 +1,6 @@
-// Layout planning: which contiguous layer range each pipeline stage runs. Balanced by weight
-// bytes (the sum of blk.N.* tensor sizes per layer) or given explicitly by the operator.
+// Layout planning: which contiguous layer range each pipeline stage runs. Balanced by the weight
+// bytes a decode step streams on each stage (the sum of blk.N.* tensor sizes per layer, and on
+// the last stage the LM head it also runs) or given explicitly by the operator.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +16,19 @@ class GgufFile;
 // Bytes of blk.N.* tensors for N in [0, n_layer) (MTP blocks after n_layer are not counted).
 std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer);
 
+// Bytes the last stage streams per decode step besides its layers: the LM head (output.weight,
+// or token_embd.weight when the embeddings are tied) and output_norm, once per step; with MTP
+// speculation (`spec_k` drafts per step) also each draft's pass through the MTP block
+// (blk.<n_layer>.*) and the LM head again. Why it matters: the 9B's LM head is ~4 layers' worth,
+// so splitting by layers alone leaves the last of two stages ~25% more work than the first.
+uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k);
+
 // Splits the layers into `n_stages` non-empty contiguous ranges minimizing the largest stage's
-// bytes (among equal optima, the one whose last cut is leftmost, recursively).
-// Throws ds::ConfigError when n_stages is 0 or exceeds the number of layers.
-std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_bytes, uint32_t n_stages);
+// bytes, the last stage counting `last_stage_extra` more (among equal optima, the one whose last
+// cut is leftmost, recursively). Throws ds::ConfigError when n_stages is 0 or exceeds the number
+// of layers.
+std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_bytes, uint32_t n_stages,
+                                             uint64_t last_stage_extra = 0);
 
 // "--layer-split 3,3,2": layers per stage, which must be positive and sum to n_layer.
 // Throws ds::ConfigError naming the problem.

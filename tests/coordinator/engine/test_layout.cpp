@@ -41,6 +41,16 @@ TEST(Layout, HeavyLayersGetTheirOwnStage) {
   EXPECT_EQ(worst, 100u);
 }
 
+// The last stage also runs the LM head: it gets fewer layers. Equal layers of 100 bytes and a
+// head of 250: 8 layers over 2 stages split 5 + 3 (max(500, 300 + 250) = 550; 4 + 4 would be 650).
+TEST(Layout, LastStageExtraBytesShiftLayersForward) {
+  const std::vector<uint64_t> bytes(8, 100);
+  EXPECT_EQ(counts(plan_balanced_layout(bytes, 2, 250)), (std::vector<uint32_t>{5, 3}));
+  EXPECT_EQ(counts(plan_balanced_layout(bytes, 2, 0)), (std::vector<uint32_t>{4, 4}));
+  EXPECT_EQ(counts(plan_balanced_layout(bytes, 3, 1000)), (std::vector<uint32_t>{3, 4, 1})) << "at least one layer each";
+  EXPECT_EQ(counts(plan_balanced_layout(bytes, 1, 1000)), (std::vector<uint32_t>{8}));
+}
+
 TEST(Layout, RejectsImpossibleSplits) {
   EXPECT_THROW(plan_balanced_layout(std::vector<uint64_t>(3, 1), 4), ConfigError);
   EXPECT_THROW(plan_balanced_layout(std::vector<uint64_t>(3, 1), 0), ConfigError);
@@ -66,6 +76,18 @@ TEST(Layout, FixtureLayerBytes) {
   for (uint64_t b : bytes) EXPECT_GT(b, 0u);
   const std::vector<StageRange> l = plan_balanced_layout(bytes, 3);
   EXPECT_EQ(l.back().last_layer, cfg.n_layer);
+  // The fixture's head: tied embeddings (no output.weight), so token_embd + output_norm; each MTP
+  // draft adds the MTP block and the head again.
+  uint64_t embd = 0, norm = 0, mtp = 0;
+  for (const GgufTensor& t : gguf.tensors()) {
+    if (t.name == "token_embd.weight") embd = t.nbytes;
+    if (t.name == "output_norm.weight") norm = t.nbytes;
+    if (t.name.rfind("blk." + std::to_string(cfg.n_layer) + ".", 0) == 0) mtp += t.nbytes;
+  }
+  ASSERT_GT(embd, 0u);
+  ASSERT_GT(mtp, 0u) << "the fixture has an MTP block";
+  EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 0), embd + norm);
+  EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 2), 3 * (embd + norm) + 2 * mtp);
 }
 
 }  // namespace
