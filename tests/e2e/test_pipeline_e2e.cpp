@@ -36,6 +36,17 @@ std::vector<HttpReply> post_concurrently(int port, const std::vector<std::string
   return out;
 }
 
+// Posts `bodies` concurrently to the `want` server, then to the `got` one: every reply must be
+// 200 and the same completion, token for token.
+void expect_same_completions(int want_port, int got_port, const std::vector<std::string>& bodies) {
+  const std::vector<HttpReply> want = post_concurrently(want_port, bodies);
+  const std::vector<HttpReply> got = post_concurrently(got_port, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    ASSERT_EQ(want[i].status, 200) << want[i].body;
+    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
+  }
+}
+
 std::vector<std::string> server_args(const std::string& workers, std::vector<std::string> extra) {
   std::vector<std::string> a{"--model", tiny_model_path(), "--workers", workers, "--port", "0", "--threads", "1",
                              "--max-seqs", "8"};
@@ -94,12 +105,7 @@ TEST_F(PipelineE2E, ConcurrentRequestsGiveTheSequentialTokens) {
     const uint32_t max_tokens = 4 + static_cast<uint32_t>(i * 7 % 13);  // 4..16
     bodies.push_back(greedy_completion_body(ids, len, max_tokens));
   }
-  const std::vector<HttpReply> want = post_concurrently(sequential_->port(), bodies);
-  const std::vector<HttpReply> got = post_concurrently(three_->port(), bodies);
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
-  }
+  expect_same_completions(sequential_->port(), three_->port(), bodies);
 }
 
 // A worker SIGKILLed while a long prompt's chunks are in flight: the engine recovers (the
@@ -174,12 +180,7 @@ ServerProcess* DecodeGroupsE2E::two_ = nullptr;
 
 TEST_F(DecodeGroupsE2E, ConcurrentRequestsGiveTheOneGroupTokens) {
   const std::vector<std::string> b = bodies(false);
-  const std::vector<HttpReply> want = post_concurrently(one_->port(), b);
-  const std::vector<HttpReply> got = post_concurrently(two_->port(), b);
-  for (size_t i = 0; i < b.size(); ++i) {
-    ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
-  }
+  expect_same_completions(one_->port(), two_->port(), b);
   EXPECT_NE(two_->log().find("decode_groups=2"), std::string::npos) << "the option reached the engine";
   EXPECT_NE(two_->log().find(kPipelinedNote), std::string::npos) << two_->log();
   EXPECT_EQ(one_->log().find(kPipelinedNote), std::string::npos);
@@ -262,12 +263,7 @@ TEST_F(TransportE2E, MicroBatchesGiveTheDefaultTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
   std::vector<std::string> bodies;
   for (size_t len : {5, 40, 90, 200}) bodies.push_back(greedy_completion_body(ids, len, 10));
-  const std::vector<HttpReply> want = post_concurrently(default_->port(), bodies);
-  const std::vector<HttpReply> got = post_concurrently(micro_->port(), bodies);
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    ASSERT_EQ(want[i].status, 200) << want[i].body;
-    EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
-  }
+  expect_same_completions(default_->port(), micro_->port(), bodies);
   EXPECT_NE(micro_->log().find("micro_batches=2"), std::string::npos) << "the option reached the engine";
 }
 

@@ -203,6 +203,18 @@ TEST(Pipeline, GreedySurvivesSigkillMidPrefillThroughTheRing) {
   }
 }
 
+// Chunk `c` of `prompt` as sequence `seq`, with full logits of the chunk's rows.
+SeqRequest chunk_request(uint64_t seq, const std::vector<int32_t>& prompt, const Chunk& c) {
+  SeqRequest r;
+  r.seq_id = seq;
+  r.start_pos = static_cast<uint32_t>(c.begin);
+  r.tokens.assign(prompt.begin() + static_cast<long>(c.begin), prompt.begin() + static_cast<long>(c.end));
+  r.logit_rows = c.rows;
+  r.random_u.assign(c.rows.size(), 0.0);
+  r.return_full_logits = true;
+  return r;
+}
+
 // Pipelined steps (all chunks in flight at once) give the full logits of sequential steps bit
 // for bit, also with two sequences interleaved.
 TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
@@ -214,14 +226,7 @@ TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
   std::vector<std::vector<SeqRequest>> steps;
   for (const Chunk& c : chunks) {
     for (uint64_t seq : {1u, 2u}) {
-      SeqRequest r;
-      r.seq_id = seq;
-      r.start_pos = static_cast<uint32_t>(c.begin);
-      r.tokens.assign(rand.begin() + static_cast<long>(c.begin), rand.begin() + static_cast<long>(c.end));
-      r.logit_rows = c.rows;
-      r.random_u.assign(c.rows.size(), 0.0);
-      r.return_full_logits = true;
-      steps.push_back({r});  // seq 1 and seq 2 alternate, one per step
+      steps.push_back({chunk_request(seq, rand, c)});  // seq 1 and seq 2 alternate, one per step
     }
   }
   size_t done_calls = 0;
@@ -247,14 +252,7 @@ TEST(Pipeline, SubmittedStepsCollectInOrderWithSequentialLogits) {
   EXPECT_THROW(engine.collect(), std::logic_error) << "nothing in flight";
   for (const Chunk& c : chunks) {
     for (uint64_t seq : {1u, 2u}) {
-      SeqRequest r;
-      r.seq_id = seq;
-      r.start_pos = static_cast<uint32_t>(c.begin);
-      r.tokens.assign(rand.begin() + static_cast<long>(c.begin), rand.begin() + static_cast<long>(c.end));
-      r.logit_rows = c.rows;
-      r.random_u.assign(c.rows.size(), 0.0);
-      r.return_full_logits = true;
-      engine.submit({r});
+      engine.submit({chunk_request(seq, rand, c)});
     }
   }
   EXPECT_EQ(engine.in_flight(), 6u);
