@@ -306,7 +306,7 @@ cat "$SUMMARY"
 [ -f "$O/test_cuda_gemm_int8.log" ] && { echo "---- test_cuda_gemm_int8"; grep -E "FAILED|worst|max \|error\|" "$O/test_cuda_gemm_int8.log" | head -20; }
 [ -f "$O/lab_gemm_int8.log" ] && { echo "---- lab_gemm_int8"; grep -E "step|accuracy" "$O/lab_gemm_int8.log"; }
 [ -f "$O/lab_prefill_ops.log" ] && { echo "---- lab_prefill_ops"; grep -E "gdn layer" "$O/lab_prefill_ops.log"; }
-for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb1_mps wb2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb2_g2 wb1_mps wb2_mps wb2_g2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order prefill9 prefill9_bf16w w1 w2 w2_seq w2_mps w1_mps bench27 prefill27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
