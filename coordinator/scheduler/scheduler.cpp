@@ -17,10 +17,10 @@ StepPlan Scheduler::schedule() {
   plan.released = std::move(pending_releases_);
   pending_releases_.clear();
   scheduled_.clear();
-  building_ = InFlight{plan.step_id, {}, {}};
+  building_ = InFlight{plan.step_id, {}, {}, false};
   uint32_t budget = config_.max_batch_tokens;
   size_t released_before = plan.released.size();
-  schedule_running(plan, budget, /*decode=*/true);
+  if (may_plan_decode_rows()) schedule_running(plan, budget, /*decode=*/true);
   schedule_running(plan, budget, /*decode=*/false);
   // After a preemption memory is short: admitting now would only preempt again.
   if (plan.released.size() == released_before) schedule_waiting(plan, budget);
@@ -36,6 +36,11 @@ bool Scheduler::available(const Sequence& s) const {
   return s.slot && scheduled_.count(s.uid) == 0 && busy_.count(s.uid) == 0;
 }
 
+bool Scheduler::may_plan_decode_rows() const {
+  const auto decoding = std::count_if(in_flight_.begin(), in_flight_.end(), [](const InFlight& f) { return f.decodes; });
+  return static_cast<uint32_t>(decoding) < std::max<uint32_t>(config_.decode_groups, 1);
+}
+
 uint32_t Scheduler::decode_rows_per_step() const {
   const uint32_t groups = std::max<uint32_t>(config_.decode_groups, 1);
   return (static_cast<uint32_t>(running_.size()) + groups - 1) / groups;
@@ -48,7 +53,10 @@ void Scheduler::schedule_running(StepPlan& plan, uint32_t& budget, bool decode) 
     if (budget == 0 || rows_left == 0) return;
     if (!available(*s)) continue;  // preempted, done, or busy
     if ((s->remaining() == 1) != decode) continue;
-    if (schedule_running_seq(*s, plan, budget)) --rows_left;
+    if (schedule_running_seq(*s, plan, budget)) {
+      --rows_left;
+      building_.decodes = building_.decodes || decode;
+    }
   }
 }
 

@@ -51,9 +51,12 @@ struct SchedulerConfig {
   // Plans made before the earlier ones' results are in (schedule() throws beyond). Results may
   // be applied in any order; the workers must run the plans in the order they were made.
   uint32_t max_steps_in_flight = 1;
-  // Decode rows per plan are capped at ceil(running / decode_groups), so the running sequences
-  // fall into this many groups that take turns: with stages on different devices, group B
-  // goes through stage 0 while group A is on stage 1 (steps in flight >= groups needed).
+  // Decode rows per plan are capped at ceil(running / decode_groups), and at most this many
+  // steps with decode rows are in flight, so the running sequences fall into this many groups
+  // that take turns: with stages on different devices, group B goes through stage 0 while
+  // group A is on stage 1 (steps in flight >= groups needed). Without the second rule, a
+  // sequence left over by the cap would form a group of its own, a whole extra weight read
+  // per round.
   uint32_t decode_groups = 1;
   uint64_t hash_seed = 0x6473636865647531ULL;  // pass a random one in production
   std::vector<int32_t> eos_token_ids;
@@ -103,6 +106,7 @@ class Scheduler {
     uint64_t step_id = 0;
     std::vector<std::pair<std::string, uint64_t>> rows;  // request id, uid
     std::vector<uint32_t> pending_snapshots;
+    bool decodes = false;  // it has decode rows (counts against decode_groups)
   };
 
   // scheduler.cpp: planning
@@ -125,6 +129,7 @@ class Scheduler {
   Sequence* youngest_unscheduled();
   bool available(const Sequence& s) const;
   uint32_t decode_rows_per_step() const;
+  bool may_plan_decode_rows() const;
   void preempt(Sequence& s, std::vector<ReleasedSeq>& released);
   bool cache_enabled() const { return config_.num_snapshots > 0; }
 

@@ -352,6 +352,44 @@ TEST(Batching, DecodeGroupsTakeTurnsWithTwoStepsInFlight) {
   EXPECT_EQ(h.outputs, ref.outputs);
 }
 
+// A sequence left over by the per-plan cap waits for the next decode plan instead of forming a
+// third group: at most decode_groups plans with decode rows are in flight.
+TEST(Batching, LeftOverSequenceJoinsTheNextGroupInsteadOfItsOwn) {
+  SchedulerConfig c = small_config();
+  c.max_seqs = 8;
+  c.max_steps_in_flight = 3;
+  c.decode_groups = 2;
+  Harness h(c);
+  for (const char* id : {"a", "b", "c", "d"}) h.add(id, iota_tokens(3, 7), 8, true);
+  h.add("e", iota_tokens(3, 7), 2, true);  // ends after its first decode row
+  ASSERT_EQ(h.step(), "");                  // the five prompts in one plan
+  auto run = [&](const StepPlan& p) {
+    std::vector<int32_t> sampled;
+    EXPECT_EQ(h.worker.run(p, sampled), "");
+    h.sched.update_from_output(SampledStep{p.step_id, sampled});
+    EXPECT_EQ(h.sched.check_invariants(), "");
+  };
+  auto ids = [](const StepPlan& p) {
+    std::string out;
+    for (const ScheduledSeq& s : p.seqs) out += s.request_id;
+    return out;
+  };
+  const StepPlan p1 = h.sched.schedule();  // ceil(5 / 2) = 3 rows
+  const StepPlan p2 = h.sched.schedule();
+  EXPECT_EQ(ids(p1), "abc");
+  EXPECT_EQ(ids(p2), "de");
+  run(p2);                                 // "e" finishes: 4 running, cap 2
+  const StepPlan p3 = h.sched.schedule();
+  EXPECT_EQ(ids(p3), "d");
+  run(p1);
+  const StepPlan p4 = h.sched.schedule();
+  EXPECT_EQ(ids(p4), "ab");
+  EXPECT_TRUE(h.sched.schedule().empty()) << "\"c\" must not decode alone while two decode plans are out";
+  run(p3);
+  const StepPlan p5 = h.sched.schedule();
+  EXPECT_EQ(ids(p5), "cd");
+}
+
 // A sequence that needs a block while every other one is busy waits for their results instead
 // of preempting one of them (their rows are being computed).
 TEST(Batching, NeverPreemptsASequenceInFlight) {
