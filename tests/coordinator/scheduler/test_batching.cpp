@@ -313,14 +313,31 @@ TEST(Batching, WorkerLossReprefillsEverythingWithSameOutput) {
   EXPECT_EQ(h.outputs, ref.outputs);
 }
 
+// Two decode groups with `steps` plans in flight.
+SchedulerConfig decode_group_config(uint32_t steps) {
+  SchedulerConfig c = small_config();
+  c.max_seqs = 8;
+  c.max_steps_in_flight = steps;
+  c.decode_groups = 2;
+  return c;
+}
+
+// Runs a plan made by hand on the harness's worker and applies its result (in any order
+// relative to other plans in flight), recording the tokens.
+void run_and_apply(Harness& h, const StepPlan& p) {
+  std::vector<int32_t> sampled;
+  ASSERT_EQ(h.worker.run(p, sampled), "");
+  for (const TokenEvent& t : h.sched.update_from_output(SampledStep{p.step_id, sampled}).tokens) {
+    h.outputs[t.request_id].push_back(t.token);
+  }
+  ASSERT_EQ(h.sched.check_invariants(), "");
+}
+
 // Two decode groups with two steps in flight: the running sequences split into halves that
 // take turns (oldest half first), a sequence is never in two plans in flight, and the outputs
 // equal the one-step-at-a-time run.
 TEST(Batching, DecodeGroupsTakeTurnsWithTwoStepsInFlight) {
-  SchedulerConfig c = small_config();
-  c.max_steps_in_flight = 2;
-  c.decode_groups = 2;
-  Harness h(c);
+  Harness h(decode_group_config(2));
   const std::vector<std::string> ids{"a", "b", "c", "d"};
   for (size_t i = 0; i < ids.size(); ++i) h.add(ids[i], iota_tokens(3, 10 * static_cast<int32_t>(i) + 1), 8, true);
   ASSERT_EQ(h.step(), "");  // the four prompts in one plan: it samples, the next is empty
@@ -335,15 +352,7 @@ TEST(Batching, DecodeGroupsTakeTurnsWithTwoStepsInFlight) {
     EXPECT_EQ(first.seqs[1].request_id, "b");
     EXPECT_EQ(second.seqs[0].request_id, "c");
     EXPECT_EQ(second.seqs[1].request_id, "d");
-    for (const StepPlan* p : {&first, &second}) {
-      std::vector<int32_t> sampled;
-      ASSERT_EQ(h.worker.run(*p, sampled), "");
-      // Results may come back out of plan order too.
-      for (const TokenEvent& t : h.sched.update_from_output(SampledStep{p->step_id, sampled}).tokens) {
-        h.outputs[t.request_id].push_back(t.token);
-      }
-      ASSERT_EQ(h.sched.check_invariants(), "");
-    }
+    for (const StepPlan* p : {&first, &second}) ASSERT_NO_FATAL_FAILURE(run_and_apply(h, *p));
   }
   ASSERT_EQ(h.run_to_completion(), "");
   Harness ref(small_config());
@@ -355,20 +364,11 @@ TEST(Batching, DecodeGroupsTakeTurnsWithTwoStepsInFlight) {
 // A sequence left over by the per-plan cap waits for the next decode plan instead of forming a
 // third group: at most decode_groups plans with decode rows are in flight.
 TEST(Batching, LeftOverSequenceJoinsTheNextGroupInsteadOfItsOwn) {
-  SchedulerConfig c = small_config();
-  c.max_seqs = 8;
-  c.max_steps_in_flight = 3;
-  c.decode_groups = 2;
-  Harness h(c);
+  Harness h(decode_group_config(3));
   for (const char* id : {"a", "b", "c", "d"}) h.add(id, iota_tokens(3, 7), 8, true);
   h.add("e", iota_tokens(3, 7), 2, true);  // ends after its first decode row
   ASSERT_EQ(h.step(), "");                  // the five prompts in one plan
-  auto run = [&](const StepPlan& p) {
-    std::vector<int32_t> sampled;
-    EXPECT_EQ(h.worker.run(p, sampled), "");
-    h.sched.update_from_output(SampledStep{p.step_id, sampled});
-    EXPECT_EQ(h.sched.check_invariants(), "");
-  };
+  auto run = [&](const StepPlan& p) { run_and_apply(h, p); };
   auto ids = [](const StepPlan& p) {
     std::string out;
     for (const ScheduledSeq& s : p.seqs) out += s.request_id;
@@ -393,10 +393,8 @@ TEST(Batching, LeftOverSequenceJoinsTheNextGroupInsteadOfItsOwn) {
 // A sequence that needs a block while every other one is busy waits for their results instead
 // of preempting one of them (their rows are being computed).
 TEST(Batching, NeverPreemptsASequenceInFlight) {
-  SchedulerConfig c = small_config();
+  SchedulerConfig c = decode_group_config(2);
   c.num_blocks = 4;  // 16 positions
-  c.max_steps_in_flight = 2;
-  c.decode_groups = 2;
   Harness h(c);
   h.add("old", iota_tokens(7), 8, true);
   h.add("young", iota_tokens(7, 40), 8, true);
