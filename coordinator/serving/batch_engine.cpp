@@ -302,13 +302,23 @@ bool BatchEngine::send_next_plan() {
   return true;
 }
 
-// Fills the pipeline up to max_plans_in_flight plans, then collects the oldest result.
+// Plans in flight whose result samples tokens (the others were applied when sent).
+size_t BatchEngine::sampling_in_flight() const {
+  return static_cast<size_t>(std::count_if(flying_.begin(), flying_.end(), [](const Flying& f) { return !f.delivered; }));
+}
+
+// Fills the pipeline up to max_plans_in_flight plans, then collects the oldest result. Once
+// decode_groups plans that sample are out, nothing more is sent until one comes back: a request
+// arriving meanwhile joins the next group's step (one weight read for both) instead of running
+// as a step of its own, and with one group this is the one-sampling-plan-at-a-time loop (a long
+// prompt's prefill-only chunks still go out ahead of its last chunk).
 void BatchEngine::run_step() {
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   try {
     const auto t0 = Clock::now();
-    while (flying_.size() < opt_.max_plans_in_flight && send_next_plan()) {
+    while (flying_.size() < opt_.max_plans_in_flight && sampling_in_flight() < opt_.scheduler.decode_groups &&
+           send_next_plan()) {
     }
     if (flying_.empty()) return;
     if (flying_.size() > 1 && !pipelined_once_) {  // told once, so an operator (and the e2e test) can see it happen

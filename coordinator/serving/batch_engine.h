@@ -10,7 +10,7 @@
 // computes prefill chunks is applied to the scheduler as soon as it is sent (it samples
 // nothing), so a long prompt's chunks pipeline over the stages; with decode groups
 // (SchedulerConfig::decode_groups) the running sequences take turns in that many plans, so
-// every stage has a batch to decode. A lost worker triggers recovery: the pipeline waits
+// every stage has a batch to decode. At most decode_groups plans that sample are in flight. A lost worker triggers recovery: the pipeline waits
 // for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
 // and clients only see a pause.
 #pragma once
@@ -89,6 +89,7 @@ class BatchEngine final : public Engine {
   void loop();
   void take_inbox();
   bool send_next_plan();
+  size_t sampling_in_flight() const;
   void run_step();
   void drain_pipeline();
   void deliver(const StepOutcome& outcome, const StepPlan& plan);
