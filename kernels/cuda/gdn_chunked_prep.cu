@@ -21,21 +21,13 @@ namespace {
 
 using namespace prep_load;
 
-constexpr size_t kSmemFloats = 2 * kC * kLdk + 2 * kC * kLdc + 2 * kC;
+constexpr size_t kSmemFloats = PrepTiles<kLdk, kLdc>::kFloats;
 static_assert(kSmemFloats * sizeof(float) * 2 + 2 * 1024 <= 228 * 1024, "two blocks per SM");
 
 __global__ void __launch_bounds__(kThreads, 2) prep_v3_kernel(Args a) {
   extern __shared__ float smem[];
-  float* Ks = smem;              // [kC][kLdk]: k, then diag(beta e^gam) k, then W
-  float* QVs = Ks + kC * kLdk;   // [kC][kLdk]: q / sqrt(dk), then diag(beta) v, then Ut
-  float* As = QVs + kC * kLdk;   // [kC][kLdc]: A, then P
-  float* Ts = As + kC * kLdc;    // [kC][kLdc]
-  float* gam = Ts + kC * kLdc;   // [kC]
-  float* bet = gam + kC;         // [kC]
-  const size_t chunk = blockIdx.x, n = blockIdx.y;
-  const size_t t0 = a.t0 + chunk * kC;
-  const int L = static_cast<int>(std::min<size_t>(kC, a.s.n_tokens - t0));
-  const size_t rec = record(a, chunk, n);
+  const auto [Ks, QVs, As, Ts, gam, bet] = carve_prep_tiles<kLdk, kLdc>(smem);
+  const auto [t0, L, n, rec] = this_prep_chunk(a);
   const int ty = static_cast<int>(threadIdx.x) / 16, tx = static_cast<int>(threadIdx.x) % 16;
 
   load_gates(a, t0, L, n, gam, bet);

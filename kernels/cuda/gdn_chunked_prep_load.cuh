@@ -4,6 +4,8 @@
 // have rows of kLd floats (each kernel pads them for its own access pattern). Not a public header.
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/cuda/gdn_chunked_common.cuh"
 
 namespace ds::cuda::gdn_chunked_detail::prep_load {
@@ -12,6 +14,47 @@ constexpr int kD = 128;                        // dk = dv
 constexpr int kVec = kD / 4;                   // float4 per row: one warp per row
 constexpr int kRowsPerPass = kThreads / kVec;  // 8 rows per pass of the block
 constexpr int kPasses = kC / kRowsPerPass;     // 8 passes cover the chunk
+
+// A prep block's shared memory: two q/k/v tiles with rows of kLdTile floats (Ks: k, then
+// diag(beta e^gam) k, then W; QVs: q / sqrt(dk), then diag(beta) v, then Ut), two chunk-square
+// tiles with rows of kLdSq floats (As: A, then P; Ts: T) and the chunk's gates.
+template <int kLdTile, int kLdSq>
+struct PrepTiles {
+  static constexpr size_t kFloats = 2 * kC * kLdTile + 2 * kC * kLdSq + 2 * kC;
+  float* Ks;
+  float* QVs;
+  float* As;
+  float* Ts;
+  float* gam;  // [kC]
+  float* bet;  // [kC]
+};
+
+template <int kLdTile, int kLdSq>
+__device__ __forceinline__ PrepTiles<kLdTile, kLdSq> carve_prep_tiles(float* smem) {
+  PrepTiles<kLdTile, kLdSq> t;
+  t.Ks = smem;
+  t.QVs = t.Ks + kC * kLdTile;
+  t.As = t.QVs + kC * kLdTile;
+  t.Ts = t.As + kC * kLdSq;
+  t.gam = t.Ts + kC * kLdSq;
+  t.bet = t.gam + kC;
+  return t;
+}
+
+// The chunk this block prepares (grid: chunk x value head): its first token, its length (<= kC,
+// the last chunk may be short), its value head and its scratch record.
+struct PrepChunk {
+  size_t t0;
+  int L;
+  size_t n;
+  size_t rec;
+};
+
+__device__ __forceinline__ PrepChunk this_prep_chunk(const Args& a) {
+  const size_t chunk = blockIdx.x, n = blockIdx.y;
+  const size_t t0 = a.t0 + chunk * kC;
+  return PrepChunk{t0, static_cast<int>(std::min<size_t>(kC, a.s.n_tokens - t0)), n, record(a, chunk, n)};
+}
 
 // float4 `c4` of row r (stride floats apart from `base`), zero past the chunk's L rows.
 __device__ __forceinline__ float4 load_row4(const float* base, size_t stride, int r, int L, int c4) {

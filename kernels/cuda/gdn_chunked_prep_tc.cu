@@ -29,7 +29,7 @@ using ptx::tf32;
 
 constexpr int kLt = 132;  // q/k/v tile rows
 constexpr int kLa = 68;   // A / T / P rows
-constexpr size_t kSmemFloats = 2 * kC * kLt + 2 * kC * kLa + 2 * kC;
+constexpr size_t kSmemFloats = PrepTiles<kLt, kLa>::kFloats;
 static_assert(kSmemFloats * sizeof(float) * 2 + 2 * 1024 <= 228 * 1024, "two blocks per SM");
 static_assert(kThreads / kWarp == 8, "8 warps: 4 row bands x 2 column halves");
 
@@ -127,16 +127,8 @@ __device__ void store_frag(const float acc[8][4], float* dst, int ld) {
 
 __global__ void __launch_bounds__(kThreads, 2) prep_tc_kernel(Args a) {
   extern __shared__ float smem[];
-  float* Ks = smem;            // [kC][kLt]: k, then diag(beta e^gam) k, then W
-  float* QVs = Ks + kC * kLt;  // [kC][kLt]: q / sqrt(dk), then diag(beta) v, then Ut
-  float* As = QVs + kC * kLt;  // [kC][kLa]: A, then P
-  float* Ts = As + kC * kLa;   // [kC][kLa]
-  float* gam = Ts + kC * kLa;  // [kC]
-  float* bet = gam + kC;       // [kC]
-  const size_t chunk = blockIdx.x, n = blockIdx.y;
-  const size_t t0 = a.t0 + chunk * kC;
-  const int L = static_cast<int>(std::min<size_t>(kC, a.s.n_tokens - t0));
-  const size_t rec = record(a, chunk, n);
+  const auto [Ks, QVs, As, Ts, gam, bet] = carve_prep_tiles<kLt, kLa>(smem);
+  const auto [t0, L, n, rec] = this_prep_chunk(a);
 
   load_gates(a, t0, L, n, gam, bet);
   load_qk<kLt>(a, t0, L, n, rec, gam, Ks, QVs);
