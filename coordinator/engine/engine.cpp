@@ -559,18 +559,22 @@ std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::v
   return impl_->run_pipelined(steps, window, on_step_done, released);
 }
 
+// The step goes out as one plan, or cut into micro-batches (EngineOptions::micro_batches), the
+// first carrying the releases; the request list is only copied when it is cut.
 void PipelineEngine::submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
   Impl& m = *impl_;
   if (m.needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
-  std::vector<std::vector<SeqRequest>> plans;
-  if (m.opt.micro_batches > 1 && seqs.size() > 1) plans = split_micro_batches(seqs, m.opt.micro_batches);
-  if (plans.empty()) plans.push_back(seqs);
-  for (size_t i = 0; i < plans.size(); ++i) {
-    static const std::vector<uint64_t> kNone;
-    m.submit_plan(encode_plan(plans[i], i == 0 ? released : kNone, m.opt.cache.managed(), m.next_plan_id++, m.epoch,
-                              &m.sent_sampling));
+  auto send = [&m](const std::vector<SeqRequest>& part, const std::vector<uint64_t>& gone) {
+    m.submit_plan(encode_plan(part, gone, m.opt.cache.managed(), m.next_plan_id++, m.epoch, &m.sent_sampling));
+  };
+  if (m.opt.micro_batches <= 1 || seqs.size() <= 1) {
+    send(seqs, released);
+    m.step_plans.push_back(1);
+    return;
   }
-  m.step_plans.push_back(plans.size());
+  const std::vector<std::vector<SeqRequest>> parts = split_micro_batches(seqs, m.opt.micro_batches);
+  for (size_t i = 0; i < parts.size(); ++i) send(parts[i], i == 0 ? released : std::vector<uint64_t>{});
+  m.step_plans.push_back(parts.size());
 }
 
 StepOutcome PipelineEngine::collect() {
