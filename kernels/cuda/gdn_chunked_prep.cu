@@ -73,13 +73,7 @@ bool prep_v3_applies(const Args& a) {
 }
 
 cudaError_t launch_prep_v3(const Args& a, size_t n_chunks, cudaStream_t stream) {
-  // Per call, not once per process: the attribute belongs to the current device (a few us).
-  cudaError_t e = cudaFuncSetAttribute(prep_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemFloats * sizeof(float)));
-  if (e != cudaSuccess) return e;
-  prep_v3_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(a.s.n_v_heads)), kThreads,
-                   kSmemFloats * sizeof(float), stream>>>(a);
-  return cudaGetLastError();
+  return launch_prep_kernel(prep_v3_kernel, kSmemFloats * sizeof(float), a, n_chunks, stream);
 }
 
 }  // namespace ds::cuda::gdn_chunked_detail

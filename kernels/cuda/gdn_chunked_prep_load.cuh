@@ -138,4 +138,16 @@ __device__ void load_v_scale_k(const Args& a, size_t t0, int L, size_t n, const 
   }
 }
 
+// Launches a prep kernel: one block per (chunk, value head), `smem_bytes` of dynamic shared
+// memory. The attribute is set per call, not once per process: it belongs to the current device
+// (a few us).
+inline cudaError_t launch_prep_kernel(void (*kernel)(Args), size_t smem_bytes, const Args& a, size_t n_chunks,
+                                      cudaStream_t stream) {
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(a.s.n_v_heads)), kThreads, smem_bytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
 }  // namespace ds::cuda::gdn_chunked_detail::prep_load
