@@ -99,6 +99,7 @@ struct Options {
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
   uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
+  std::string early_handoff = "on";  // --early-handoff on|off (EngineOptions::early_handoff)
   std::string mps = "off";         // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
@@ -116,7 +117,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -182,6 +183,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--mps") {
       o.mps = args.value();
       if (o.mps != "auto" && o.mps != "on" && o.mps != "off") kUsage.fail("--mps must be auto, on or off, got '" + o.mps + "'");
+    } else if (a == "--early-handoff") {
+      o.early_handoff = args.value();
+      if (o.early_handoff != "on" && o.early_handoff != "off") kUsage.fail("--early-handoff must be on or off, got '" + o.early_handoff + "'");
     } else if (a == "--busy-poll") {
       o.busy_poll = args.value();
       if (o.busy_poll != "auto" && o.busy_poll != "on" && o.busy_poll != "off") {
@@ -424,6 +428,7 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
   eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
   eo.mps = o.mps;
+  eo.early_handoff = o.early_handoff;
   return ds::bench::make_pipeline_runner(eo, o.pipeline_depth, o.decode_groups);
 }
 

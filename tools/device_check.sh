@@ -7,7 +7,8 @@
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run), or is a tarball of it (e.g.
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "lab": the kernel lab's
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "handoff": 2 workers with
+# --early-handoff on vs off, decode / prefill / 32 sequences, one GPU, two GPUs when present, MPS; "lab": the kernel lab's
 # split-rows GEMV, small-batch GEMM and GDN f32-vs-tensor-core tables when the bundle has
 # deltaserve-kernel-lab; "batched":
 # in-process batched decode at 1/8/32/64 sequences, with and without the small-batch GEMM; "pdl":
@@ -118,7 +119,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want http || want batched || want pdl || want profile; then
+if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want handoff || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -230,6 +231,36 @@ if want workers; then
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   else
     note "no nvidia-cuda-mps-control on this machine"
+  fi
+fi
+
+if want handoff; then
+  echo "==== 9B: 2 worker processes with --early-handoff on vs off (one GPU; two GPUs when there are; MPS)"
+  ho() {  # $1 = tag, then bench flags: prefill / decode at 2K and 8K, then 32-sequence decode
+    local tag=$1; shift
+    bench 150 -m $M9 --backend cuda "$@" -p 2048,8192 -n 128 -r 2 > "$O/$tag.log" 2>&1
+    local rc=$?
+    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
+    note "$tag rc=$rc/$?: $(grep -E '^(2048|8192) ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}')"
+  }
+  ho ho_w1 --workers 1 --devices 0
+  ho ho_w2_on --workers 2 --devices 0,0
+  ho ho_w2_off --workers 2 --devices 0,0 --early-handoff off
+  ho ho_w2_on_again --workers 2 --devices 0,0
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    ho ho_2gpu_on --workers 2 --devices 0,1
+    ho ho_2gpu_off --workers 2 --devices 0,1 --early-handoff off
+  fi
+  if command -v nvidia-cuda-mps-control > /dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      ho ho_w1_mps --workers 1 --devices 0 --busy-poll off
+      ho ho_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
+      ho ho_w2_off_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff off
+      echo quit | nvidia-cuda-mps-control
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
 fi
 

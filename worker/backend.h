@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/host_signal.h"
 #include "common/sampling.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_prep.h"
@@ -40,6 +41,16 @@ class Backend {
   virtual void release(float* p) = 0;
   virtual void upload(float* dst, const float* host_src, size_t n) = 0;
   virtual void download(float* host_dst, const float* src, size_t n) = 0;
+  // download() that may return before the bytes land: `done` is set once they are in host_dst
+  // (a device sets it from its stream, after the copy). Until then host_dst must stay mapped
+  // and the caller must synchronize() before reusing host buffers that queued work reads.
+  virtual void download_signalled(float* host_dst, const float* src, size_t n, const HostSignal& done) {
+    download(host_dst, src, n);
+    done.set();
+  }
+  // Orders the work queued after this call behind `ready` (host memory another process or
+  // device sets): a device waits on it in its stream; the default blocks this thread.
+  virtual void wait_host_signal(const HostSignal& ready) { ready.wait(); }
   virtual void copy(float* dst, const float* src, size_t n) = 0;
   virtual void zero(float* dst, size_t n) = 0;
   // A weight matrix in its GGUF type, resident on the device (CPU: the mmap itself).

@@ -39,6 +39,7 @@
 #include "kernels/cuda/matmul_fast.h"  // kGemvSplitBestTokens
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/stream_signal.h"
 #include "kernels/cuda/swiglu_matmul.h"
 
 namespace ds {
@@ -169,6 +170,24 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // The copy and then the word, both queued: the host moves on (the next stage's device waits
+  // on the word). Without stream memory operations: download() then a host store.
+  void download_signalled(float* dst, const float* src, size_t n, const HostSignal& done) override {
+    on_device();
+    DS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    if (cuda::stream_write_host_word(stream_, done.word, done.value) == cudaSuccess) return;
+    cudaGetLastError();
+    DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    done.set();
+  }
+  // The device waits in its stream; the host goes on queuing the step. Without stream memory
+  // operations the host waits instead.
+  void wait_host_signal(const HostSignal& ready) override {
+    on_device();
+    if (ready.landed() || cuda::stream_wait_host_word(stream_, ready.word, ready.value) == cudaSuccess) return;
+    cudaGetLastError();
+    ready.wait();
   }
   void copy(float* dst, const float* src, size_t n) override {
     on_device();

@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"  // DigestRequest, LogitDigest
+#include "common/host_signal.h"  // HostSignal
+#include "common/sampling.h"     // DigestRequest, LogitDigest
 
 namespace ds {
 
@@ -65,6 +66,12 @@ struct StepInput {
   // output hidden rows instead of StepOutput::hidden (the next stage's shared-memory ring slot,
   // pinned on CUDA workers: the device-to-host copy lands there, no staging copies).
   float* hidden_out = nullptr;
+  // Optional: `hidden` may still be landing (the previous stage sent its descriptor before its
+  // device finished); read it only once this signal is set.
+  HostSignal hidden_ready;
+  // Optional, with hidden_out: the stage may return before the rows are in hidden_out and set
+  // this signal once they are (from its device, in stream order); StepOutput::hidden_deferred.
+  HostSignal hidden_out_ready;
   // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
   bool all_final_hidden = false;
   // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.
@@ -78,6 +85,10 @@ struct StepInput {
 struct StepOutput {
   // Non-last stage: residual stream after this stage's layers, [total_tokens, n_embd].
   std::vector<float> hidden;
+  // The rows go to StepInput::hidden_out and may land after forward() returned; its
+  // hidden_out_ready signal says when. Until then this stage's next forward() may not reuse
+  // host buffers its queued work reads (it synchronizes first).
+  bool hidden_deferred = false;
   // Last stage: for every requested logit row (in seqs order, then row order):
   std::vector<float> logits;         // [n_rows, n_vocab]
   std::vector<float> final_hidden;   // [n_rows, n_embd], post output_norm (the MTP input);

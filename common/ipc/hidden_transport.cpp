@@ -121,9 +121,15 @@ std::span<uint8_t> HiddenSender::reserve(uint64_t nbytes) {
   return {fallback_.data(), fallback_.size()};
 }
 
-bool HiddenSender::send_reserved(v1::Envelope env) {
+std::optional<ReadyWord> HiddenSender::reserved_ready() const {
+  if (!reserved_slot_) return std::nullopt;
+  return reserved_slot_->ready;
+}
+
+bool HiddenSender::send_reserved(v1::Envelope env, bool lands_later) {
   v1::HiddenChunk* chunk = env.mutable_stage_forward()->mutable_hidden();
   chunk->clear_shm();
+  if (lands_later && !reserved_slot_) throw std::logic_error("HiddenSender: only a ring slot's bytes may land later");
   if (reserved_slot_) {
     const SlotRef ref = reserved_slot_->ref;
     reserved_slot_.reset();
@@ -133,6 +139,7 @@ bool HiddenSender::send_reserved(v1::Envelope env) {
     slot->set_generation(ref.generation);
     slot->set_slot(ref.slot);
     slot->set_sequence(ref.sequence);
+    slot->set_lands_later(lands_later);
     if (out_.send(env)) {
       ++ring_messages_;
       return true;
@@ -200,6 +207,12 @@ std::span<const uint8_t> HiddenReceiver::resolve(const v1::HiddenChunk& chunk, c
     }
   }
   return ring_->view(ref);
+}
+
+std::optional<HiddenReceiver::Landing> HiddenReceiver::landing(const v1::HiddenChunk& chunk) const {
+  if (!chunk.has_shm() || !chunk.shm().lands_later()) return std::nullopt;
+  if (!ring_ || ring_->name() != chunk.shm().ring()) throw ShmRingError("landing() of a chunk not resolved first");
+  return Landing{ring_->ready_word(slot_ref_of(chunk)), ring_->producer_pid()};
 }
 
 bool HiddenReceiver::release(const v1::HiddenChunk& chunk) {

@@ -58,7 +58,12 @@ class HiddenSender {
   // the caller fills them, then send_reserved(env) sends (the slot's descriptor, or the bytes
   // inline) or abandon() drops them. One reservation at a time; a new one abandons the last.
   std::span<uint8_t> reserve(uint64_t nbytes);
-  bool send_reserved(v1::Envelope env);
+  // The open reservation's ready word: set, the bytes may land after send_reserved (whoever
+  // fills them then sets the word). None for an inline reservation, whose bytes must be in place.
+  std::optional<ReadyWord> reserved_ready() const;
+  // `lands_later`: the bytes are not in place yet (only with reserved_ready()); the receiver
+  // waits for the ready word.
+  bool send_reserved(v1::Envelope env, bool lands_later = false);
   void abandon();
   // Drops the ring; the next chunk goes through a fresh one (new generation). Call after a
   // recovery: a restarted next stage never hands back the slots its predecessor held, and
@@ -97,6 +102,13 @@ class HiddenReceiver {
   // Hands the chunk's slot back (true for inline chunks). False when the slot no longer held
   // the chunk — what was read from it must not be used.
   bool release(const v1::HiddenChunk& chunk);
+  // For a chunk whose bytes land later (ShmSlot.lands_later): the word to wait on before reading
+  // them, and the producer to watch meanwhile. None when the bytes are already in place.
+  struct Landing {
+    ReadyWord ready;
+    int64_t producer_pid = 0;
+  };
+  std::optional<Landing> landing(const v1::HiddenChunk& chunk) const;
 
  private:
   void map_ring(const std::string& name);

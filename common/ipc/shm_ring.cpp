@@ -19,7 +19,7 @@ namespace ds::ipc {
 namespace {
 
 constexpr uint64_t kMagic = 0x31304e4952534400ull;  // "\0DSRING01" little-endian-ish tag
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: per-slot ready word, producer pid
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kMaxSlots = 1024;
 constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 36;  // 64 GiB: far above any hidden chunk
@@ -35,6 +35,7 @@ struct RingHeader {
   uint64_t slot_stride;
   uint64_t data_offset;
   uint64_t generation;
+  int64_t producer_pid;               // who fills the slots (a consumer waiting on a ready word checks it is alive)
   std::atomic<uint64_t> initialized;  // set last by the producer: the header above is complete
 };
 
@@ -43,7 +44,12 @@ struct alignas(64) SlotHeader {
   std::atomic<uint64_t> state;  // 0 free, kWriting, or the message number it holds
   uint64_t sequence;            // the message number written (kept for diagnostics)
   uint64_t nbytes;              // bytes used
+  // Deferred writes (OpenWrite::ready): 0 while the bytes may still be landing, ready_value(sequence)
+  // once they are in place. Written by the producer's device or host, read by the consumer's.
+  std::atomic<uint32_t> ready;
 };
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a device writes the ready word as a plain u32");
 
 uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -99,6 +105,8 @@ void backoff(int attempt) {
 
 }  // namespace
 
+uint32_t ready_value(uint64_t sequence) { return static_cast<uint32_t>(sequence) | 0x80000000u; }
+
 std::string shm_ring_name(const std::string& data_endpoint) {
   // FNV-1a 64: short, stable, and shm names may not contain '/' beyond the leading one.
   uint64_t h = 0xcbf29ce484222325ull;
@@ -149,9 +157,11 @@ ShmRingProducer::ShmRingProducer(const std::string& name, ShmRingGeometry geomet
   h->slot_stride = l.slot_stride;
   h->data_offset = l.data_offset;
   h->generation = generation_;
+  h->producer_pid = static_cast<int64_t>(getpid());
   for (uint32_t i = 0; i < geometry_.n_slots; ++i) {
     SlotHeader* s = new (slot_of(base_, i)) SlotHeader{};
     s->state.store(0, std::memory_order_relaxed);
+    s->ready.store(0, std::memory_order_relaxed);
   }
   new (&h->initialized) std::atomic<uint64_t>(0);
   h->initialized.store(1, std::memory_order_release);
@@ -173,7 +183,10 @@ std::optional<ShmRingProducer::OpenWrite> ShmRingProducer::begin_write(uint64_t 
     expected = 0;
   }
   ++next_sequence_;  // even if aborted: message numbers are never reused
-  return OpenWrite{SlotRef{generation_, slot, seq, nbytes}, {data_of(base_, l, slot), static_cast<size_t>(nbytes)}};
+  // The slot was handed back, so the consumer is done waiting on its previous ready value.
+  s->ready.store(0, std::memory_order_relaxed);
+  return OpenWrite{SlotRef{generation_, slot, seq, nbytes}, {data_of(base_, l, slot), static_cast<size_t>(nbytes)},
+                   ReadyWord{reinterpret_cast<uint32_t*>(&s->ready), ready_value(seq)}};
 }
 
 void ShmRingProducer::finish_write(const SlotRef& ref) {
@@ -279,6 +292,13 @@ std::span<const uint8_t> ShmRingConsumer::view(const SlotRef& ref) const {
   }
   return {data_of(base_, layout_of(geometry_), ref.slot), ref.nbytes};
 }
+
+ReadyWord ShmRingConsumer::ready_word(const SlotRef& ref) const {
+  view(ref);  // the same checks: this ring's generation, a slot in range holding ref's message
+  return ReadyWord{reinterpret_cast<uint32_t*>(&slot_of(base_, ref.slot)->ready), ready_value(ref.sequence)};
+}
+
+int64_t ShmRingConsumer::producer_pid() const { return header_of(base_)->producer_pid; }
 
 bool ShmRingConsumer::release(const SlotRef& ref) {
   if (ref.generation != generation_ || ref.slot >= geometry_.n_slots || ref.sequence == 0) return false;

@@ -32,6 +32,8 @@
 #include <string>
 #include <utility>
 
+#include "common/host_signal.h"
+
 namespace ds::ipc {
 
 // A bad descriptor, a stale or torn slot, or a ring that cannot be created / mapped.
@@ -47,6 +49,15 @@ struct SlotRef {
   uint64_t sequence = 0;    // the producer's message number (> 0)
   uint64_t nbytes = 0;      // bytes used in the slot
 };
+
+// A slot's ready word, for writes that land after their descriptor is sent (a GPU stage sends
+// the descriptor as soon as its work is queued, and its stream writes `value` into `word` once
+// the bytes are in the slot). Lives in the shared mapping, so it can be pinned and written or
+// waited on by a device. `value` never is 0, the word's reset state.
+using ReadyWord = HostSignal;
+
+// The ready value of message `sequence` (unique among the values a slot takes in turn).
+uint32_t ready_value(uint64_t sequence);
 
 struct ShmRingGeometry {
   uint32_t n_slots = 4;     // at least 2: the producer fills one while the consumer reads another
@@ -104,9 +115,12 @@ class ShmRingProducer : public ShmRingMapping {
   // copy straight into it, no staging copy): begin_write takes the next slot (nullopt as for
   // write) and returns where `nbytes` go; finish_write publishes it to the consumer; abort_write
   // hands it back unpublished. One write may be open at a time.
+  // `ready` is reset to "not landed": a writer that publishes before its bytes are in place
+  // (descriptor flag lands_later) sets it once they are.
   struct OpenWrite {
     SlotRef ref;
     std::span<uint8_t> bytes;
+    ReadyWord ready;
   };
   std::optional<OpenWrite> begin_write(uint64_t nbytes, int timeout_ms);
   void finish_write(const SlotRef& ref);
@@ -131,6 +145,10 @@ class ShmRingConsumer : public ShmRingMapping {
   // descriptor does not fit this ring (generation, slot range, size) or the slot does not hold
   // its message (stale or already handed back).
   std::span<const uint8_t> view(const SlotRef& ref) const;
+  // The slot's ready word for ref's message (same checks as view).
+  ReadyWord ready_word(const SlotRef& ref) const;
+  // The process that created the ring (and fills its slots).
+  int64_t producer_pid() const;
   // Hands the slot back. False when it no longer held ref's message (handed back by someone
   // else and overwritten while being read), so what was read must be discarded.
   bool release(const SlotRef& ref);

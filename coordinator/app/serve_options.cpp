@@ -50,6 +50,8 @@ constexpr const char* kUsage =
     "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
     "  --hidden-transport auto|inline  hidden states between same-host workers: shared-memory ring\n"
     "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
+    "  --early-handoff on|off stage 0 hands a ring chunk to stage 1 before its rows land (its GPU\n"
+    "                         marks the slot, stage 1's GPU waits on the mark; default on)\n"
     "  --busy-poll auto|on|off  wait for step results without sleeping (default auto: on with cuda\n"
     "                         workers, costing one busy core while serving; off with cpu workers\n"
     "                         and with cuda workers sharing a GPU under MPS)\n"
@@ -157,6 +159,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
          return true;
        }},
       {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
+      {"early-handoff", [e](const std::string& v) { e->early_handoff = v; return v == "on" || v == "off"; }},
       {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
       {"busy-poll", [e](const std::string& v) { e->busy_poll = v; return v == "auto" || v == "on" || v == "off"; }},
       {"mps", [e](const std::string& v) { e->mps = v; return v == "auto" || v == "on" || v == "off"; }},
@@ -315,7 +318,7 @@ std::string describe(const ServeOptions& o) {
   s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
     << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
     << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
-    << " hidden_transport=" << e.hidden_transport << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " mps=" << e.mps << " pipeline_depth=" << o.pipeline_depth
+    << " hidden_transport=" << e.hidden_transport << " early_handoff=" << e.early_handoff << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " mps=" << e.mps << " pipeline_depth=" << o.pipeline_depth
     << " decode_groups=" << (o.decode_groups ? std::to_string(o.decode_groups) : std::string("auto"))
     << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
     << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size

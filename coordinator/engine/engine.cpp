@@ -167,6 +167,7 @@ void PipelineEngine::Impl::start_workers() {
       if (!fractions.empty()) a.insert(a.end(), {"--gpu-memory-fraction", fractions[rank]});
     }
     if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
+    if (opt.early_handoff != "on") a.insert(a.end(), {"--early-handoff", opt.early_handoff});
     // cpu workers on "auto" keep their own default (no polling: they need the cores).
     if (opt.backend == "cuda" || opt.busy_poll != "auto") a.insert(a.end(), {"--busy-poll-us", busy_poll ? "5000" : "0"});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());

@@ -46,6 +46,9 @@ struct EngineOptions {
   // host, inline across hosts) or "inline" (always in the ZeroMQ message); passed to the
   // workers this engine starts as --hidden-transport.
   std::string hidden_transport = "auto";
+  // Stage 0 hands a ring chunk over before its rows land ("on", the workers' default; its device
+  // marks the slot) or after ("off"); passed on as --early-handoff.
+  std::string early_handoff = "on";
   // step() cuts a batch of several sequences into up to this many micro-batches in flight at
   // once, so every stage has work (micro_batch.h). 1 = off. Worth it when the stages run on
   // different GPUs; on one shared GPU each micro-batch re-reads the weights, so keep it off.

@@ -341,6 +341,56 @@ TEST(HiddenTransport, ReservedChunksAreFilledInPlace) {
   EXPECT_THROW(sender.send_reserved(forward_of(64)), std::logic_error) << "nothing reserved";
 }
 
+// --early-handoff: a reserved slot carries a ready word. Sent with lands_later, the receiver gets
+// that word (same memory, the message's value) and the producer's pid to watch; the word starts
+// "not landed" on every lap of the slot; an inline reservation cannot land later.
+TEST(HiddenTransport, ChunksThatLandLaterCarryTheSlotsReadyWord) {
+  RecordingChannel ch;
+  HiddenSender sender(ch, test_ring_name("landing"), two_small_slots(), 83);
+  HiddenReceiver receiver;
+  std::vector<uint32_t> values;
+  for (uint32_t i = 0; i < 4; ++i) {  // two laps of the two slots
+    const std::span<uint8_t> dst = sender.reserve(64);
+    const std::optional<ReadyWord> ready = sender.reserved_ready();
+    ASSERT_TRUE(ready);
+    EXPECT_FALSE(ready->landed()) << "lap " << i << ": reset when the slot was taken";
+    ASSERT_TRUE(sender.send_reserved(forward_of(64), /*lands_later=*/true));
+    const v1::HiddenChunk& chunk = ch.sent[i].env.stage_forward().hidden();
+    ASSERT_TRUE(chunk.shm().lands_later());
+    (void)receiver.resolve(chunk, ch.sent[i].bulk);  // the descriptor is valid before the bytes land
+    const std::optional<HiddenReceiver::Landing> landing = receiver.landing(chunk);
+    ASSERT_TRUE(landing);
+    EXPECT_NE(landing->ready.word, ready->word) << "the receiver's own mapping of the same word";
+    EXPECT_EQ(landing->ready.value, ready->value);
+    EXPECT_EQ(landing->producer_pid, getpid());
+    EXPECT_FALSE(landing->ready.landed());
+    const auto p = pattern(64, i);  // the producer's device lands the rows, then the word
+    std::copy(p.begin(), p.end(), dst.begin());
+    ready->set();
+    EXPECT_TRUE(landing->ready.landed());
+    EXPECT_EQ(copy_of(receiver.resolve(chunk, ch.sent[i].bulk)), p);
+    EXPECT_TRUE(receiver.release(chunk));
+    values.push_back(ready->value);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_NE(values[i], 0u);
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(values[i], values[j]) << "a slot's laps need distinct values";
+  }
+  // A chunk sent without the flag has no landing to wait for.
+  (void)sender.reserve(64);
+  ASSERT_TRUE(sender.send_reserved(forward_of(64)));
+  const v1::HiddenChunk& plain = ch.sent[4].env.stage_forward().hidden();
+  (void)receiver.resolve(plain, ch.sent[4].bulk);
+  EXPECT_FALSE(receiver.landing(plain));
+  EXPECT_TRUE(receiver.release(plain));
+  // Inline (no ring): nothing to mark, so the bytes must be in place when sent.
+  RecordingChannel ch2;
+  HiddenSender no_ring(ch2, "", two_small_slots(), 84);
+  (void)no_ring.reserve(64);
+  EXPECT_FALSE(no_ring.reserved_ready());
+  EXPECT_THROW(no_ring.send_reserved(forward_of(64), true), std::logic_error);
+}
+
 // Busy polling: a message sent while the poller spins is seen during the spin; with none, the
 // wait still ends at its timeout (the spin counted in it), and a spin of 0 is a plain wait.
 TEST(PollChannels, SpinsThenSleepsAndKeepsItsTimeout) {

@@ -4,7 +4,8 @@
 //    also with concurrent requests and with a worker SIGKILLed while the chunks are in flight;
 //  - decode groups (--decode-groups 2): the running sequences decode in two plans that take
 //    turns in flight, tokens identical to one group, also with a worker SIGKILLed mid-decode;
-//  - --hidden-transport inline and --micro-batches 2 give the default server's tokens.
+//  - --hidden-transport inline and --micro-batches 2 with --early-handoff off give the default
+//    server's tokens.
 // Tokens are compared by id (logprobs.tokens) and text; temperature 0 with ignore_eos so every
 // request runs its full length.
 #include <gtest/gtest.h>
@@ -229,14 +230,15 @@ TEST_F(DecodeGroupsE2E, WorkerKilledMidDecodeGivesTheSameTokens) {
   EXPECT_EQ(http_request(two_->port(), "GET", "/ready", "").status, 200);
 }
 
-// ---- --hidden-transport inline, --micro-batches 2 -----------------------------------------
+// ---- --hidden-transport inline, --micro-batches 2 (with --early-handoff off) ----------------
 
 class TransportE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     default_ = new ServerProcess(server_args("2", {}));
     inline_ = new ServerProcess(server_args("2", {"--hidden-transport", "inline"}));
-    micro_ = new ServerProcess(server_args("2", {"--micro-batches", "2"}));
+    // Also the ring's hand-off after the rows land (--early-handoff off): the default hands over first.
+    micro_ = new ServerProcess(server_args("2", {"--micro-batches", "2", "--early-handoff", "off"}));
   }
   static void TearDownTestSuite() {
     stop_servers({&default_, &inline_, &micro_});
@@ -265,6 +267,8 @@ TEST_F(TransportE2E, MicroBatchesGiveTheDefaultTokens) {
   for (size_t len : {5, 40, 90, 200}) bodies.push_back(greedy_completion_body(ids, len, 10));
   expect_same_completions(default_->port(), micro_->port(), bodies);
   EXPECT_NE(micro_->log().find("micro_batches=2"), std::string::npos) << "the option reached the engine";
+  EXPECT_NE(micro_->log().find("early_handoff=off"), std::string::npos) << "... and the workers";
+  EXPECT_NE(default_->log().find("early_handoff=on"), std::string::npos);
 }
 
 }  // namespace

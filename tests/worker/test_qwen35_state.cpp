@@ -5,8 +5,10 @@
 // products, token-by-token GDN recurrence), which is what makes crash replay reproducible.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "common/error.h"
 #include "tests/testutil/reference.h"
@@ -98,6 +100,47 @@ TEST(Qwen35State, TwoStagesEqualOneStage) {
   in.hidden = mid.hidden.data();
   second.stage->forward(in, &out);
   EXPECT_EQ(out.logits, want);  // same ops in the same order: bit-identical
+}
+
+// The signalled hand-off (--early-handoff): stage 0 writes its rows into the caller's buffer and
+// sets the ready word; stage 1 given a ready word reads its input only once the word is set. The
+// input buffer holds NaN until the word goes up 50 ms after stage 1 started, so a stage that read
+// early would give NaN logits, not the reference's bits.
+TEST(Qwen35State, SignalledHandOffWaitsForTheRows) {
+  const ReferencePrompt ref = load_reference_prompt("chat_basic");
+  LoadedModel whole = load_fixture();
+  const std::vector<float> want = run_prompt(*whole.stage, 1, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)});
+  LoadedModel first = load_fixture(false, {0, 3});
+  LoadedModel second = load_fixture(false, {3, first.config.n_layer});
+  const size_t n_floats = ref.ids.size() * first.config.n_embd;
+
+  StepInput in;
+  in.seqs.push_back({1, 0, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)}});
+  std::vector<float> slot(n_floats, 0.0f);
+  uint32_t out_word = 0;
+  in.hidden_out = slot.data();
+  in.hidden_out_ready = HostSignal{&out_word, 0x80000005u};
+  StepOutput mid;
+  first.stage->forward(in, &mid);
+  EXPECT_TRUE(mid.hidden_deferred);
+  EXPECT_TRUE(mid.hidden.empty()) << "the rows went to hidden_out";
+  EXPECT_EQ(out_word, 0x80000005u) << "the cpu backend's rows are in place when forward returns";
+
+  std::vector<float> late(n_floats, std::nanf(""));
+  uint32_t in_word = 0;
+  StepInput in2;
+  in2.seqs = in.seqs;
+  in2.hidden = late.data();
+  in2.hidden_ready = HostSignal{&in_word, 0x80000009u};
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::copy(slot.begin(), slot.end(), late.begin());
+    HostSignal{&in_word, 0x80000009u}.set();
+  });
+  StepOutput out;
+  second.stage->forward(in2, &out);
+  producer.join();
+  EXPECT_EQ(out.logits, want);  // bit-identical to one stage: the rows were read after they landed
 }
 
 }  // namespace

@@ -16,8 +16,9 @@ ipc::RingMappingHooks pinned_ring_hooks(const WorkerOptions& options) {
   const int device = options.device;
   hooks.mapped = [device](void* base, size_t bytes) {
     if (device >= 0) cudaSetDevice(device);
-    // Portable: pinned for every context of the process, whichever device is current.
-    const cudaError_t rc = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
+    // Portable: pinned for every context of the process, whichever device is current. Mapped:
+    // a device may write / wait on a slot's ready word (kernels/cuda/stream_signal.h).
+    const cudaError_t rc = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (rc != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free error so later CUDA calls do not see it
       ds::log::warn("worker", ds::log::Msg() << "hidden-state ring not pinned (" << cudaGetErrorString(rc)

@@ -158,22 +158,28 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uin
 
 StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                                     const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
-                                    const HiddenBuffer& hidden_out) {
+                                    const HiddenBuffer& hidden_out, HostSignal hidden_ready) {
   const uint64_t received = now_us();
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
   for (uint64_t id : plan.released_seq_ids()) forget(id);
+  if (hidden_ready && reinterpret_cast<uintptr_t>(hidden_bytes.data()) % alignof(float) != 0) {
+    hidden_ready.wait();  // build_input copies misaligned bytes on the host (ring slots never are)
+    hidden_ready = {};
+  }
   std::vector<float> hidden_storage;
   StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
+  in.hidden_ready = hidden_ready;
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
   }
   const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
   if (!model_->is_last() && hidden_out) {
-    const std::span<uint8_t> dst = hidden_out(out_bytes);
-    if (dst.size() == out_bytes && reinterpret_cast<uintptr_t>(dst.data()) % alignof(float) == 0) {
-      in.hidden_out = reinterpret_cast<float*>(dst.data());
+    const HiddenDestination dst = hidden_out(out_bytes);
+    if (dst.bytes.size() == out_bytes && reinterpret_cast<uintptr_t>(dst.bytes.data()) % alignof(float) == 0) {
+      in.hidden_out = reinterpret_cast<float*>(dst.bytes.data());
+      in.hidden_out_ready = dst.ready;
     }
   }
   StepOutput out;
@@ -194,6 +200,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     *fwd->mutable_timings() = timings;
     *fwd->add_timings() = mine;
     msg.hidden_in_place = in.hidden_out != nullptr;
+    msg.hidden_deferred = out.hidden_deferred;
     if (!msg.hidden_in_place) msg.bulk = float_bytes(out.hidden);
     describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, out_bytes, fwd->mutable_hidden());
     return msg;

@@ -31,12 +31,18 @@ struct StageOutputMessage {
   ipc::v1::Envelope env;        // stage_forward (to the next stage) or step_result (to the coordinator)
   std::vector<uint8_t> bulk;    // hidden chunk or full logits (empty when the hidden chunk went to
   bool hidden_in_place = false; // ... the caller's HiddenBuffer: then this is true)
+  bool hidden_deferred = false; // in place, and still landing: the destination's ready signal says when
 };
 
 // Non-last stage: where the output hidden chunk may go directly (e.g. the next stage's ring slot,
 // HiddenSender::reserve). Called with the chunk's size in bytes; returns a float-aligned buffer of
-// that size, or an empty span to fall back to StageOutputMessage::bulk.
-using HiddenBuffer = std::function<std::span<uint8_t>(size_t nbytes)>;
+// that size, or an empty span to fall back to StageOutputMessage::bulk. With `ready` the rows may
+// land after run() returns (StageOutputMessage::hidden_deferred): the model sets it once they do.
+struct HiddenDestination {
+  std::span<uint8_t> bytes;
+  HostSignal ready;
+};
+using HiddenBuffer = std::function<HiddenDestination(size_t nbytes)>;
 
 class StageRunner {
  public:
@@ -45,11 +51,12 @@ class StageRunner {
   // Runs `plan` with the previous stage's hidden states (`hidden_bytes` empty on stage 0; read
   // in place when float-aligned, e.g. a shared-memory ring slot, so they must stay valid until
   // run() returns).
+  // `hidden_ready`, when set: the bytes may still be landing (HiddenReceiver::landing).
   // `timings` are the earlier stages' timings. Throws ds::FormatError when the plan or the
   // chunk is inconsistent, or whatever the model throws on invalid input.
   StageOutputMessage run(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                          const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
-                         const HiddenBuffer& hidden_out = {});
+                         const HiddenBuffer& hidden_out = {}, HostSignal hidden_ready = {});
 
   void drop(const ipc::v1::DropSequences& drop);
   size_t n_sequences() const { return live_.size(); }

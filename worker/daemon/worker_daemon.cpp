@@ -161,9 +161,11 @@ void WorkerDaemon::on_data(const ipc::Received& msg) {
     return;
   }
   std::span<const uint8_t> hidden;
+  std::optional<ipc::HiddenReceiver::Landing> landing;
   try {
     if (chunk.dtype() != v1::DTYPE_F32) throw std::runtime_error("hidden chunk is not f32");
     hidden = hidden_in_.resolve(chunk, msg.bulk);
+    landing = hidden_in_.landing(chunk);
   } catch (const std::exception& e) {
     // Not handed back: an inconsistent descriptor may name a slot another message holds. A
     // slot leaked this way costs the sender a wait and an inline send per lap of the ring,
@@ -171,7 +173,7 @@ void WorkerDaemon::on_data(const ipc::Received& msg) {
     report_step_error(fwd.plan(), std::string("bad hidden chunk: ") + e.what());
     return;
   }
-  handle_step(fwd.plan(), hidden, fwd.timings(), input_done, chunk.has_shm());
+  handle_step(fwd.plan(), hidden, fwd.timings(), input_done, chunk.has_shm(), landing);
 }
 
 void WorkerDaemon::handle_assign(const v1::Assign& assign) {
@@ -268,7 +270,8 @@ void WorkerDaemon::report_step_error(const v1::StepPlan& plan, const std::string
 
 void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t> hidden,
                                const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
-                               const std::function<bool()>& input_done, bool input_from_shm) {
+                               const std::function<bool()>& input_done, bool input_from_shm,
+                               const std::optional<ipc::HiddenReceiver::Landing>& landing) {
   auto finish_input = [&input_done] { return !input_done || input_done(); };
   if (!runner_) {
     finish_input();
@@ -281,17 +284,27 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
     return;
   }
   stats_.busy_since_ms = steady_now_ms();
+  if (landing) {
+    if (!landing_watch_) landing_watch_ = std::make_unique<LandingWatch>();
+    landing_watch_->arm(landing->ready, landing->producer_pid);
+  }
+  // Only stage 0 (its input is the plan itself) hands its output over before it lands: a later
+  // stage would first have to wait for its own input's copy before handing that slot back.
+  const bool may_land_later = options_.early_handoff == "on" && !input_done;
   try {
     // A middle stage's output goes straight into the next stage's ring slot (no staging copy).
     HiddenBuffer in_place;
-    if (hidden_out_) in_place = [this](size_t nbytes) { return hidden_out_->reserve(nbytes); };
-    StageOutputMessage out = runner_->run(plan, hidden, timings, in_place);
+    if (hidden_out_) in_place = [this, may_land_later](size_t n) { return reserve_output(n, may_land_later); };
+    StageOutputMessage out = runner_->run(plan, hidden, timings, in_place, landing ? landing->ready : HostSignal{});
+    // run() returned after its device consumed the input (this stage's output is in place):
+    // had the watch to release the wait, the input was never written.
+    if (landing && landing_watch_->disarm()) throw std::runtime_error("the previous stage died before its hidden states landed");
     // The forward has consumed its input (uploaded it, on CUDA): the slot goes back now, and
     // the output is only trusted when the slot still held our chunk throughout.
     if (!finish_input()) throw std::runtime_error("input ring slot was overwritten while being read");
     if (input_from_shm) mark_shm_input(&out.env);
     if (hidden_out_) {
-      const bool sent = out.hidden_in_place ? hidden_out_->send_reserved(std::move(out.env))
+      const bool sent = out.hidden_in_place ? hidden_out_->send_reserved(std::move(out.env), out.hidden_deferred)
                                             : hidden_out_->send(std::move(out.env), out.bulk);
       if (!sent) report_step_error(plan, "next stage queue full");
     } else {
@@ -299,12 +312,21 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
     }
     ++stats_.steps_done;
   } catch (const std::exception& e) {
+    if (landing) landing_watch_->disarm();
     finish_input();
     if (hidden_out_) hidden_out_->abandon();
     report_step_error(plan, e.what());
   }
   stats_.busy_since_ms = 0;
   stats_.n_sequences = static_cast<uint32_t>(runner_->n_sequences());
+}
+
+HiddenDestination WorkerDaemon::reserve_output(size_t nbytes, bool may_land_later) {
+  HiddenDestination dst{hidden_out_->reserve(nbytes), {}};
+  if (may_land_later) {
+    if (const std::optional<HostSignal> ready = hidden_out_->reserved_ready()) dst.ready = *ready;
+  }
+  return dst;
 }
 
 }  // namespace ds

@@ -16,6 +16,7 @@
 #include "worker/cache/pool_sizing.h"
 #include "worker/daemon/heartbeat.h"
 #include "worker/daemon/service_notifier.h"
+#include "worker/daemon/landing_watch.h"
 #include "worker/daemon/stage_runner.h"
 #include "worker/daemon/worker_options.h"
 
@@ -61,9 +62,14 @@ class WorkerDaemon {
   // `input_done` (stages after the first) hands the input's ring slot back; false means the
   // slot was overwritten while being read, so the output must not be sent on.
   // `input_from_shm` marks this stage's timing (StageTiming.input_from_shm).
+  // `landing`: the chunk's bytes may still be landing (ShmSlot.lands_later).
   void handle_step(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden,
                    const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
-                   const std::function<bool()>& input_done = {}, bool input_from_shm = false);
+                   const std::function<bool()>& input_done = {}, bool input_from_shm = false,
+                   const std::optional<ipc::HiddenReceiver::Landing>& landing = std::nullopt);
+  // Where stage 0's output goes: the next stage's ring slot, with its ready word under
+  // --early-handoff on (the rows may then land after the descriptor is sent).
+  HiddenDestination reserve_output(size_t nbytes, bool may_land_later);
   void report_step_error(const ipc::v1::StepPlan& plan, const std::string& why);
   bool drain(ipc::ZmqChannel& channel, bool is_data);
 
@@ -80,6 +86,7 @@ class WorkerDaemon {
   std::unique_ptr<ipc::ZmqChannel> data_out_;  // stages before the last
   std::unique_ptr<ipc::HiddenSender> hidden_out_;  // over data_out_: shm ring (same host) or inline
   ipc::HiddenReceiver hidden_in_;                  // resolves data_in_'s chunks (ring slot or inline)
+  std::unique_ptr<LandingWatch> landing_watch_;    // made by the first chunk that lands later
   std::unique_ptr<StageRunner> runner_;
   std::optional<ipc::v1::Assign> assign_;
   WorkerStats stats_;

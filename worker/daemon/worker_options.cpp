@@ -41,6 +41,8 @@ constexpr const char* kUsage =
     "  --gpu-workspace-reserve SIZE  cuda: device memory kept free for step workspaces (default 2G)\n"
     "  --log-format    text (default) or json: one JSON object per stderr line\n"
     "  --hidden-transport  auto (default: shared-memory ring to a next stage on this host) or inline\n"
+    "  --early-handoff on|off  stage 0 sends a ring chunk's descriptor before its rows land (its\n"
+    "                  device marks the slot, the next stage waits on the mark; default on)\n"
     "  --prefill-precision  cuda: bf16 (default: tensor cores, f32 accumulation) or f32 (SIMT);\n"
     "                  the cpu backend accepts both and always computes in f32\n"
     "  --prefill-gemm  cuda: GEMM of the bf16 prefill products: cublaslt (default) or mma\n"
@@ -77,6 +79,7 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
       {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
       {"hidden-transport", [o](const std::string& v) { o->hidden_transport = v; return v == "auto" || v == "inline"; }},
+      {"early-handoff", [o](const std::string& v) { o->early_handoff = v; return v == "on" || v == "off"; }},
       {"prefill-precision", [o](const std::string& v) { o->prefill_precision = v; return v == "bf16" || v == "f32"; }},
       {"prefill-gemm", [o](const std::string& v) { o->prefill_gemm = v; return v == "cublaslt" || v == "mma"; }},
       {"bf16-weight-copy", [o](const std::string& v) {
@@ -196,7 +199,7 @@ std::string describe(const WorkerOptions& o) {
   s << "rank=" << o.rank << " coordinator=" << o.coordinator << " backend=" << o.backend << " device=" << o.device
     << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " memory_budget="
     << (o.memory_budget_bytes ? format_bytes(o.memory_budget_bytes) : std::string("default")) << " log_format=" << o.log_format
-    << " hidden_transport=" << o.hidden_transport << " prefill_precision=" << o.prefill_precision
+    << " hidden_transport=" << o.hidden_transport << " early_handoff=" << o.early_handoff << " prefill_precision=" << o.prefill_precision
     << " prefill_gemm=" << o.prefill_gemm << " bf16_weight_copy=" << o.bf16_weight_copy
     << " busy_poll_us=" << busy_poll_window_us(o);
   return s.str();

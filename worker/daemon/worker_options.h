@@ -25,6 +25,11 @@ struct WorkerOptions {
   // Hidden states to the next stage: "auto" = a shared-memory ring when it is on this host
   // (ipc:// data endpoint), inline in the ZeroMQ message otherwise; "inline" = always inline.
   std::string hidden_transport = "auto";
+  // "on" (default): stage 0 sends a ring chunk's descriptor as soon as its work is queued and its
+  // device marks the slot when the rows have landed, so the next stage queues its work at once
+  // (on a device: behind a wait on that mark) instead of after stage 0's host saw its work end.
+  // "off": the descriptor goes out after the rows are in the slot.
+  std::string early_handoff = "on";
   // cuda: "bf16" (default) runs Q8_0 prefill products and prefill attention on bf16 tensor
   // cores with f32 accumulation; "f32" keeps them on f32 SIMT (CudaBackendOptions::bf16_prefill).
   // The cpu backend accepts both and always computes in f32.

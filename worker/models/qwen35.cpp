@@ -180,6 +180,7 @@ class Qwen35Stage final : public StageModel {
   std::vector<uint32_t> slots_;     // host: state slot of every sequence of a decode step
   std::vector<DecodeAttentionSeq> decode_seqs_;  // host: every sequence of a decode step, for attention
   std::vector<std::vector<float>> layer_hidden_;
+  bool output_in_flight_ = false;  // the last forward returned before its hidden rows landed
 };
 
 // ---- loading ---------------------------------------------------------------------------------------
@@ -622,12 +623,19 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   const std::vector<SeqSpan> spans = prepare_batch(in);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
+  // A deferred output's copy may still read this step's buffers: the host may not touch them
+  // before it is done (normally long done: the next stage waited for it).
+  if (output_in_flight_) {
+    be_->synchronize();
+    output_in_flight_ = false;
+  }
   float* x = ws_.get(Slot::kHidden, T * D);
   if (is_first()) {
     std::vector<int32_t> ids;
     for (const SeqStep& s : in.seqs) ids.insert(ids.end(), s.token_ids.begin(), s.token_ids.end());
     be_->embed_rows(token_embd_, ids.data(), T, x);
   } else {
+    if (in.hidden_ready) be_->wait_host_signal(in.hidden_ready);
     be_->upload(x, in.hidden, T * D);
   }
   layer_hidden_.clear();
@@ -646,7 +654,13 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   out->final_hidden.clear();
   out->digests.clear();
   out->digest_n_vocab = 0;
+  out->hidden_deferred = false;
   if (!is_last()) {
+    if (in.hidden_out != nullptr && in.hidden_out_ready) {
+      be_->download_signalled(in.hidden_out, x, T * D, in.hidden_out_ready);
+      out->hidden_deferred = output_in_flight_ = true;
+      return;
+    }
     float* dst = in.hidden_out;
     if (dst == nullptr) {
       out->hidden.resize(T * D);
