@@ -243,6 +243,24 @@ if want handoff; then
     bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
     note "$tag rc=$rc/$?: $(grep -E '^(2048|8192) ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}')"
   }
+  # kill -9 of rank 0 (the stage that hands over early) 3 s into 16 streams: rank 1 may be waiting
+  # on a ready word rank 0 never sets; the LandingWatch must end that wait so recovery proceeds.
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port 18084 --max-seqs 32 \
+    > "$O/serve_ho_kill.log" 2>&1 &
+  kpid=$!
+  if wait_listening "$O/serve_ho_kill.log"; then
+    timeout 120 "$B/bin/deltaserve-bench-http" --port 18084 --concurrency 16 --requests 32 --prompt-tokens 256 \
+      --max-tokens 256 > "$O/http_ho_kill.log" 2>&1 &
+    hb=$!
+    sleep 3
+    w0=$(grep -oE "started worker rank 0 pid [0-9]+" "$O/serve_ho_kill.log" | tail -1 | awk '{print $NF}')
+    kill -9 "$w0"
+    wait $hb
+    note "handoff kill -9 rank 0 under 16 streams: $(grep -E '^\| 16 ' "$O/http_ho_kill.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}'); $(grep -c 'never landed' "$O/serve_ho_kill.log") watch releases"
+  else
+    note "handoff kill: server did not start"
+  fi
+  kill -TERM $kpid; wait $kpid
   ho ho_w1 --workers 1 --devices 0
   ho ho_w2_on --workers 2 --devices 0,0
   ho ho_w2_off --workers 2 --devices 0,0 --early-handoff off
