@@ -87,14 +87,24 @@ TEST(Qwen35State, BadStepsAreRejectedWithoutCorruptingState) {
   EXPECT_EQ(before.size(), m.config.n_vocab);
 }
 
-TEST(Qwen35State, TwoStagesEqualOneStage) {
-  const ReferencePrompt ref = load_reference_prompt("chat_basic");
-  LoadedModel whole = load_fixture();
-  const std::vector<float> want = run_prompt(*whole.stage, 1, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)});
+// The fixture split after layer 3, the chat_basic prompt as one step, and the whole model's logits
+// of its last row (what the two stages must give).
+struct TwoStages {
   LoadedModel first = load_fixture(false, {0, 3});
   LoadedModel second = load_fixture(false, {3, first.config.n_layer});
   StepInput in;
-  in.seqs.push_back({1, 0, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)}});
+  std::vector<float> want;
+  TwoStages() {
+    const ReferencePrompt ref = load_reference_prompt("chat_basic");
+    const std::vector<uint32_t> last{static_cast<uint32_t>(ref.ids.size() - 1)};
+    want = run_prompt(*load_fixture().stage, 1, ref.ids, last);
+    in.seqs.push_back({1, 0, ref.ids, last});
+  }
+};
+
+TEST(Qwen35State, TwoStagesEqualOneStage) {
+  TwoStages two;
+  auto& [first, second, in, want] = two;
   StepOutput mid, out;
   first.stage->forward(in, &mid);
   in.hidden = mid.hidden.data();
@@ -107,15 +117,9 @@ TEST(Qwen35State, TwoStagesEqualOneStage) {
 // input buffer holds NaN until the word goes up 50 ms after stage 1 started, so a stage that read
 // early would give NaN logits, not the reference's bits.
 TEST(Qwen35State, SignalledHandOffWaitsForTheRows) {
-  const ReferencePrompt ref = load_reference_prompt("chat_basic");
-  LoadedModel whole = load_fixture();
-  const std::vector<float> want = run_prompt(*whole.stage, 1, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)});
-  LoadedModel first = load_fixture(false, {0, 3});
-  LoadedModel second = load_fixture(false, {3, first.config.n_layer});
-  const size_t n_floats = ref.ids.size() * first.config.n_embd;
-
-  StepInput in;
-  in.seqs.push_back({1, 0, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)}});
+  TwoStages two;
+  auto& [first, second, in, want] = two;
+  const size_t n_floats = in.seqs[0].token_ids.size() * first.config.n_embd;
   std::vector<float> slot(n_floats, 0.0f);
   uint32_t out_word = 0;
   in.hidden_out = slot.data();

@@ -25,7 +25,11 @@ ipc::RingMappingHooks pinned_ring_hooks(const WorkerOptions& options) {
                                              << "); copies from it go through pageable staging");
     }
   };
-  hooks.unmapping = [](void* base) {
+  hooks.unmapping = [device](void* base) {
+    // Queued work may still touch the mapping: an early hand-off's copy and ready-word write
+    // (a cancelled or abandoned send hands its slot back before they ran). Let it finish first.
+    if (device >= 0) cudaSetDevice(device);
+    if (cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
     if (cudaHostUnregister(base) != cudaSuccess) cudaGetLastError();  // it was never registered
   };
 #else
