@@ -620,15 +620,16 @@ void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, c
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
+  // The last step's deferred output may still be on its way: nothing of this step is queued or
+  // staged before it is done (normally long done: the next stage waited for it). Its errors, if
+  // any, surface here.
+  if (output_in_flight_) {
+    output_in_flight_ = false;
+    be_->synchronize();
+  }
   const std::vector<SeqSpan> spans = prepare_batch(in);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
-  // A deferred output's copy may still read this step's buffers: the host may not touch them
-  // before it is done (normally long done: the next stage waited for it).
-  if (output_in_flight_) {
-    be_->synchronize();
-    output_in_flight_ = false;
-  }
   float* x = ws_.get(Slot::kHidden, T * D);
   if (is_first()) {
     std::vector<int32_t> ids;
