@@ -17,7 +17,8 @@
 # worker processes on one GPU, plain and under MPS; "prefill": 9B prefill at 512..32K, with 27B too
 # when "27b" is asked; "prefill_profile": ncu per-kernel sums of one 9B prefill step at PREFILL_PROFILE_P
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
-# 8192-token steps next to the in-process and 1-worker prefill) picks what runs; every step has its
+# 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
+# occupancy and memory sections of the split-rows GEMV at 1..8 tokens) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -177,6 +178,19 @@ if want profile && command -v ncu > /dev/null; then
     python3 tools/kernel_lab/ncu_summary.py "$O/ncu_$n.csv" 40 > "$O/ncu_$n.txt" 2>&1
     note "ncu 4 decode steps of $n sequences: $(tail -1 "$O/ncu_$n.txt")"
   done
+fi
+
+# Issue 10's open question: why the 4-token split-rows GEMV costs ~1.8x the 1-token one when it is
+# not issue-bound (session 8). ncu's warp-stall, occupancy and memory sections of the lab's lone
+# launches (gemv_q8_split_kernel only: n = 1, 2, 3, 4, 8 per shape, the 9B step's shapes in order).
+# Written in session 8, not yet run.
+if want gemv_stalls && command -v ncu > /dev/null && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
+  echo "==== split-rows GEMV stall reasons, 1 vs 2..4 tokens (ncu)"
+  timeout 400 ncu --cache-control none --kernel-name regex:gemv_q8_split_kernel --launch-count 60 \
+    --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats \
+    --csv --page details "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 1 > "$O/ncu_gemv_stalls.csv" \
+    2> "$O/ncu_gemv_stalls.err"
+  note "ncu gemv stalls rc=$? ($(wc -l < "$O/ncu_gemv_stalls.csv") csv lines)"
 fi
 
 if want prefill; then
