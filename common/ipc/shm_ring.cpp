@@ -267,34 +267,38 @@ ShmRingConsumer::ShmRingConsumer(const std::string& name) : ShmRingMapping(name)
 }
 
 std::span<const uint8_t> ShmRingConsumer::view(const SlotRef& ref) const {
-  const std::string where = "shm ring " + name_ + " slot " + std::to_string(ref.slot) + ": ";
+  // Built only for an error: view() runs once per hidden chunk.
+  const auto where = [&] { return "shm ring " + name_ + " slot " + std::to_string(ref.slot) + ": "; };
   if (ref.generation != generation_) {
-    throw ShmRingError(where + "descriptor of ring generation " + std::to_string(ref.generation) +
+    throw ShmRingError(where() + "descriptor of ring generation " + std::to_string(ref.generation) +
                        ", the mapped ring is generation " + std::to_string(generation_) + " (stale)");
   }
   if (ref.slot >= geometry_.n_slots) {
-    throw ShmRingError(where + "out of range (ring has " + std::to_string(geometry_.n_slots) + " slots)");
+    throw ShmRingError(where() + "out of range (ring has " + std::to_string(geometry_.n_slots) + " slots)");
   }
-  if (ref.sequence == 0 || ref.sequence == kWriting) throw ShmRingError(where + "invalid message number");
+  if (ref.sequence == 0 || ref.sequence == kWriting) throw ShmRingError(where() + "invalid message number");
   if (ref.nbytes > geometry_.slot_bytes) {
-    throw ShmRingError(where + std::to_string(ref.nbytes) + " bytes exceed the slot size " +
+    throw ShmRingError(where() + std::to_string(ref.nbytes) + " bytes exceed the slot size " +
                        std::to_string(geometry_.slot_bytes));
   }
   SlotHeader* s = slot_of(base_, ref.slot);
   const uint64_t state = s->state.load(std::memory_order_acquire);
   if (state != ref.sequence) {
-    throw ShmRingError(where + "holds " + (state == 0 ? std::string("nothing") : "message " + std::to_string(state)) +
+    throw ShmRingError(where() + "holds " + (state == 0 ? std::string("nothing") : "message " + std::to_string(state)) +
                        ", descriptor names message " + std::to_string(ref.sequence) + " (stale or torn)");
   }
   if (s->nbytes != ref.nbytes) {
-    throw ShmRingError(where + "holds " + std::to_string(s->nbytes) + " bytes, descriptor says " +
+    throw ShmRingError(where() + "holds " + std::to_string(s->nbytes) + " bytes, descriptor says " +
                        std::to_string(ref.nbytes));
   }
   return {data_of(base_, layout_of(geometry_), ref.slot), ref.nbytes};
 }
 
 ReadyWord ShmRingConsumer::ready_word(const SlotRef& ref) const {
-  view(ref);  // the same checks: this ring's generation, a slot in range holding ref's message
+  // The caller has view()ed ref (HiddenReceiver::resolve): only what indexing needs is checked again.
+  if (ref.generation != generation_ || ref.slot >= geometry_.n_slots || ref.sequence == 0) {
+    throw ShmRingError("shm ring " + name_ + ": ready word of a descriptor this ring does not hold");
+  }
   return ReadyWord{reinterpret_cast<uint32_t*>(&slot_of(base_, ref.slot)->ready), ready_value(ref.sequence)};
 }
 

@@ -145,7 +145,7 @@ class ShmRingConsumer : public ShmRingMapping {
   // descriptor does not fit this ring (generation, slot range, size) or the slot does not hold
   // its message (stale or already handed back).
   std::span<const uint8_t> view(const SlotRef& ref) const;
-  // The slot's ready word for ref's message (same checks as view).
+  // The slot's ready word for ref's message (a descriptor view() accepted).
   ReadyWord ready_word(const SlotRef& ref) const;
   // The process that created the ring (and fills its slots).
   int64_t producer_pid() const;
