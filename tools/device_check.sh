@@ -7,7 +7,9 @@
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run), or is a tarball of it (e.g.
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "handoff": 2 workers with
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "handoff_host": 2 workers on one GPU with
+# the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
+# plain and under MPS; "handoff": 2 workers with
 # --early-handoff on vs off, decode / prefill / 32 sequences, one GPU, two GPUs when present, MPS; "lab": the kernel lab's
 # split-rows GEMV, small-batch GEMM and GDN f32-vs-tensor-core tables when the bundle has
 # deltaserve-kernel-lab; "batched":
@@ -120,7 +122,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want handoff || want http || want batched || want pdl || want profile; then
+if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want handoff || want handoff_host || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -290,6 +292,45 @@ if want handoff; then
       ho ho_w1_mps --workers 1 --devices 0 --busy-poll off
       ho ho_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
       ho ho_w2_off_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff off
+      echo quit | nvidia-cuda-mps-control
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
+
+if want handoff_host; then
+  # Issue 12: is the plain pair's cost the device-side wait (stage 1's queued work blocked on
+  # stage 0's copy, in another process's context) or the context switch itself? --early-handoff
+  # host keeps stage 1's work off the device until the rows landed. And is the MPS worker's own
+  # cost the dependent launches (in-process bench, --no-pdl)?
+  echo "==== 9B: 2 workers on one GPU, early hand-off waited on the device vs on the host"
+  ho2() {  # $1 = tag, then bench flags: prefill + decode at 2K, then 32-sequence decode
+    local tag=$1; shift
+    bench 100 -m $M9 --backend cuda "$@" -p 2048 -n 128 -r 2 > "$O/$tag.log" 2>&1
+    local rc=$?
+    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
+    note "$tag rc=$rc/$?: $(grep -E '^2048 ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}')"
+  }
+  inproc() {  # $1 = tag, then bench flags: one process, no workers, decode at 512
+    local tag=$1; shift
+    bench 60 -m $M9 --backend cuda "$@" -p 512 -n 128 -r 2 > "$O/$tag.log" 2>&1
+    note "$tag rc=$?: $(grep -E '^512 ' "$O/$tag.log" | awk '{printf "tg %s", $5}')"
+  }
+  ho2 hh_w1 --workers 1 --devices 0
+  ho2 hh_w2_on --workers 2 --devices 0,0
+  ho2 hh_w2_host --workers 2 --devices 0,0 --early-handoff host
+  ho2 hh_w1_again --workers 1 --devices 0
+  ho2 hh_w2_host_again --workers 2 --devices 0,0 --early-handoff host
+  ho2 hh_w2_on_again --workers 2 --devices 0,0
+  inproc hh_inproc; inproc hh_inproc_nopdl --no-pdl
+  if command -v nvidia-cuda-mps-control > /dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
+      ho2 hh_w1_mps --workers 1 --devices 0 --busy-poll off
+      ho2 hh_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
+      ho2 hh_w2_host_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff host
       echo quit | nvidia-cuda-mps-control
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY

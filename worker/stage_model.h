@@ -69,6 +69,7 @@ struct StepInput {
   // Optional: `hidden` may still be landing (the previous stage sent its descriptor before its
   // device finished); read it only once this signal is set.
   HostSignal hidden_ready;
+  bool hidden_ready_on_host = false;  // the host waits for it, not the device (--early-handoff host)
   // Optional, with hidden_out: the stage may return before the rows are in hidden_out and set
   // this signal once they are (from its device, in stream order); StepOutput::hidden_deferred.
   HostSignal hidden_out_ready;

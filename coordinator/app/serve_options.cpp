@@ -50,8 +50,9 @@ constexpr const char* kUsage =
     "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
     "  --hidden-transport auto|inline  hidden states between same-host workers: shared-memory ring\n"
     "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
-    "  --early-handoff on|off stage 0 hands a ring chunk to stage 1 before its rows land (its GPU\n"
-    "                         marks the slot, stage 1's GPU waits on the mark; default on)\n"
+    "  --early-handoff on|host|off  stage 0 hands a ring chunk to stage 1 before its rows land\n"
+    "                         (its GPU marks the slot; default on: stage 1's GPU waits on the mark;\n"
+    "                         host: stage 1's host waits, then queues its kernels)\n"
     "  --busy-poll auto|on|off  wait for step results without sleeping (default auto: on with cuda\n"
     "                         workers, costing one busy core while serving; off with cpu workers\n"
     "                         and with cuda workers sharing a GPU under MPS)\n"
@@ -159,7 +160,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
          return true;
        }},
       {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
-      {"early-handoff", [e](const std::string& v) { e->early_handoff = v; return v == "on" || v == "off"; }},
+      {"early-handoff", [e](const std::string& v) { e->early_handoff = v; return v == "on" || v == "host" || v == "off"; }},
       {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
       {"busy-poll", [e](const std::string& v) { e->busy_poll = v; return v == "auto" || v == "on" || v == "off"; }},
       {"mps", [e](const std::string& v) { e->mps = v; return v == "auto" || v == "on" || v == "off"; }},

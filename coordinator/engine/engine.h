@@ -47,7 +47,8 @@ struct EngineOptions {
   // workers this engine starts as --hidden-transport.
   std::string hidden_transport = "auto";
   // Stage 0 hands a ring chunk over before its rows land ("on", the workers' default; its device
-  // marks the slot) or after ("off"); passed on as --early-handoff.
+  // marks the slot; "host": stage 1's host waits for the mark) or after ("off"); passed on as
+  // --early-handoff.
   std::string early_handoff = "on";
   // step() cuts a batch of several sequences into up to this many micro-batches in flight at
   // once, so every stage has work (micro_batch.h). 1 = off. Worth it when the stages run on

@@ -115,8 +115,11 @@ TEST(Qwen35State, TwoStagesEqualOneStage) {
 // The signalled hand-off (--early-handoff): stage 0 writes its rows into the caller's buffer and
 // sets the ready word; stage 1 given a ready word reads its input only once the word is set. The
 // input buffer holds NaN until the word goes up 50 ms after stage 1 started, so a stage that read
-// early would give NaN logits, not the reference's bits.
-TEST(Qwen35State, SignalledHandOffWaitsForTheRows) {
+// early would give NaN logits, not the reference's bits. Both ways to wait: the backend's own
+// (queued on a device; the cpu backend waits on its host) and the host's (--early-handoff host).
+class SignalledHandOff : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SignalledHandOff, WaitsForTheRows) {
   TwoStages two;
   auto& [first, second, in, want] = two;
   const size_t n_floats = in.seqs[0].token_ids.size() * first.config.n_embd;
@@ -136,6 +139,7 @@ TEST(Qwen35State, SignalledHandOffWaitsForTheRows) {
   in2.seqs = in.seqs;
   in2.hidden = late.data();
   in2.hidden_ready = HostSignal{&in_word, 0x80000009u};
+  in2.hidden_ready_on_host = GetParam();
   std::thread producer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::copy(slot.begin(), slot.end(), late.begin());
@@ -146,6 +150,9 @@ TEST(Qwen35State, SignalledHandOffWaitsForTheRows) {
   producer.join();
   EXPECT_EQ(out.logits, want);  // bit-identical to one stage: the rows were read after they landed
 }
+
+INSTANTIATE_TEST_SUITE_P(Qwen35State, SignalledHandOff, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "HostWaits" : "BackendWaits"; });
 
 }  // namespace
 }  // namespace ds::test

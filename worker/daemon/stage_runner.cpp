@@ -170,6 +170,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   std::vector<float> hidden_storage;
   StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
   in.hidden_ready = hidden_ready;
+  in.hidden_ready_on_host = ready_on_host_;
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);

@@ -58,6 +58,9 @@ class StageRunner {
                          const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
                          const HiddenBuffer& hidden_out = {}, HostSignal hidden_ready = {});
 
+  // A landing input is waited for by this host, not queued behind a device-side wait.
+  void wait_for_landing_on_host(bool on_host) { ready_on_host_ = on_host; }
+
   void drop(const ipc::v1::DropSequences& drop);
   size_t n_sequences() const { return live_.size(); }
 
@@ -78,6 +81,7 @@ class StageRunner {
   StageShape shape_;
   std::unordered_map<uint64_t, SeqSampling> sampling_;  // last stage only
   std::unordered_map<uint64_t, uint32_t> live_;         // seq id -> positions held
+  bool ready_on_host_ = false;
   std::unique_ptr<SpecDecoder> spec_;                   // last stage, created by the first speculating plan
 };
 

@@ -206,6 +206,7 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
       hidden_out_ = make_hidden_sender(assign.next_stage_endpoint());
     }
     runner_ = std::make_unique<StageRunner>(std::move(loaded.model), loaded.shape);
+    runner_->wait_for_landing_on_host(options_.early_handoff == "host");
     ready->set_ok(true);
     ready->set_weight_bytes(loaded.weight_bytes);
     report_pools(loaded, ready);
@@ -290,7 +291,7 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
   }
   // Only stage 0 (its input is the plan itself) hands its output over before it lands: a later
   // stage would first have to wait for its own input's copy before handing that slot back.
-  const bool may_land_later = options_.early_handoff == "on" && !input_done;
+  const bool may_land_later = options_.early_handoff != "off" && !input_done;
   try {
     // A middle stage's output goes straight into the next stage's ring slot (no staging copy).
     HiddenBuffer in_place;

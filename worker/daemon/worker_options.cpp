@@ -41,8 +41,9 @@ constexpr const char* kUsage =
     "  --gpu-workspace-reserve SIZE  cuda: device memory kept free for step workspaces (default 2G)\n"
     "  --log-format    text (default) or json: one JSON object per stderr line\n"
     "  --hidden-transport  auto (default: shared-memory ring to a next stage on this host) or inline\n"
-    "  --early-handoff on|off  stage 0 sends a ring chunk's descriptor before its rows land (its\n"
-    "                  device marks the slot, the next stage waits on the mark; default on)\n"
+    "  --early-handoff on|host|off  stage 0 sends a ring chunk's descriptor before its rows land\n"
+    "                  (its device marks the slot; default on: the next stage's device waits on\n"
+    "                  the mark; host: the next stage's host does, then queues its work)\n"
     "  --prefill-precision  cuda: bf16 (default: tensor cores, f32 accumulation) or f32 (SIMT);\n"
     "                  the cpu backend accepts both and always computes in f32\n"
     "  --prefill-gemm  cuda: GEMM of the bf16 prefill products: cublaslt (default) or mma\n"
@@ -79,7 +80,7 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"hostname", [o](const std::string& v) { o->hostname = v; return !v.empty(); }},
       {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
       {"hidden-transport", [o](const std::string& v) { o->hidden_transport = v; return v == "auto" || v == "inline"; }},
-      {"early-handoff", [o](const std::string& v) { o->early_handoff = v; return v == "on" || v == "off"; }},
+      {"early-handoff", [o](const std::string& v) { o->early_handoff = v; return v == "on" || v == "host" || v == "off"; }},
       {"prefill-precision", [o](const std::string& v) { o->prefill_precision = v; return v == "bf16" || v == "f32"; }},
       {"prefill-gemm", [o](const std::string& v) { o->prefill_gemm = v; return v == "cublaslt" || v == "mma"; }},
       {"bf16-weight-copy", [o](const std::string& v) {

@@ -28,6 +28,9 @@ struct WorkerOptions {
   // "on" (default): stage 0 sends a ring chunk's descriptor as soon as its work is queued and its
   // device marks the slot when the rows have landed, so the next stage queues its work at once
   // (on a device: behind a wait on that mark) instead of after stage 0's host saw its work end.
+  // "host": the same hand-off, but the next stage's host waits for the mark and only then queues
+  // its work (its device never holds queued work blocked on another process's copy: two processes
+  // sharing one GPU, where blocked work may cost context switches).
   // "off": the descriptor goes out after the rows are in the slot.
   std::string early_handoff = "on";
   // cuda: "bf16" (default) runs Q8_0 prefill products and prefill attention on bf16 tensor

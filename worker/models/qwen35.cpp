@@ -636,7 +636,11 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
     for (const SeqStep& s : in.seqs) ids.insert(ids.end(), s.token_ids.begin(), s.token_ids.end());
     be_->embed_rows(token_embd_, ids.data(), T, x);
   } else {
-    if (in.hidden_ready) be_->wait_host_signal(in.hidden_ready);
+    if (in.hidden_ready && in.hidden_ready_on_host) {
+      in.hidden_ready.wait();
+    } else if (in.hidden_ready) {
+      be_->wait_host_signal(in.hidden_ready);
+    }
     be_->upload(x, in.hidden, T * D);
   }
   layer_hidden_.clear();

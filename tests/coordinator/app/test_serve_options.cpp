@@ -179,6 +179,20 @@ TEST(ServeOptions, BusyPollValues) {
   EXPECT_NE(error.find("busy-poll"), std::string::npos) << error;
 }
 
+// --early-handoff: on by default; host / off reach the workers (PipelineEngine passes them on).
+TEST(ServeOptions, EarlyHandoffValues) {
+  std::string error;
+  ServeOptions o;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
+  EXPECT_EQ(o.engine.early_handoff, "on");
+  ServeOptions host;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--early-handoff", "host"}, {}, &host, &error)) << error;
+  EXPECT_EQ(host.engine.early_handoff, "host");
+  ServeOptions bad;
+  EXPECT_FALSE(parse({"--model", "m.gguf", "--early-handoff", "gpu"}, {}, &bad, &error));
+  EXPECT_NE(error.find("early-handoff"), std::string::npos) << error;
+}
+
 TEST(ServeOptions, DecodeGroupsValues) {
   std::string error;
   ServeOptions o;

@@ -193,4 +193,20 @@ TEST(WorkerOptions, BusyPollWindowAutoByBackendAndExplicit) {
 }
 
 }  // namespace
+// --early-handoff: on (default), host or off; anything else is refused.
+TEST(WorkerOptions, EarlyHandoffValues) {
+  WorkerOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "1"}, &o, &error)) << error;
+  EXPECT_EQ(o.early_handoff, "on");
+  for (const char* v : {"host", "off"}) {
+    WorkerOptions w;
+    ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "1", "--early-handoff", v}, &w, &error)) << error;
+    EXPECT_EQ(w.early_handoff, v);
+  }
+  WorkerOptions bad;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "1", "--early-handoff", "device"}, &bad, &error));
+  EXPECT_NE(error.find("early-handoff"), std::string::npos) << error;
+}
+
 }  // namespace ds
