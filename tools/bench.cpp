@@ -17,7 +17,8 @@
 // Each table figure is the best of --repeat runs (METHOD.md: report best-of with the spread);
 // -o json prints llama-bench-style rows instead, with mean and stddev (tools/bench_report.h).
 // --spec-k K (in-process only): after each prompt, one line with the cost of MTP speculation's
-// pieces at that context relative to a decode step (verify 1+K, MTP rows; tools/bench_spec.h).
+// pieces at that context relative to a decode step (verify 1+K, MTP rows; tools/bench_spec.h);
+// --draft-vocab N times the drafts that pick among the first N ids.
 // With --workers the workers get --threads and --prefill-precision each and, on cuda, rank r
 // uses GPU r, or the r-th entry of --devices (0,0: two worker processes sharing GPU 0, as with
 // `deltaserve serve --devices`); --device applies to the in-process stage only. CPU workers
@@ -93,16 +94,17 @@ struct Options {
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
-  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run
+  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run (and each greedy verify step of --spec-k)
   bool profile_prefill = false;  // --profile-prefill: the same around each prefill run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
   uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
   uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
-  std::string early_handoff = "on";  // --early-handoff on|off (EngineOptions::early_handoff)
+  std::string early_handoff = "on";  // --early-handoff on|host|off (EngineOptions::early_handoff)
   std::string mps = "off";         // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
+  uint32_t draft_vocab = 0;    // --draft-vocab: drafts among the first N ids (StageOptions::draft_vocab)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
   double peak_gbps = 0;        // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
 };
@@ -117,7 +119,7 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
                             "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] "
+                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] [--draft-vocab N] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
 
@@ -185,7 +187,9 @@ Options parse(int argc, char** argv) {
       if (o.mps != "auto" && o.mps != "on" && o.mps != "off") kUsage.fail("--mps must be auto, on or off, got '" + o.mps + "'");
     } else if (a == "--early-handoff") {
       o.early_handoff = args.value();
-      if (o.early_handoff != "on" && o.early_handoff != "off") kUsage.fail("--early-handoff must be on or off, got '" + o.early_handoff + "'");
+      if (o.early_handoff != "on" && o.early_handoff != "host" && o.early_handoff != "off") {
+        kUsage.fail("--early-handoff must be on, host or off, got '" + o.early_handoff + "'");
+      }
     } else if (a == "--busy-poll") {
       o.busy_poll = args.value();
       if (o.busy_poll != "auto" && o.busy_poll != "on" && o.busy_poll != "off") {
@@ -201,6 +205,8 @@ Options parse(int argc, char** argv) {
       o.bf16_prefill = parse_prefill_precision(args.value());
     } else if (a == "--output" || a == "-o") {
       o.json = parse_output_format(args.value());
+    } else if (a == "--draft-vocab") {
+      o.draft_vocab = parse_number<uint32_t>(kUsage, a, args.value(), 0, UINT32_MAX);
     } else if (a == "--spec-k") {
       o.spec_k = parse_number<uint32_t>(kUsage, a, args.value(), 1, 4);
     } else if (a == "--parallel") {
@@ -362,6 +368,7 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
                                            const Options& o) {
   ds::StageOptions so;
   so.n_threads = o.threads;
+  so.draft_vocab = o.draft_vocab;
 #ifdef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o)));
 #endif
@@ -693,7 +700,8 @@ int main(int argc, char** argv) {
         print_table_row(r, cost, cfg, o);
       }
       if (o.spec_k > 0) {
-        const auto spec = ds::bench::measure_spec_costs(*model, cfg, ids, o.spec_k, std::max(8, 4 * o.repeat), seq++);
+        const auto spec = ds::bench::measure_spec_costs(*model, cfg, ids, o.spec_k, std::max(8, 4 * o.repeat), seq++,
+                                                        [&o](bool start) { profiler_range(o, Phase::decode, start); });
         ds::bench::print_spec_costs(spec, o.spec_k, ids.size(), o.json);
         model->drop_sequence(seq - 1);
       }

@@ -40,7 +40,8 @@ StepOutput forward(StageModel& m, uint64_t seq, uint32_t pos, const std::vector<
 }  // namespace
 
 SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const std::vector<int32_t>& prompt,
-                             uint32_t spec_k, int iters, uint64_t seq_id) {
+                             uint32_t spec_k, int iters, uint64_t seq_id,
+                             const std::function<void(bool)>& around_verify) {
   if (spec_k == 0 || spec_k > 4) throw std::invalid_argument("--spec-k must be 1..4");
   if (prompt.empty() || !model.is_first() || !model.is_last()) throw std::invalid_argument("spec bench: one whole-model stage");
   const size_t D = cfg.n_embd;
@@ -85,9 +86,11 @@ SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const st
     forward(model, seq_id, pos, {tok}, 0, 0, false, true);
     decode_d.push_back(ms_since(t0));
     ++pos;
+    if (around_verify) around_verify(true);
     t0 = Clock::now();
     forward(model, seq_id, pos, verify_tokens, spec_k, 0, true, true);
     verify_d.push_back(ms_since(t0));
+    if (around_verify) around_verify(false);
     t0 = Clock::now();
     model.forward_mtp_last(seq_id, pos - 1, first_ids, first_h.data(), &greedy, &digest, &logits, &last_hidden);
     mtp_first_d.push_back(ms_since(t0));

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ds {
@@ -27,8 +28,11 @@ struct SpecCosts {
 
 // Prefills `prompt` as sequence `seq_id` (self-managed stage), then times `iters` interleaved
 // rounds of each piece (median of each). The context grows by a few positions per round.
+// `around_verify` (optional) is called with true before and false after each greedy verify step
+// (bench --profile-decode: only those steps go to the profiler).
 SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const std::vector<int32_t>& prompt,
-                             uint32_t spec_k, int iters, uint64_t seq_id);
+                             uint32_t spec_k, int iters, uint64_t seq_id,
+                             const std::function<void(bool)>& around_verify = {});
 
 // One table line per call (text) or one JSON object.
 void print_spec_costs(const SpecCosts& c, uint32_t spec_k, size_t context, bool json);

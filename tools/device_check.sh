@@ -7,7 +7,9 @@
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run), or is a tarball of it (e.g.
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "handoff_host": 2 workers on one GPU with
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "spec_vocab": the MTP draft row with
+# --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps;
+# "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
 # plain and under MPS; "handoff": 2 workers with
 # --early-handoff on vs off, decode / prefill / 32 sequences, one GPU, two GPUs when present, MPS; "lab": the kernel lab's
@@ -122,7 +124,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want prefill || want ttft || want prefill_profile || want spec || want workers || want workers_batched || want handoff || want handoff_host || want http || want batched || want pdl || want profile; then
+if want 9b || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -182,6 +184,21 @@ if want profile && command -v ncu > /dev/null; then
   done
 fi
 
+# Issue 10: a 1+3 verify step against a decode step, kernel by kernel (8 greedy verify steps with
+# --spec-k 3 -n 0; 8 decode steps with -n 8).
+if want verify_profile && command -v ncu > /dev/null; then
+  echo "==== 9B verify 1+3 vs decode, kernel by kernel (ncu, warm caches)"
+  for run in "verify:-n 0 --spec-k 3" "decode:-n 8"; do
+    tag=${run%%:*}
+    # shellcheck disable=SC2086
+    timeout 300 ncu --profile-from-start off --cache-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum "$B/bin/deltaserve-bench" -m $M9 --backend cuda -p 512 -r 1 ${run#*:} \
+      --profile-decode --no-warmup > "$O/ncu_$tag.csv" 2> "$O/ncu_$tag.err"
+    python3 tools/kernel_lab/ncu_summary.py "$O/ncu_$tag.csv" 40 > "$O/ncu_$tag.txt" 2>&1
+    note "ncu 8 $tag steps: $(tail -1 "$O/ncu_$tag.txt")"
+  done
+fi
+
 # Issue 10's open question: why the 4-token split-rows GEMV costs ~1.8x the 1-token one when it is
 # not issue-bound (session 8). ncu's warp-stall, occupancy and memory sections of the lab's lone
 # launches (gemv_q8_split_kernel only: n = 1, 2, 3, 4, 8 per shape, the 9B step's shapes in order).
@@ -217,6 +234,15 @@ if want spec; then
   echo "==== 9B MTP draft / verify costs"
   for k in 1 2 3 4; do
     bench 60 -m $M9 --backend cuda -p 512,4096 -n 0 -r 3 --spec-k $k > "$O/spec9_k$k.log" 2>&1; note "spec9 k=$k rc=$?"
+  done
+fi
+
+if want spec_vocab; then
+  # Issue 10: the draft row with the head cut to the first ids (--draft-vocab), K = 3.
+  echo "==== 9B MTP draft / verify costs, whole vocabulary vs --draft-vocab"
+  for dv in 0 65536 32768; do
+    bench 60 -m $M9 --backend cuda -p 512,4096 -n 0 -r 3 --spec-k 3 --draft-vocab $dv > "$O/spec9_dv$dv.log" 2>&1
+    note "spec9 k=3 draft-vocab $dv rc=$?: $(grep 'device digests' "$O/spec9_dv$dv.log" | head -1 | grep -oE 'MTP draft row [0-9.]+ ms \([0-9.]+x\)')"
   done
 fi
 

@@ -97,14 +97,18 @@ int32_t SpecDecoder::mtp_draft(const SpecRowInput& in, uint32_t start_pos, const
     out->draft_probs.push_back(1.0f);
     return digest.token;
   }
-  if (logits.size() != V_ || m->size() != D_) throw ConfigError("speculation: MTP step returned a malformed last row");
+  // A draft vocabulary (StageOptions::draft_vocab) gives the first ids' logits only: q is 0 on
+  // the rest, which the rejection rule handles like any other q.
+  const size_t n = logits.size();
+  if (n == 0 || n > V_ || m->size() != D_) throw ConfigError("speculation: MTP step returned a malformed last row");
   if (greedy) {  // the one-hot q needs no dense copy
-    const int32_t d = argmax_token(logits.data(), V_);
+    const int32_t d = argmax_token(logits.data(), n);
     out->drafts.push_back(d);
     out->draft_probs.push_back(1.0f);
     return d;
   }
-  std::vector<double> q = rule_distribution(logits.data(), V_, in.rule);
+  std::vector<double> q = rule_distribution(logits.data(), n, in.rule);
+  q.resize(V_, 0.0);
   const int32_t d = draw_from(q, in.u_draft[j]);
   out->drafts.push_back(d);
   out->draft_probs.push_back(static_cast<float>(q[static_cast<size_t>(d)]));

@@ -124,6 +124,9 @@ struct StageOptions {
   uint32_t max_context = 0;       // 0: model context length
   bool keep_all_hidden = false;   // debugging: record per-layer residuals (tests compare them)
   CacheGeometry cache;            // memory layout (default: self-managed)
+  // MTP drafts (forward_mtp_last) pick among ids [0, draft_vocab) only: the LM head's first rows.
+  // 0 or the vocabulary size or more: every id. forward_mtp always gives the whole vocabulary.
+  uint32_t draft_vocab = 0;
 };
 
 class StageModel {

@@ -123,6 +123,7 @@ int serve(int argc, char** argv) {
   o.engine.cache = ds::worker_cache_geometry(bo.scheduler);
   o.engine.cache_sizing = ds::CacheSizing::kFitBudget;
   o.engine.spec_k = bo.scheduler.spec_k;  // the workers budget each slot's rollback records
+  o.engine.draft_vocab = o.draft_vocab;
   o.engine.require_num_blocks = o.kv_blocks != 0;
   ds::log::info("deltaserve", ds::log::Msg() << "worker memory: up to " << o.engine.cache.num_blocks << " KV blocks of "
                                              << o.engine.cache.block_size << " tokens, " << o.engine.cache.max_seqs

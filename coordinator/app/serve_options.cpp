@@ -37,6 +37,8 @@ constexpr const char* kUsage =
     "  --kv-blocks N          KV blocks (default: max-seqs full contexts)\n"
     "  --prefix-cache-snapshots N  GDN state snapshots for the prefix cache (default 2 x max-seqs, 0 = off)\n"
     "  --spec-k K             MTP speculative decoding: drafts verified per step, 0..4 (default 0 = off)\n"
+    "  --draft-vocab N        drafts pick among token ids below N only (a draft reads that part of the\n"
+    "                         LM head); 0 = all (default). Output is unchanged, acceptance may drop\n"
     "  --host H / --port P    HTTP address (default 127.0.0.1:8000)\n"
     "  --api-key KEY          require `Authorization: Bearer KEY` (all routes but /health)\n"
     "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
@@ -140,6 +142,7 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
          return true;
        }},
       {"spec-k", [o](const std::string& v) { return parse_number(v, &o->spec_k) && o->spec_k <= 4; }},
+      {"draft-vocab", [o](const std::string& v) { return parse_number(v, &o->draft_vocab); }},
       {"host", [h](const std::string& v) { h->host = v; return !v.empty(); }},
       {"port", [h](const std::string& v) { return parse_number(v, &h->port); }},
       {"api-key", [h](const std::string& v) { h->api_key = v; return true; }},
@@ -326,7 +329,7 @@ std::string describe(const ServeOptions& o) {
     << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))
     << " prefix_cache_snapshots="
     << (o.prefix_cache_snapshots ? std::to_string(*o.prefix_cache_snapshots) : std::string("auto"))
-    << " spec_k=" << o.spec_k << " prefill_precision=" << o.prefill_precision.value_or("(worker default)")
+    << " spec_k=" << o.spec_k << " draft_vocab=" << o.draft_vocab << " prefill_precision=" << o.prefill_precision.value_or("(worker default)")
     << " prefill_gemm=" << o.prefill_gemm.value_or("(worker default)")
     << " bf16_weight_copy=" << o.bf16_weight_copy.value_or("(worker default)")
     << " http=" << o.http.host

@@ -27,6 +27,9 @@ struct ServeOptions {
   // MTP speculative decoding: drafts per step, 0..4 (0 = off). Default off: the speed-up is
   // not measured yet on a GPU (tools/bench --spec-k), and CPU timings say nothing about it.
   uint32_t spec_k = 0;
+  // Drafts pick among token ids below this (the LM head's first rows; a draft then reads that
+  // part of the head instead of all of it); 0 = the whole vocabulary. Output is unchanged.
+  uint32_t draft_vocab = 0;
   // Plans the engine keeps in flight (BatchEngineOptions::max_plans_in_flight): a long prompt's
   // chunks, and the decode groups; 0 = auto: min(workers + 1, 4) (the workers' ring slots),
   // 1 = off (at least decode_groups).

@@ -121,7 +121,7 @@ void PipelineEngine::Impl::load_model_layout() {
   config = load_model_config(gguf);
   layout = opt.layer_split.empty()
                ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers,
-                                      last_stage_extra_bytes(gguf, config.n_layer, opt.spec_k))
+                                      last_stage_extra_bytes(gguf, config.n_layer, opt.spec_k, opt.draft_vocab))
                : layout_from_counts(opt.layer_split, config.n_layer);
   if (layout.size() != opt.n_workers) throw ConfigError("layer split names " + std::to_string(layout.size()) +
                                                         " stages for " + std::to_string(opt.n_workers) + " workers");
@@ -225,6 +225,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_num_snapshots(opt.cache.num_snapshots);
   a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET : v1::CACHE_SIZING_EXACT);
   a.set_spec_k(opt.spec_k);
+  a.set_draft_vocab(opt.draft_vocab);
   return a;
 }
 

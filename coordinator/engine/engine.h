@@ -78,6 +78,7 @@ struct EngineOptions {
   // MTP drafts per step the scheduler may plan (Assign.spec_k): managed workers size and
   // allocate each slot's speculation rollback records with their pools. 0 = no speculation.
   uint32_t spec_k = 0;
+  uint32_t draft_vocab = 0;  // Assign.draft_vocab: drafts among ids below it; 0 = every id
   bool require_num_blocks = false;      // kFitBudget: start() fails unless every worker holds all cache.num_blocks
 };
 

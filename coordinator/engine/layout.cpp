@@ -21,17 +21,19 @@ std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer)
   return bytes;
 }
 
-uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k) {
-  uint64_t head = 0, embeddings = 0, norm = 0, mtp = 0;
+uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k, uint32_t draft_vocab) {
+  uint64_t head = 0, embeddings = 0, norm = 0, mtp = 0, vocab = 0;
   const std::string mtp_prefix = "blk." + std::to_string(n_layer) + ".";
   for (const GgufTensor& t : gguf.tensors()) {
     if (t.name == "output.weight") head = t.nbytes;
-    if (t.name == "token_embd.weight") embeddings = t.nbytes;
+    if (t.name == "token_embd.weight") embeddings = t.nbytes, vocab = t.n_rows();
     if (t.name == "output_norm.weight") norm = t.nbytes;
     if (t.name.rfind(mtp_prefix, 0) == 0) mtp += t.nbytes;
   }
   const uint64_t lm_head = (head != 0 ? head : embeddings) + norm;
-  return lm_head + uint64_t{spec_k} * (mtp + lm_head);
+  // A draft reads the head's first draft_vocab rows only.
+  const uint64_t draft_head = draft_vocab == 0 || vocab == 0 || draft_vocab >= vocab ? lm_head : lm_head * draft_vocab / vocab;
+  return lm_head + uint64_t{spec_k} * (mtp + draft_head);
 }
 
 std::vector<StageRange> plan_balanced_layout(const std::vector<uint64_t>& layer_bytes, uint32_t n_stages,

@@ -21,7 +21,7 @@ std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer)
 // speculation (`spec_k` drafts per step) also each draft's pass through the MTP block
 // (blk.<n_layer>.*) and the LM head again. Why it matters: the 9B's LM head is ~4 layers' worth,
 // so splitting by layers alone leaves the last of two stages ~25% more work than the first.
-uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k);
+uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k, uint32_t draft_vocab = 0);
 
 // Splits the layers into `n_stages` non-empty contiguous ranges minimizing the largest stage's
 // bytes, the last stage counting `last_stage_extra` more (among equal optima, the one whose last

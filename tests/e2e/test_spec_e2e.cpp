@@ -29,17 +29,36 @@ class SpecE2E : public ::testing::Test {
                                           "1", "--max-seqs", "8", "--max-batch-tokens", "256"};
     std::vector<std::string> spec = common;
     spec.insert(spec.end(), {"--spec-k", "3"});
+    std::vector<std::string> part_vocab = common;
+    part_vocab.insert(part_vocab.end(), {"--spec-k", "2", "--draft-vocab", "2000"});
     plain_ = new ServerProcess(common);
     spec_ = new ServerProcess(spec);
+    part_vocab_ = new ServerProcess(part_vocab);
   }
   static void TearDownTestSuite() {
-    stop_servers({&plain_, &spec_});
+    stop_servers({&plain_, &spec_, &part_vocab_});
   }
   static ServerProcess* plain_;
   static ServerProcess* spec_;
+  static ServerProcess* part_vocab_;  // drafts among the first 2000 ids (Assign.draft_vocab)
 };
 ServerProcess* SpecE2E::plain_ = nullptr;
 ServerProcess* SpecE2E::spec_ = nullptr;
+ServerProcess* SpecE2E::part_vocab_ = nullptr;
+
+// --draft-vocab reaches the last worker (Assign) and leaves the output as it is.
+TEST_F(SpecE2E, DraftVocabularyKeepsTheOutput) {
+  const std::vector<int32_t> ids = load_reference_prompt("chat_basic").ids;
+  const std::string body = greedy_completion_body(ids, ids.size(), 40);
+  const HttpReply want = post_completion(plain_->port(), body);
+  const HttpReply got = post_completion(part_vocab_->port(), body);
+  ASSERT_EQ(want.status, 200) << want.body;
+  EXPECT_EQ(completion_outcome(got), completion_outcome(want));
+  rapidjson::Document d;
+  d.Parse(got.body.c_str());
+  ASSERT_TRUE(d["usage"].HasMember("speculative")) << got.body;
+  EXPECT_GT(d["usage"]["speculative"]["drafted_tokens"].GetUint64(), 0u);
+}
 
 TEST_F(SpecE2E, GreedyFixturePromptsMatchWithoutSpeculation) {
   for (const char* name : {"chat_basic", "rand_200", "rand_1500"}) {

@@ -6,7 +6,7 @@
 
 namespace ds::test {
 
-LoadedModel load_fixture(bool keep_all_hidden, StageRange range, CacheGeometry cache) {
+LoadedModel load_fixture(bool keep_all_hidden, StageRange range, CacheGeometry cache, uint32_t draft_vocab) {
   LoadedModel m;
   m.gguf = std::make_shared<const GgufFile>(GgufFile::open(tiny_model_path()));
   m.config = load_model_config(*m.gguf);
@@ -15,6 +15,7 @@ LoadedModel load_fixture(bool keep_all_hidden, StageRange range, CacheGeometry c
   o.n_threads = 2;
   o.keep_all_hidden = keep_all_hidden;
   o.cache = cache;
+  o.draft_vocab = draft_vocab;
   m.stage = load_cpu_stage(m.gguf, m.config, range, o);
   return m;
 }

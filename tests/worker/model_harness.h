@@ -17,7 +17,8 @@ struct LoadedModel {
 };
 
 // `cache`: the stage's memory layout (default self-managed, as tools use it).
-LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0}, CacheGeometry cache = {});
+LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0}, CacheGeometry cache = {},
+                         uint32_t draft_vocab = 0);
 
 // Runs `ids` as sequence `seq_id` from position 0 in chunks of `chunk` tokens (0: one step),
 // returning the logits of `rows` ([rows.size(), V]), rows ascending, and optionally their

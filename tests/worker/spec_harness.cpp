@@ -69,6 +69,7 @@ Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, c
     r.u_accept.assign(step.n_draft, 0.5);
     r.u_draft.assign(K, 0.5);
     const SpecRowOutput o = spec.run(r);
+    for (int32_t d : o.drafts) g.max_draft = std::max(g.max_draft, d);
     g.drafted += step.n_draft;
     g.accepted += o.accepted;
     const size_t first = step.token_ids.size() - 1 - step.n_draft;

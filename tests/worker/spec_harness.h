@@ -15,6 +15,7 @@ struct Generated {
   std::vector<std::vector<float>> logits;  // the target row each token was taken from
   uint64_t drafted = 0, accepted = 0;
   uint64_t digested_steps = 0;  // verify steps whose rows the model digested (no logits recorded)
+  int32_t max_draft = -1;       // the largest token id SpecDecoder drafted
 };
 
 // Greedy decoding of `n_generate` tokens after `prompt` (sequence 1, one token per step).

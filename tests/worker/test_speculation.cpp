@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <cstring>
@@ -28,8 +29,9 @@ Generated plain_decode(const std::vector<int32_t>& prompt) {
   return greedy_plain_decode(*m.stage, m.config.n_vocab, prompt, kGenerate);
 }
 
-Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle = nullptr) {
-  LoadedModel m = load_fixture();
+Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle = nullptr,
+                      uint32_t draft_vocab = 0) {
+  LoadedModel m = load_fixture(false, {0, 0}, {}, draft_vocab);
   return greedy_spec_decode(*m.stage, m.config.n_embd, m.config.n_vocab, prompt, K, oracle, kGenerate);
 }
 
@@ -57,6 +59,22 @@ TEST(Speculation, GreedyMtpDraftsAreLossless) {
                 static_cast<unsigned long long>(got.drafted), static_cast<unsigned long long>(got.accepted),
                 got.drafted ? 100.0 * static_cast<double>(got.accepted) / static_cast<double>(got.drafted) : 0.0,
                 kGenerate / s);
+  }
+}
+
+// --draft-vocab: drafts pick among the first ids only, and the output stays the plain output.
+// The fixture's MTP drafts ids above the limit when it may (so the limit is really in force).
+TEST(Speculation, DraftsFromThePartOfTheVocabularyAreLossless) {
+  constexpr uint32_t kDraftVocab = 2000;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const Generated want = plain_decode(prompt);
+  const Generated all_ids = spec_decode(prompt, 2);
+  ASSERT_GE(all_ids.max_draft, static_cast<int32_t>(kDraftVocab)) << "the check below could not fail";
+  for (uint32_t K : {1u, 3u}) {
+    const Generated got = spec_decode(prompt, K, nullptr, kDraftVocab);
+    expect_same(want, got);
+    EXPECT_GE(got.max_draft, 0);
+    EXPECT_LT(got.max_draft, static_cast<int32_t>(kDraftVocab)) << "K=" << K;
   }
 }
 
@@ -237,6 +255,16 @@ TEST(Speculation, TemperatureOneEmitsTheTargetDistribution) {
   for (float& x : perturbed) x += noise(noise_rng);
   check_first_token_distribution("mtp", target, draft_row, 0.0);
   check_first_token_distribution("perturbed target", target, perturbed, 0.1);
+  // A draft vocabulary (--draft-vocab) makes q zero above an id: the residual draw must then
+  // bring back all of p's mass there. Cut at the median id of the target's top 50.
+  std::vector<size_t> order(V);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::partial_sort(order.begin(), order.begin() + 50, order.end(), [&](size_t a, size_t b) { return target[a] > target[b]; });
+  std::vector<size_t> top(order.begin(), order.begin() + 50);
+  std::nth_element(top.begin(), top.begin() + 25, top.end());
+  std::vector<float> first_ids_only(perturbed);
+  for (size_t v = top[25]; v < V; ++v) first_ids_only[v] = -std::numeric_limits<float>::infinity();
+  check_first_token_distribution("perturbed target, first ids only", target, first_ids_only, 0.05);
 }
 
 // forward_mtp_last (the drafting call: head on the last row only) against forward_mtp's last
@@ -261,6 +289,34 @@ TEST(Speculation, MtpLastRowMatchesForwardMtp) {
   ASSERT_EQ(last_h.size(), D);
   for (size_t v = 0; v < V; ++v) ASSERT_NEAR(logits[v], all[(n - 1) * V + v], 1e-4f) << "logit " << v;
   for (size_t d = 0; d < D; ++d) ASSERT_NEAR(last_h[d], all_hidden[(n - 1) * D + d], 1e-4f) << "hidden " << d;
+}
+
+// With a draft vocabulary the last row's logits are the first draft_vocab of the full row (the
+// head's first rows; same tolerance and reason as above), and a larger limit means every id.
+TEST(Speculation, DraftVocabularyLogitsAreTheFullRowsFirstIds) {
+  constexpr uint32_t kDraftVocab = 4096;
+  LoadedModel full = load_fixture();
+  LoadedModel part = load_fixture(false, {0, 0}, {}, kDraftVocab);
+  LoadedModel over = load_fixture(false, {0, 0}, {}, 1u << 30);
+  const size_t V = full.config.n_vocab, D = full.config.n_embd;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const auto n = static_cast<uint32_t>(prompt.size());
+  std::vector<float> hidden;
+  run_prompt(*full.stage, 1, prompt, all_rows(n), 0, &hidden);
+  std::vector<float> h(n * D, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::vector<float> all, all_hidden;
+  full.stage->forward_mtp(1, 0, prompt, h.data(), &all, &all_hidden);
+  LogitDigest digest;
+  std::vector<float> logits, last_h, over_logits;
+  part.stage->forward_mtp_last(1, 0, prompt, h.data(), nullptr, &digest, &logits, &last_h);
+  over.stage->forward_mtp_last(1, 0, prompt, h.data(), nullptr, &digest, &over_logits, &last_h);
+  ASSERT_EQ(logits.size(), kDraftVocab);
+  ASSERT_EQ(over_logits.size(), V);
+  for (size_t v = 0; v < kDraftVocab; ++v) ASSERT_NEAR(logits[v], all[(n - 1) * V + v], 1e-4f) << "logit " << v;
+  std::vector<float> full_mtp;
+  part.stage->forward_mtp(1, 0, prompt, h.data(), &full_mtp);
+  EXPECT_EQ(full_mtp.size(), n * V) << "forward_mtp keeps the whole vocabulary";
 }
 
 }  // namespace

@@ -191,6 +191,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   StageOptions options;
   options.n_threads = n_threads;
   options.max_context = assign.max_context();
+  options.draft_vocab = assign.draft_vocab();
   const StageRange range{assign.first_layer(), assign.last_layer()};
   const PoolRequest request = pool_request(assign, config);
   // Pools are sized here, once per worker start: from the budget (FIT_BUDGET, reported in

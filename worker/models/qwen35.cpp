@@ -709,7 +709,11 @@ bool Qwen35Stage::forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const st
   const float* x = run_mtp_block(seq_id, start_pos, token_ids, hidden);
   const float* last = x + (token_ids.size() - 1) * cfg_.n_embd;
   std::vector<LogitDigest> digests;
-  lm_head(last, 1, mtp_.head_norm, mtp_.head, last_logits, last_hidden, digest, digest ? &digests : nullptr);
+  // A draft among the first draft_vocab ids reads only those rows of the head (rows are
+  // contiguous in every layout, split rows included); verification keeps the output exact.
+  const size_t V = mtp_.head.rows;
+  const WeightView head = opt_.draft_vocab > 0 && opt_.draft_vocab < V ? row_range(mtp_.head, 0, opt_.draft_vocab) : mtp_.head;
+  lm_head(last, 1, mtp_.head_norm, head, last_logits, last_hidden, digest, digest ? &digests : nullptr);
   if (digests.empty()) return false;
   *last_digest = std::move(digests[0]);
   return true;

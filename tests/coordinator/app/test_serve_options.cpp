@@ -179,6 +179,20 @@ TEST(ServeOptions, BusyPollValues) {
   EXPECT_NE(error.find("busy-poll"), std::string::npos) << error;
 }
 
+// --draft-vocab: 0 (every id) by default; a count; not a number is refused.
+TEST(ServeOptions, DraftVocabValues) {
+  std::string error;
+  ServeOptions o;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
+  EXPECT_EQ(o.draft_vocab, 0u);
+  ServeOptions some;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--spec-k", "3", "--draft-vocab", "32768"}, {}, &some, &error)) << error;
+  EXPECT_EQ(some.draft_vocab, 32768u);
+  ServeOptions bad;
+  EXPECT_FALSE(parse({"--model", "m.gguf", "--draft-vocab", "many"}, {}, &bad, &error));
+  EXPECT_NE(error.find("draft-vocab"), std::string::npos) << error;
+}
+
 // --early-handoff: on by default; host / off reach the workers (PipelineEngine passes them on).
 TEST(ServeOptions, EarlyHandoffValues) {
   std::string error;

@@ -88,6 +88,11 @@ TEST(Layout, FixtureLayerBytes) {
   ASSERT_GT(mtp, 0u) << "the fixture has an MTP block";
   EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 0), embd + norm);
   EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 2), 3 * (embd + norm) + 2 * mtp);
+  // A draft vocabulary of a quarter of the ids: each draft reads a quarter of the head.
+  const uint32_t quarter = cfg.n_vocab / 4;
+  EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 2, quarter),
+            (embd + norm) + 2 * ((embd + norm) * quarter / cfg.n_vocab + mtp));
+  EXPECT_EQ(last_stage_extra_bytes(gguf, cfg.n_layer, 2, cfg.n_vocab), 3 * (embd + norm) + 2 * mtp);
 }
 
 }  // namespace

@@ -28,11 +28,12 @@ constexpr size_t kGenerate = 40;
 constexpr float kLogitTol = 1e-3f;
 
 // The fixture as one in-process CUDA stage (f32 prefill, as the plain decode it is compared with).
-LoadedModel load_cuda() {
+LoadedModel load_cuda(uint32_t draft_vocab = 0) {
   LoadedModel m;
   m.gguf = std::make_shared<const GgufFile>(GgufFile::open(tiny_model_path()));
   m.config = load_model_config(*m.gguf);
   StageOptions o;
+  o.draft_vocab = draft_vocab;
   m.stage = load_stage(m.gguf, m.config, {0, m.config.n_layer}, o, make_cuda_backend(0, {.bf16_prefill = false}));
   return m;
 }
@@ -43,8 +44,8 @@ Generated plain_decode(const std::vector<int32_t>& prompt) {
 }
 
 Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle,
-                      bool ask_digests = false) {
-  LoadedModel m = load_cuda();
+                      bool ask_digests = false, uint32_t draft_vocab = 0) {
+  LoadedModel m = load_cuda(draft_vocab);
   return greedy_spec_decode(*m.stage, m.config.n_embd, m.config.n_vocab, prompt, K, oracle, kGenerate, ask_digests);
 }
 
@@ -129,6 +130,46 @@ TEST(CudaSpeculation, MtpLastRowMatchesForwardMtp) {
     EXPECT_EQ(digest.token, argmax(want.data(), V));
   }
   EXPECT_TRUE(std::isfinite(digest.token_logprob) && digest.token_logprob <= 0.0f);
+}
+
+// --draft-vocab on the device: the draft row's head is the first rows of the LM head (an odd
+// count, so no kernel may assume a multiple), its logits are the full row's first ids within
+// kLogitTol, its greedy digest picks among them, and greedy output stays plain decoding's.
+TEST(CudaSpeculation, DraftVocabularyDraftsAmongTheFirstIds) {
+  DS_REQUIRE_GPU();
+  constexpr uint32_t kDraftVocab = 3001;
+  LoadedModel full = load_cuda();
+  LoadedModel part = load_cuda(kDraftVocab);
+  const size_t V = full.config.n_vocab, D = full.config.n_embd;
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const auto n = static_cast<uint32_t>(prompt.size());
+  std::vector<float> hidden;
+  run_prompt(*full.stage, 1, prompt, all_rows(n), 0, &hidden);
+  std::vector<float> h(n * D, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::vector<float> all;
+  full.stage->forward_mtp(1, 0, prompt, h.data(), &all);
+  const std::vector<float> want(all.end() - static_cast<std::ptrdiff_t>(V), all.end() - static_cast<std::ptrdiff_t>(V - kDraftVocab));
+  LogitDigest digest;
+  std::vector<float> logits, last_h;
+  EXPECT_FALSE(part.stage->forward_mtp_last(1, 0, prompt, h.data(), nullptr, &digest, &logits, &last_h));
+  ASSERT_EQ(logits.size(), kDraftVocab);
+  float worst = 0;
+  for (size_t v = 0; v < kDraftVocab; ++v) worst = std::max(worst, std::fabs(logits[v] - want[v]));
+  EXPECT_LE(worst, kLogitTol);
+  const DigestRequest greedy{};
+  ASSERT_TRUE(part.stage->forward_mtp_last(1, 0, prompt, h.data(), &greedy, &digest, &logits, &last_h));
+  EXPECT_LT(digest.token, static_cast<int32_t>(kDraftVocab));
+  std::vector<float> sorted(want);
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  if (sorted[0] - sorted[1] > 2 * kLogitTol) {
+    EXPECT_EQ(digest.token, argmax(want.data(), kDraftVocab));
+  }
+
+  const Generated plain = plain_decode(prompt);
+  const Generated got = spec_decode(prompt, 3, nullptr, true, kDraftVocab);
+  EXPECT_EQ(got.tokens, plain.tokens);
+  EXPECT_LT(got.max_draft, static_cast<int32_t>(kDraftVocab));
 }
 
 }  // namespace
