@@ -101,7 +101,7 @@ struct Options {
   uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
   std::string early_handoff = "on";  // --early-handoff on|host|off (EngineOptions::early_handoff)
-  std::string mps = "off";         // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
+  std::string mps = "auto";        // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
   bool json = false;           // -o json: one JSON object per result row instead of the table
   uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
   uint32_t draft_vocab = 0;    // --draft-vocab: drafts among the first N ids (StageOptions::draft_vocab)

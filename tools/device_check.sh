@@ -9,7 +9,8 @@
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "spec_vocab": the MTP draft row with
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps;
-# "handoff_host": 2 workers on one GPU with
+# "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
+# under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
 # plain and under MPS; "handoff": 2 workers with
 # --early-handoff on vs off, decode / prefill / 32 sequences, one GPU, two GPUs when present, MPS; "lab": the kernel lab's
@@ -124,7 +125,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want http || want batched || want pdl || want profile; then
+if want 9b || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -342,25 +343,82 @@ if want handoff_host; then
     bench 60 -m $M9 --backend cuda "$@" -p 512 -n 128 -r 2 > "$O/$tag.log" 2>&1
     note "$tag rc=$?: $(grep -E '^512 ' "$O/$tag.log" | awk '{printf "tg %s", $5}')"
   }
-  ho2 hh_w1 --workers 1 --devices 0
-  ho2 hh_w2_on --workers 2 --devices 0,0
-  ho2 hh_w2_host --workers 2 --devices 0,0 --early-handoff host
-  ho2 hh_w1_again --workers 1 --devices 0
-  ho2 hh_w2_host_again --workers 2 --devices 0,0 --early-handoff host
-  ho2 hh_w2_on_again --workers 2 --devices 0,0
-  inproc hh_inproc; inproc hh_inproc_nopdl --no-pdl
+  if [ "${HH_PLAIN:-1}" = 1 ]; then
+    ho2 hh_w1 --workers 1 --devices 0
+    ho2 hh_w2_on --workers 2 --devices 0,0
+    ho2 hh_w2_host --workers 2 --devices 0,0 --early-handoff host
+    ho2 hh_w1_again --workers 1 --devices 0
+    ho2 hh_w2_host_again --workers 2 --devices 0,0 --early-handoff host
+    ho2 hh_w2_on_again --workers 2 --devices 0,0
+    inproc hh_inproc; inproc hh_inproc_nopdl --no-pdl
+  else  # HH_PLAIN=0: the plain single worker only (the reference), then MPS with busy polling on / off
+    ho2 hh_w1 --workers 1 --devices 0
+  fi
   if command -v nvidia-cuda-mps-control > /dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
     mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
     if nvidia-cuda-mps-control -d; then
-      inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
-      ho2 hh_w1_mps --workers 1 --devices 0 --busy-poll off
-      ho2 hh_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
-      ho2 hh_w2_host_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff host
+      if [ "${HH_PLAIN:-1}" = 1 ]; then
+        inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
+      fi
+      for poll in ${HH_MPS_POLL:-off}; do
+        ho2 hh_w1_mps_poll$poll --workers 1 --devices 0 --busy-poll $poll
+        ho2 hh_w2_on_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll
+        ho2 hh_w2_host_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll --early-handoff host
+      done
       echo quit | nvidia-cuda-mps-control
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
+  ho2 hh_w1_last --workers 1 --devices 0
+fi
+
+if want issue12; then
+  # Issue 12's Done-when with the defaults (two workers on one GPU: a private MPS daemon, busy
+  # polling, early hand-off) against one plain worker; --mps off for comparison; two samples.
+  echo "==== issue 12: 9B, 2 workers on one GPU (defaults) vs 1 worker"
+  w12() {  # $1 = tag, then bench flags
+    local tag=$1; shift
+    bench 150 -m $M9 --backend cuda "$@" -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/$tag.log" 2>&1
+    local rc=$?
+    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
+    note "$tag rc=$rc/$?: $(grep -E '^(2048|8192|16384) ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}') $(grep -c 'started a CUDA MPS control daemon' "$O/$tag.log") mps"
+  }
+  w12 i12_w1 --workers 1 --devices 0
+  w12 i12_w2 --workers 2 --devices 0,0
+  w12 i12_w2_mps_off --workers 2 --devices 0,0 --mps off
+  w12 i12_w1_again --workers 1 --devices 0
+  w12 i12_w2_again --workers 2 --devices 0,0
+  # kill -9 of worker rank 1 under 16 streams (defaults: MPS), then a SIGKILLed server: the next
+  # server must quit the daemon it left.
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port 18085 --max-seqs 32 \
+    > "$O/serve_i12.log" 2>&1 &
+  kpid=$!
+  if wait_listening "$O/serve_i12.log"; then
+    timeout 120 "$B/bin/deltaserve-bench-http" --port 18085 --concurrency 16 --requests 32 --prompt-tokens 256 \
+      --max-tokens 256 > "$O/http_i12_kill.log" 2>&1 &
+    hb=$!
+    sleep 3
+    w1=$(grep -oE "started worker rank 1 pid [0-9]+" "$O/serve_i12.log" | tail -1 | awk '{print $NF}')
+    kill -9 "$w1"
+    wait $hb
+    note "i12 kill -9 rank 1 under 16 streams (MPS): $(grep -E '^\| 16 ' "$O/http_i12_kill.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}'); $(grep -c 'started a CUDA MPS control daemon' "$O/serve_i12.log") mps"
+  else
+    note "i12 kill: server did not start"
+  fi
+  kill -9 $kpid; wait $kpid 2> /dev/null
+  sleep 2
+  note "i12 after SIGKILL of the server: $(ls -d /tmp/deltaserve-mps-* 2> /dev/null | wc -l) daemon dirs left, $(pgrep -c nvidia-cuda-mps || true) mps processes"
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port 18086 --max-seqs 8 \
+    > "$O/serve_i12b.log" 2>&1 &
+  kpid=$!
+  if wait_listening "$O/serve_i12b.log"; then
+    note "i12 next server: $(grep -c 'quit and removed the MPS daemon' "$O/serve_i12b.log") reaped"
+  else
+    note "i12 next server did not start"; tail -3 "$O/serve_i12b.log"
+  fi
+  kill -TERM $kpid; wait $kpid
+  note "i12 after SIGTERM: $(ls -d /tmp/deltaserve-mps-* 2> /dev/null | wc -l) daemon dirs left, $(pgrep -c nvidia-cuda-mps || true) mps processes"
 fi
 
 if want workers_batched; then

@@ -61,10 +61,10 @@ struct EngineOptions {
   // the cores); "on" / "off".
   std::string busy_poll = "auto";
   // Local CUDA workers sharing a GPU run under a private CUDA MPS daemon the engine starts
-  // (mps_daemon.h): "off" (default), "auto" (when none already serves this process; if it
-  // cannot start, the workers run without it and a warning says so), "on" (always our own;
-  // failing to start it fails start()). Under MPS, busy_poll "auto" is off (no gain measured).
-  std::string mps = "off";
+  // (mps_daemon.h): "auto" (default: when none already serves this process; if it cannot
+  // start, the workers run without it and a warning says so), "on" (always our own; failing to
+  // start it fails start()) or "off". Workers on GPUs of their own never need it.
+  std::string mps = "auto";
   int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
   int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
   int step_timeout_ms = 600000;         // no result for this long = the step is lost

@@ -80,9 +80,9 @@ std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& 
   for (const auto& [device, count] : on_device) {
     if (count < 2) continue;
     return std::to_string(count) + " workers share GPU " + std::to_string(device) +
-           " without CUDA MPS: their kernels time-share the GPU (measured on an H200, 9B: prefill 1.02-1.09x a "
-           "single worker's time, 0.97-1.02x under MPS; decode 1.11-1.15x either way). `--mps on` runs them "
-           "under a private MPS daemon.";
+           " without CUDA MPS: their kernels time-share the GPU and each hop switches GPU contexts (measured "
+           "on an H200, 9B: batch-1 decode 1.08x a single worker's time, 1.035x under MPS). `--mps auto` (the "
+           "default) or `--mps on` runs them under a private MPS daemon.";
   }
   return {};
 }

@@ -1,9 +1,11 @@
 #include "coordinator/engine/mps_daemon.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -73,6 +75,39 @@ bool wants_private_mps(const std::string& mode, const std::string& backend, bool
   const bool shared = std::set<int>(gpus.begin(), gpus.end()).size() < gpus.size();
   if (!shared) return false;
   return mode == "on" || !mps_running;
+}
+
+std::string private_mps_dir(const std::string& parent, int pid) {
+  return (std::filesystem::path(parent) / ("deltaserve-mps-" + std::to_string(pid))).string();
+}
+
+size_t reap_stale_mps_daemons(const std::string& parent, const std::string& control_binary) {
+  static const std::string kPrefix = "deltaserve-mps-";
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || !entry.is_directory(ec)) continue;
+    const std::string digits = name.substr(kPrefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    // ESRCH only: a pid we may not signal (EPERM) is alive, someone else's.
+    if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    stale.push_back(entry.path());
+  }
+  for (const std::filesystem::path& dir : stale) {
+    const std::string pipe_dir = (dir / "pipe").string();
+    if (mps_control_running(pipe_dir.c_str()) && !control_binary.empty()) {
+      const std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir,
+                                         "CUDA_MPS_LOG_DIRECTORY=" + (dir / "log").string()};
+      if (run_with_env(control_binary, {}, env, "quit\n") != 0) {
+        log::warn("engine", log::Msg() << "a leftover MPS control daemon in " << dir.string() << " did not take `quit`");
+      }
+    }
+    std::filesystem::remove_all(dir, ec);
+    log::warn("engine", log::Msg() << "quit and removed the MPS daemon of a server that is gone (" << dir.string() << ")");
+  }
+  return stale.size();
 }
 
 MpsDaemon::MpsDaemon(std::string control_binary, std::string dir)

@@ -277,6 +277,42 @@ __device__ __forceinline__ void run_range(const uint8_t* __restrict__ quants, co
   }
 }
 
+// Where the kernel writes row `row` of token t: one output ([t][ys]) or the row segments of a
+// stacked matrix (RowSegments: rows [first[i], first[i+1]) to y[i] + t * ys[i] + row - first[i]).
+// Indices are compile-time (unrolled selects), so the struct stays in the parameter space.
+struct RowsOut {
+  int n = 1;
+  int first[kMaxRowSegments + 1] = {};
+  float* y[kMaxRowSegments] = {};
+  size_t ys[kMaxRowSegments] = {};
+  __device__ void store(int t, int row, float v) const {
+    float* base = y[0];
+    size_t stride = ys[0];
+    int first_row = 0;
+#pragma unroll
+    for (int i = 1; i < kMaxRowSegments; ++i) {
+      if (i < n && row >= first[i]) {
+        base = y[i];
+        stride = ys[i];
+        first_row = first[i];
+      }
+    }
+    base[t * stride + (row - first_row)] = v;
+  }
+};
+
+// `seg` from token t0 on (the launches take up to kMaxTokensPerLaunch tokens each).
+RowsOut rows_out_from(const RowSegments& seg, size_t t0) {
+  RowsOut o;
+  o.n = seg.n;
+  for (int i = 0; i <= seg.n; ++i) o.first[i] = static_cast<int>(seg.first[i]);
+  for (int i = 0; i < seg.n; ++i) {
+    o.y[i] = seg.y[i] + t0 * seg.ys[i];
+    o.ys[i] = seg.ys[i];
+  }
+  return o;
+}
+
 // NT tokens (exactly). A persistent grid: block b takes the row ranges b, b + gridDim.x, ... of
 // `range_rows` rows each; its blockDim.x / 32 warps split the column slices (warp w: slices w,
 // w + warps, ...). When a warp has one slice, its activations are loaded once for all ranges.
@@ -284,8 +320,8 @@ __device__ __forceinline__ void run_range(const uint8_t* __restrict__ quants, co
 template <int NT, int UR, bool kInt>
 __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
     gemv_q8_split_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
-                         const float* __restrict__ x, const float* __restrict__ up, size_t xs, float* __restrict__ y,
-                         size_t ys, int range_rows) {
+                         const float* __restrict__ x, const float* __restrict__ up, size_t xs, const RowsOut out,
+                         int range_rows) {
   using Act = std::conditional_t<kInt, Int8x3Activations<NT>, FloatActivations<NT>>;
   extern __shared__ float partials[];
   const int warps = static_cast<int>(blockDim.x) / kWarp;
@@ -330,7 +366,7 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
       if (r > last) continue;
       float sum = 0.0f;
       for (int s = 0; s < slices; ++s) sum += partials[(s * range_rows + r) * NT + t];
-      y[t * ys + row0 + r] = sum;
+      out.store(t, row0 + r, sum);
     }
     __syncthreads();  // the partials are rewritten by the next range
   }
@@ -378,7 +414,7 @@ int blocks_per_sm(int threads, size_t smem) {
 }
 
 template <int NT, int UR, bool kInt>
-cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, const float* up, size_t xs, float* y, size_t ys,
+cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, const float* up, size_t xs, const RowsOut& out,
                           const Geometry& g, bool pdl, cudaStream_t s) {
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const int threads = g.warps * kWarp, n_ranges = (rows + g.range_rows - 1) / g.range_rows;
@@ -386,39 +422,39 @@ cudaError_t launch_kernel(const cpu::WeightView& w, const float* x, const float*
   const int grid = std::min(n_ranges, current_device_sm_count() * blocks_per_sm<NT, UR, kInt>(threads, smem));
   return launch_maybe_dependent(gemv_q8_split_kernel<NT, UR, kInt>, dim3(static_cast<unsigned>(grid)),
                                 dim3(static_cast<unsigned>(threads)), smem, s, pdl && current_device_is_sm90_or_newer(),
-                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, up, xs, y, ys,
+                                static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, x, up, xs, out,
                                 g.range_rows);
 }
 
 template <int NT, int UR>
-cudaError_t launch(const cpu::WeightView& w, const float* x, const float* up, size_t xs, float* y, size_t ys,
+cudaError_t launch(const cpu::WeightView& w, const float* x, const float* up, size_t xs, const RowsOut& out,
                    const Geometry& g, bool pdl, cudaStream_t s) {
-  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, up, xs, y, ys, g, pdl, s)
-                   : launch_kernel<NT, UR, false>(w, x, up, xs, y, ys, g, pdl, s);
+  return g.int_dot ? launch_kernel<NT, UR, true>(w, x, up, xs, out, g, pdl, s)
+                   : launch_kernel<NT, UR, false>(w, x, up, xs, out, g, pdl, s);
 }
 
-cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n, float* y,
-                          size_t ys, const Geometry& g, bool pdl, cudaStream_t s) {
+cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
+                          const RowsOut& out, const Geometry& g, bool pdl, cudaStream_t s) {
   switch (n) {
-    case 1: return launch<1, 4>(w, x, up, xs, y, ys, g, pdl, s);
-    case 2: return launch<2, 4>(w, x, up, xs, y, ys, g, pdl, s);
-    case 3: return launch<3, 2>(w, x, up, xs, y, ys, g, pdl, s);
-    case 4: return launch<4, 2>(w, x, up, xs, y, ys, g, pdl, s);
+    case 1: return launch<1, 4>(w, x, up, xs, out, g, pdl, s);
+    case 2: return launch<2, 4>(w, x, up, xs, out, g, pdl, s);
+    case 3: return launch<3, 2>(w, x, up, xs, out, g, pdl, s);
+    case 4: return launch<4, 2>(w, x, up, xs, out, g, pdl, s);
     default: return cudaErrorInvalidValue;
   }
 }
 
-// The GEMV of x (or, with `up`, of silu(x) * up) in launches of up to 4 tokens.
+// The GEMV of x (or, with `up`, of silu(x) * up) in launches of up to 4 tokens, its rows to `out`.
 cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
-                        float* y, size_t ys, cudaStream_t stream, bool pdl) {
+                        const RowSegments& out, cudaStream_t stream, bool pdl) {
   if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
   if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
   if (up != nullptr && !aligned_to(up, 16)) return cudaErrorInvalidValue;
   const Geometry g = geometry(static_cast<int>(w.cols), variant);
   for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
     const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
-    const cudaError_t e = launch_tokens(w, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt, y + t0 * ys,
-                                        ys, g, pdl, stream);
+    const cudaError_t e = launch_tokens(w, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt,
+                                        rows_out_from(out, t0), g, pdl, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -439,13 +475,20 @@ bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, 
 
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                   float* y, size_t ys, cudaStream_t stream, bool pdl) {
-  return run_variant(variant, w, x, nullptr, xs, n, y, ys, stream, pdl);
+  return run_variant(variant, w, x, nullptr, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl);
+}
+
+cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
+                               cudaStream_t stream, bool pdl) {
+  if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
+  if (!row_segments_fit(out, w.rows, n)) return cudaErrorInvalidValue;
+  return run_variant(kGemvSplitDefaultVariant, w, x, nullptr, xs, n, out, stream, pdl);
 }
 
 cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,
                                          size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream, bool pdl) {
   if (up == nullptr) return cudaErrorInvalidValue;
-  return run_variant(variant, w, gate, up, xs, n, y, ys, stream, pdl);
+  return run_variant(variant, w, gate, up, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl);
 }
 
 cudaError_t gemv_q8_split_swiglu(const cpu::WeightView& w, const float* gate, const float* up, size_t xs, size_t n,

@@ -245,9 +245,17 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
 
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
-  if (precision != MatmulPrecision::kBf16TensorCores || n_tokens <= detail::kGemvSplitBestTokens || out.n < 1) {
-    return cudaErrorNotSupported;
+  if (out.n < 1 || n_tokens == 0) return cudaErrorNotSupported;
+  // Decode-sized (speculative verify rows): the split-rows GEMV, in any precision, as matmul()
+  // runs each part (same bits per row), one launch for the stack.
+  if (n_tokens <= detail::kGemvSplitBestTokens) {
+    if (!detail::gemv_q8_split_applies(w, x, x_stride, n_tokens) || !segments_valid(w, x, x_stride, n_tokens, out) ||
+        takes_small_batch_mma(w, x, x_stride, n_tokens, out.y[0], out.ys[0], tc)) {
+      return cudaErrorNotSupported;
+    }
+    return detail::gemv_q8_split_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
   }
+  if (precision != MatmulPrecision::kBf16TensorCores) return cudaErrorNotSupported;
   if (n_tokens <= tc.split_small_max) {
     if (!detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) return cudaErrorNotSupported;
     return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream))

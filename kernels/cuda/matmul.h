@@ -100,9 +100,11 @@ struct TcGemmOptions {
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
 
-// The product of a stacked matrix written to row segments (RowSegments) in one pass. Only where the
-// small-batch GEMM over split rows takes it (bf16 mode, kGemvSplitBestTokens + 1 .. split_small_max
-// tokens, split rows): cudaErrorNotSupported otherwise, and the caller runs one product per segment.
+// The product of a stacked matrix written to row segments (RowSegments) in one pass. Only where
+// matmul() would run each segment on the split-rows GEMV (1..kGemvSplitBestTokens tokens, any
+// precision), on the small-batch GEMM over split rows (bf16 mode, kGemvSplitBestTokens + 1 ..
+// split_small_max tokens) or on the tensor-core GEMM (prefill): cudaErrorNotSupported otherwise,
+// and the caller runs one product per segment.
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
 

@@ -66,6 +66,12 @@ cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, s
 inline constexpr int kGemvSplitVariants = 3, kGemvSplitDefaultVariant = 0;
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                   float* y, size_t ys, cudaStream_t stream, bool pdl = false);
+// A stacked matrix's GEMV with its rows written to row segments (RowSegments), 1..kGemvSplitMaxTokens
+// tokens: each row's bits are those of its own matrix's gemv_q8_split (the launch geometry
+// depends on the columns only), in one launch per 4 tokens instead of one per part.
+// cudaErrorNotSupported for another weight type, cudaErrorInvalidValue where it does not fit.
+cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
+                               cudaStream_t stream, bool pdl = false);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 // The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -65,13 +66,14 @@ class FakeMpsControl : public ::testing::Test {
     fs::permissions(script_, fs::perms::owner_all);
   }
   // What the real daemon creates once it runs: the control socket in its pipe directory.
-  void bind_control_socket() {
-    fs::create_directories(dir_ + "/pipe");
+  void bind_control_socket(const std::string& dir = {}) {
+    const std::string daemon_dir = dir.empty() ? dir_ : dir;
+    fs::create_directories(daemon_dir + "/pipe");
     socket_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
     ASSERT_GE(socket_, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    const std::string path = dir_ + "/pipe/control";
+    const std::string path = daemon_dir + "/pipe/control";
     ASSERT_LT(path.size(), sizeof addr.sun_path);
     std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
     ASSERT_EQ(::bind(socket_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
@@ -109,6 +111,45 @@ TEST_F(FakeMpsControl, StartsWithPrivateDirectoriesAndQuitsOnStop) {
   size_t quits = 0;
   for (size_t at = calls().find("stdin=quit"); at != std::string::npos; at = calls().find("stdin=quit", at + 1)) ++quits;
   EXPECT_EQ(quits, 1u);
+  ::close(socket_);
+}
+
+// A pid that no longer exists: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return pid;
+}
+
+// A server SIGKILLed with its daemon running leaves deltaserve-mps-<pid>: the next start quits
+// that daemon (when its socket is there) and removes the directory; live servers' daemons, this
+// process's own and names that are not ours stay.
+TEST_F(FakeMpsControl, LeftoverDaemonsOfDeadServersAreQuitAndRemoved) {
+  write_script(0);
+  const std::string parent = root_.string();
+  const std::string with_socket = private_mps_dir(parent, dead_pid());
+  const std::string without_socket = private_mps_dir(parent, dead_pid());
+  const std::string ours = private_mps_dir(parent, getpid());
+  const std::string live = private_mps_dir(parent, getppid());
+  bind_control_socket(with_socket);
+  fs::create_directories(without_socket + "/pipe");
+  for (const std::string& d : {ours, live, parent + "/deltaserve-mps-x1", parent + "/deltaserve-mps-"}) {
+    fs::create_directories(d + "/pipe");
+  }
+  std::ofstream(parent + "/deltaserve-mps-1999999999") << "a file, not a directory";
+  EXPECT_EQ(reap_stale_mps_daemons(parent, script_), 2u);
+  EXPECT_FALSE(fs::exists(with_socket));
+  EXPECT_FALSE(fs::exists(without_socket));
+  EXPECT_NE(calls().find("args= pipe=" + with_socket + "/pipe log=" + with_socket + "/log"), std::string::npos) << calls();
+  EXPECT_EQ(calls().find(without_socket), std::string::npos) << "no socket, no daemon to quit: " << calls();
+  for (const std::string& d : {ours, live, parent + "/deltaserve-mps-x1", parent + "/deltaserve-mps-"}) {
+    EXPECT_TRUE(fs::exists(d)) << d;
+  }
+  EXPECT_TRUE(fs::exists(parent + "/deltaserve-mps-1999999999"));
+  EXPECT_EQ(reap_stale_mps_daemons(parent, script_), 0u) << "nothing left to reap";
+  EXPECT_EQ(reap_stale_mps_daemons(parent + "/no-such-dir", script_), 0u);
   ::close(socket_);
 }
 

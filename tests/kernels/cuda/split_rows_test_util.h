@@ -49,15 +49,17 @@ using WholeProduct = std::function<std::vector<float>(const SplitHost&, const De
 using RowsProduct = std::function<cudaError_t(const cpu::WeightView&, const float* x, size_t xs, size_t n,
                                               const RowSegments& out, bool dependent)>;
 
-// For each shape and 5 / 24 / 64 tokens: three odd-sized segments equal the whole product's rows
-// bit for bit; segment lists that miss a row, overlap token rows or are empty are refused.
+// For each shape and token count (default 5 / 24 / 64): three odd-sized segments equal the whole
+// product's rows bit for bit; segment lists that miss a row, overlap token rows or are empty are
+// refused (at the last token count).
 inline void expect_row_segments_equal_whole(const std::vector<SplitShape>& shapes, const WholeProduct& whole_product,
-                                            const RowsProduct& rows_product) {
+                                            const RowsProduct& rows_product,
+                                            const std::vector<size_t>& token_counts = {5, 24, 64}) {
   Rng rng(515);
   for (const SplitShape& s : shapes) {
     const SplitHost w = make_split(s.rows, s.cols, rng);
     DeviceArray<uint8_t> dw(w.split);
-    for (size_t n : {size_t{5}, size_t{24}, size_t{64}}) {
+    for (size_t n : token_counts) {
       const std::vector<float> x = rng.vec(n * s.cols);
       const std::vector<float> whole = whole_product(w, dw, x, n);
       const size_t cut[4] = {0, s.rows / 2 + 3, s.rows - 64, s.rows};  // odd-sized segments
@@ -80,14 +82,15 @@ inline void expect_row_segments_equal_whole(const std::vector<SplitShape>& shape
         }
       }
     }
-    DeviceArray<float> dx(8 * s.cols), dy(8 * s.rows);
+    const size_t nb = token_counts.back();
+    DeviceArray<float> dx(nb * s.cols), dy(nb * s.rows);
     RowSegments bad = RowSegments::whole(dy.get(), s.rows - 1, s.rows);  // misses the last row
-    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, false), cudaErrorInvalidValue);
+    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, nb, bad, false), cudaErrorInvalidValue);
     bad = RowSegments::whole(dy.get(), s.rows, s.rows - 1);  // token rows overlap
-    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, false), cudaErrorInvalidValue);
+    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, nb, bad, false), cudaErrorInvalidValue);
     bad = RowSegments::whole(dy.get(), s.rows, s.rows);
     bad.n = 0;
-    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, 8, bad, false), cudaErrorInvalidValue);
+    EXPECT_EQ(rows_product(w.device_view(dw.get()), dx.get(), s.cols, nb, bad, false), cudaErrorInvalidValue);
   }
   DS_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -218,6 +218,22 @@ TEST(CudaGemvSplit, SwigluFoldedGivesTheBitsOfSwigluThenGemv) {
   }
 }
 
+// The GEMV of a stacked matrix to row segments (speculative verify rows over [q;k;v] etc.): every
+// row's bits are the whole product's at 1..4 tokens and across launches (8 tokens: two), with the
+// int8x3 (1024 columns) and the float dot (7168 columns: 14 slices); bad segment lists refused.
+TEST(CudaGemvSplit, RowSegmentsEqualTheWholeProduct) {
+  DS_REQUIRE_GPU();
+  expect_row_segments_equal_whole(
+      {{4096 + 1024 + 64, 1024}, {700, 7168}},
+      [](const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t n) {
+        return run_split(w, dw, x, w.cols, n, w.rows);
+      },
+      [](const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out, bool dependent) {
+        return detail::gemv_q8_split_rows(w, x, xs, n, out, nullptr, dependent);
+      },
+      {1, 2, 3, 4, 8});
+}
+
 TEST(CudaGemvSplit, RejectsWhatItCannotRead) {
   DS_REQUIRE_GPU();
   DeviceArray<uint8_t> dw(64 * 1088 + 64);
