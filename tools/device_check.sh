@@ -48,6 +48,50 @@ wait_listening() {  # $1 = log file; up to 120 s (a 27B load takes a while)
   return 1
 }
 
+# An MPS control daemon of this script's own (the runs under it share one GPU context); mps_start
+# fails when this machine has none or it does not start.
+mps_start() {
+  command -v nvidia-cuda-mps-control > /dev/null || { note "no nvidia-cuda-mps-control on this machine"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && return 0
+  note "MPS control daemon did not start"
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  return 1
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+# A 9B pair of runs: prompts $2 (bench -p list; prefill and decode, -b 2048) then 32-sequence decode,
+# one summary line (with how many private MPS daemons the run started). $1 = tag, then bench flags.
+pair_bench() {
+  local tag=$1 prompts=$2; shift 2
+  bench 150 -m $M9 --backend cuda "$@" -p "$prompts" -b 2048 -n 128 -r 2 > "$O/$tag.log" 2>&1
+  local rc=$?
+  bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
+  note "$tag rc=$rc/$?: $(grep -E "^(${prompts//,/|}) " "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}') $(grep -c 'started a CUDA MPS control daemon' "$O/$tag.log") mps"
+}
+
+# kill -9 of worker rank $2 three seconds into 16 HTTP streams of 256+256 tokens on the 9B, two
+# workers on GPU 0 (serve's defaults; extra serve flags after $3). $1 = tag, $3 = port. Leaves the
+# server running as $kpid and its log in $O/serve_$1.log.
+kill_rank_under_load() {
+  local tag=$1 rank=$2 port=$3; shift 3
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port "$port" --max-seqs 32 "$@" \
+    > "$O/serve_$tag.log" 2>&1 &
+  kpid=$!
+  if ! wait_listening "$O/serve_$tag.log"; then note "$tag: server did not start"; return; fi
+  timeout 120 "$B/bin/deltaserve-bench-http" --port "$port" --concurrency 16 --requests 32 --prompt-tokens 256 \
+    --max-tokens 256 > "$O/http_$tag.log" 2>&1 &
+  local hb=$!
+  sleep 3
+  kill -9 "$(grep -oE "started worker rank $rank pid [0-9]+" "$O/serve_$tag.log" | tail -1 | awk '{print $NF}')"
+  wait $hb
+  note "$tag kill -9 rank $rank under 16 streams: $(grep -E '^\| 16 ' "$O/http_$tag.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}'); $(grep -c 'never landed' "$O/serve_$tag.log") watch releases, $(grep -c 'started a CUDA MPS control daemon' "$O/serve_$tag.log") mps"
+}
+
 if want tests; then
   echo "==== CUDA tests"
   for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_gemv_split test_cuda_gemm_int8 test_cuda_dependent_launch test_cuda_model test_cuda_speculation}; do
@@ -259,50 +303,21 @@ if want workers; then
   fi
   # The same two processes under CUDA MPS (one shared GPU context: no context switch per hop), when
   # this machine lets us start the control daemon.
-  if command -v nvidia-cuda-mps-control > /dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
-    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-    if nvidia-cuda-mps-control -d; then
-      bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
-        > "$O/w2_mps.log" 2>&1; note "workers2 under MPS rc=$?"
-      bench 150 -m $M9 --backend cuda --workers 1 --devices 0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
-        > "$O/w1_mps.log" 2>&1; note "workers1 under MPS rc=$?"
-      echo quit | nvidia-cuda-mps-control
-    else
-      note "MPS control daemon did not start"
-    fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  else
-    note "no nvidia-cuda-mps-control on this machine"
+  if mps_start; then
+    bench 150 -m $M9 --backend cuda --workers 2 --devices 0,0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
+      > "$O/w2_mps.log" 2>&1; note "workers2 under MPS rc=$?"
+    bench 150 -m $M9 --backend cuda --workers 1 --devices 0 -p 2048,8192,16384 -b 2048 -n 128 -r 2 \
+      > "$O/w1_mps.log" 2>&1; note "workers1 under MPS rc=$?"
+    mps_stop
   fi
 fi
 
 if want handoff; then
   echo "==== 9B: 2 worker processes with --early-handoff on vs off (one GPU; two GPUs when there are; MPS)"
-  ho() {  # $1 = tag, then bench flags: prefill / decode at 2K and 8K, then 32-sequence decode
-    local tag=$1; shift
-    bench 150 -m $M9 --backend cuda "$@" -p 2048,8192 -n 128 -r 2 > "$O/$tag.log" 2>&1
-    local rc=$?
-    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
-    note "$tag rc=$rc/$?: $(grep -E '^(2048|8192) ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}')"
-  }
-  # kill -9 of rank 0 (the stage that hands over early) 3 s into 16 streams: rank 1 may be waiting
-  # on a ready word rank 0 never sets; the LandingWatch must end that wait so recovery proceeds.
-  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port 18084 --max-seqs 32 \
-    > "$O/serve_ho_kill.log" 2>&1 &
-  kpid=$!
-  if wait_listening "$O/serve_ho_kill.log"; then
-    timeout 120 "$B/bin/deltaserve-bench-http" --port 18084 --concurrency 16 --requests 32 --prompt-tokens 256 \
-      --max-tokens 256 > "$O/http_ho_kill.log" 2>&1 &
-    hb=$!
-    sleep 3
-    w0=$(grep -oE "started worker rank 0 pid [0-9]+" "$O/serve_ho_kill.log" | tail -1 | awk '{print $NF}')
-    kill -9 "$w0"
-    wait $hb
-    note "handoff kill -9 rank 0 under 16 streams: $(grep -E '^\| 16 ' "$O/http_ho_kill.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}'); $(grep -c 'never landed' "$O/serve_ho_kill.log") watch releases"
-  else
-    note "handoff kill: server did not start"
-  fi
+  ho() { local tag=$1; shift; pair_bench "$tag" 2048,8192 "$@"; }
+  # kill -9 of rank 0 (the stage that hands over early): rank 1 may be waiting on a ready word
+  # rank 0 never sets; the LandingWatch must end that wait so recovery proceeds.
+  kill_rank_under_load ho_kill 0 18084 --mps off
   kill -TERM $kpid; wait $kpid
   ho ho_w1 --workers 1 --devices 0
   ho ho_w2_on --workers 2 --devices 0,0
@@ -312,16 +327,11 @@ if want handoff; then
     ho ho_2gpu_on --workers 2 --devices 0,1
     ho ho_2gpu_off --workers 2 --devices 0,1 --early-handoff off
   fi
-  if command -v nvidia-cuda-mps-control > /dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
-    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-    if nvidia-cuda-mps-control -d; then
-      ho ho_w1_mps --workers 1 --devices 0 --busy-poll off
-      ho ho_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
-      ho ho_w2_off_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff off
-      echo quit | nvidia-cuda-mps-control
-    fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  if mps_start; then
+    ho ho_w1_mps --workers 1 --devices 0 --busy-poll off
+    ho ho_w2_on_mps --workers 2 --devices 0,0 --busy-poll off
+    ho ho_w2_off_mps --workers 2 --devices 0,0 --busy-poll off --early-handoff off
+    mps_stop
   fi
 fi
 
@@ -331,13 +341,7 @@ if want handoff_host; then
   # host keeps stage 1's work off the device until the rows landed. And is the MPS worker's own
   # cost the dependent launches (in-process bench, --no-pdl)?
   echo "==== 9B: 2 workers on one GPU, early hand-off waited on the device vs on the host"
-  ho2() {  # $1 = tag, then bench flags: prefill + decode at 2K, then 32-sequence decode
-    local tag=$1; shift
-    bench 100 -m $M9 --backend cuda "$@" -p 2048 -n 128 -r 2 > "$O/$tag.log" 2>&1
-    local rc=$?
-    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
-    note "$tag rc=$rc/$?: $(grep -E '^2048 ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}')"
-  }
+  ho2() { local tag=$1; shift; pair_bench "$tag" 2048 "$@"; }
   inproc() {  # $1 = tag, then bench flags: one process, no workers, decode at 512
     local tag=$1; shift
     bench 60 -m $M9 --backend cuda "$@" -p 512 -n 128 -r 2 > "$O/$tag.log" 2>&1
@@ -354,21 +358,16 @@ if want handoff_host; then
   else  # HH_PLAIN=0: the plain single worker only (the reference), then MPS with busy polling on / off
     ho2 hh_w1 --workers 1 --devices 0
   fi
-  if command -v nvidia-cuda-mps-control > /dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
-    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-    if nvidia-cuda-mps-control -d; then
-      if [ "${HH_PLAIN:-1}" = 1 ]; then
-        inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
-      fi
-      for poll in ${HH_MPS_POLL:-off}; do
-        ho2 hh_w1_mps_poll$poll --workers 1 --devices 0 --busy-poll $poll
-        ho2 hh_w2_on_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll
-        ho2 hh_w2_host_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll --early-handoff host
-      done
-      echo quit | nvidia-cuda-mps-control
+  if mps_start; then
+    if [ "${HH_PLAIN:-1}" = 1 ]; then
+      inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
     fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    for poll in ${HH_MPS_POLL:-off}; do
+      ho2 hh_w1_mps_poll$poll --workers 1 --devices 0 --busy-poll $poll
+      ho2 hh_w2_on_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll
+      ho2 hh_w2_host_mps_poll$poll --workers 2 --devices 0,0 --busy-poll $poll --early-handoff host
+    done
+    mps_stop
   fi
   ho2 hh_w1_last --workers 1 --devices 0
 fi
@@ -377,13 +376,7 @@ if want issue12; then
   # Issue 12's Done-when with the defaults (two workers on one GPU: a private MPS daemon, busy
   # polling, early hand-off) against one plain worker; --mps off for comparison; two samples.
   echo "==== issue 12: 9B, 2 workers on one GPU (defaults) vs 1 worker"
-  w12() {  # $1 = tag, then bench flags
-    local tag=$1; shift
-    bench 150 -m $M9 --backend cuda "$@" -p 2048,8192,16384 -b 2048 -n 128 -r 2 > "$O/$tag.log" 2>&1
-    local rc=$?
-    bench 100 -m $M9 --backend cuda "$@" -p 128 -n 64 -r 1 --parallel 32 > "$O/${tag}_b32.log" 2>&1
-    note "$tag rc=$rc/$?: $(grep -E '^(2048|8192|16384) ' "$O/$tag.log" | awk '{printf "p%s pp %s tg %s; ", $1, $3, $5}')b32 $(grep -E '^128 ' "$O/${tag}_b32.log" | awk '{printf "%s tok/s", $4}') $(grep -c 'started a CUDA MPS control daemon' "$O/$tag.log") mps"
-  }
+  w12() { local tag=$1; shift; pair_bench "$tag" 2048,8192,16384 "$@"; }
   w12 i12_w1 --workers 1 --devices 0
   w12 i12_w2 --workers 2 --devices 0,0
   w12 i12_w2_mps_off --workers 2 --devices 0,0 --mps off
@@ -391,21 +384,7 @@ if want issue12; then
   w12 i12_w2_again --workers 2 --devices 0,0
   # kill -9 of worker rank 1 under 16 streams (defaults: MPS), then a SIGKILLed server: the next
   # server must quit the daemon it left.
-  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 2 --devices 0,0 --port 18085 --max-seqs 32 \
-    > "$O/serve_i12.log" 2>&1 &
-  kpid=$!
-  if wait_listening "$O/serve_i12.log"; then
-    timeout 120 "$B/bin/deltaserve-bench-http" --port 18085 --concurrency 16 --requests 32 --prompt-tokens 256 \
-      --max-tokens 256 > "$O/http_i12_kill.log" 2>&1 &
-    hb=$!
-    sleep 3
-    w1=$(grep -oE "started worker rank 1 pid [0-9]+" "$O/serve_i12.log" | tail -1 | awk '{print $NF}')
-    kill -9 "$w1"
-    wait $hb
-    note "i12 kill -9 rank 1 under 16 streams (MPS): $(grep -E '^\| 16 ' "$O/http_i12_kill.log" | awk -F'|' '{printf "requests %s failed %s", $3, $4}'); $(grep -c 'started a CUDA MPS control daemon' "$O/serve_i12.log") mps"
-  else
-    note "i12 kill: server did not start"
-  fi
+  kill_rank_under_load i12_kill 1 18085
   kill -9 $kpid; wait $kpid 2> /dev/null
   sleep 2
   note "i12 after SIGKILL of the server: $(ls -d /tmp/deltaserve-mps-* 2> /dev/null | wc -l) daemon dirs left, $(pgrep -c nvidia-cuda-mps || true) mps processes"
@@ -427,14 +406,9 @@ if want workers_batched; then
          bench 150 -m $M9 --backend cuda --workers "$w" --devices "$d" -p 128 -n 64 -r 1 --parallel 32 "$@" > "$O/$tag.log" 2>&1
          note "$tag rc=$?"; }
   wb 1 0 wb1; wb 2 0,0 wb2; wb 2 0,0 wb2_g2 --decode-groups 2
-  if command -v nvidia-cuda-mps-control > /dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/ds_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/ds_mps_log
-    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-    if nvidia-cuda-mps-control -d; then
-      wb 1 0 wb1_mps; wb 2 0,0 wb2_mps; wb 2 0,0 wb2_g2_mps --decode-groups 2
-      echo quit | nvidia-cuda-mps-control
-    fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  if mps_start; then
+    wb 1 0 wb1_mps; wb 2 0,0 wb2_mps; wb 2 0,0 wb2_g2_mps --decode-groups 2
+    mps_stop
   fi
 fi
 

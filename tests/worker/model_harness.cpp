@@ -42,6 +42,16 @@ std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<
   return logits;
 }
 
+std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id, const std::vector<int32_t>& prompt) {
+  const size_t n = prompt.size();
+  std::vector<float> hidden;
+  run_prompt(m, seq_id, prompt, all_rows(n), 0, &hidden);
+  std::vector<float> h(n * n_embd, 0.0f);
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * n_embd),
+            h.begin() + static_cast<std::ptrdiff_t>(n_embd));
+  return h;
+}
+
 std::vector<uint32_t> all_rows(size_t n) {
   std::vector<uint32_t> r(n);
   for (size_t i = 0; i < n; ++i) r[i] = static_cast<uint32_t>(i);

@@ -275,10 +275,7 @@ TEST(Speculation, MtpLastRowMatchesForwardMtp) {
   const size_t V = m.config.n_vocab, D = m.config.n_embd;
   const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
   const auto n = static_cast<uint32_t>(prompt.size());
-  std::vector<float> hidden;
-  run_prompt(*m.stage, 1, prompt, all_rows(n), 0, &hidden);
-  std::vector<float> h(n * D, 0.0f);
-  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  const std::vector<float> h = mtp_rows_for_prompt(*m.stage, D, 1, prompt);
   std::vector<float> all, all_hidden;
   m.stage->forward_mtp(1, 0, prompt, h.data(), &all, &all_hidden);
   const DigestRequest greedy{};
@@ -301,10 +298,7 @@ TEST(Speculation, DraftVocabularyLogitsAreTheFullRowsFirstIds) {
   const size_t V = full.config.n_vocab, D = full.config.n_embd;
   const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
   const auto n = static_cast<uint32_t>(prompt.size());
-  std::vector<float> hidden;
-  run_prompt(*full.stage, 1, prompt, all_rows(n), 0, &hidden);
-  std::vector<float> h(n * D, 0.0f);
-  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>((n - 1) * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  const std::vector<float> h = mtp_rows_for_prompt(*full.stage, D, 1, prompt);
   std::vector<float> all, all_hidden;
   full.stage->forward_mtp(1, 0, prompt, h.data(), &all, &all_hidden);
   LogitDigest digest;
