@@ -85,6 +85,7 @@ size_t reap_stale_mps_daemons(const std::string& parent, const std::string& cont
   static const std::string kPrefix = "deltaserve-mps-";
   std::error_code ec;
   std::vector<std::filesystem::path> stale;
+  size_t reaped = 0;
   for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPrefix, 0) != 0 || !entry.is_directory(ec)) continue;
@@ -105,9 +106,14 @@ size_t reap_stale_mps_daemons(const std::string& parent, const std::string& cont
       }
     }
     std::filesystem::remove_all(dir, ec);
+    if (ec) {  // e.g. another user's directory
+      log::warn("engine", log::Msg() << "could not remove " << dir.string() << ": " << ec.message());
+      continue;
+    }
     log::warn("engine", log::Msg() << "quit and removed the MPS daemon of a server that is gone (" << dir.string() << ")");
+    ++reaped;
   }
-  return stale.size();
+  return reaped;
 }
 
 MpsDaemon::MpsDaemon(std::string control_binary, std::string dir)

@@ -43,7 +43,7 @@ std::string private_mps_dir(const std::string& parent, int pid);
 // Quits and removes the private daemons under `parent` whose engine is gone (a server killed
 // before it could stop its daemon): each deltaserve-mps-<pid> directory whose pid no longer
 // exists gets `quit` through `control_binary` (when its control socket is there) and is removed.
-// Directories of live processes (this one included) are left alone. Returns how many it reaped.
+// Directories of live processes (this one included) are left alone. Returns how many it removed.
 size_t reap_stale_mps_daemons(const std::string& parent, const std::string& control_binary);
 
 class MpsDaemon {
