@@ -120,6 +120,23 @@ class Backend {
   }
   virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out) = 0;
+  // A speculative verify row's recurrence: gdn() over s.n_tokens tokens that also leaves the state
+  // after token c (c < n_captures <= s.n_tokens) in captures + c * capture_stride floats, the
+  // per-position states a rollback restores. Default: token by token through gdn(), a copy after
+  // each captured token (what plain decoding runs; the CPU reference); backends may do it in one
+  // pass with the same bits.
+  virtual void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                            const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                            size_t capture_stride) {
+    GdnShape one = s;
+    one.n_tokens = 1;
+    const size_t state_floats = s.n_v_heads * s.dk * s.dv;
+    for (size_t t = 0; t < s.n_tokens; ++t) {
+      gdn(one, q + t * s.qk_token_stride, k + t * s.qk_token_stride, v + t * s.v_token_stride, g + t * s.n_v_heads,
+          beta + t * s.n_v_heads, state, out + t * s.n_v_heads * s.dv);
+      if (t < n_captures) copy(captures + t * capture_stride, state, state_floats);
+    }
+  }
   // Decode steps of n_seqs sequences, one token each (rows 0..n_seqs-1 of the inputs and
   // outputs), whose states live in one pool: sequence i's at state0 + host_slots[i] * slot_stride
   // floats. Defaults: the one-sequence ops in a loop; backends may run all sequences at once.

@@ -361,6 +361,16 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
     be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
   }
   for (const SeqSpan& s : spans) {
+    if (s.n_draft > 0 && s.n_tokens == s.n_draft + 1) {
+      // A verify row (one token, then its drafts): one pass that captures the state after each
+      // of its first n_draft tokens, the pieces' bits (Backend::gdn_captured).
+      const float* q = conv + s.offset * C;
+      const GdnShape shape{s.n_tokens, nk, nv, dk, dv, C, C};
+      be_->gdn_captured(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv,
+                        st.ssm(s.seq->slot, gl), o + s.offset * nv * dv, s.n_draft,
+                        st.capture_ssm_at(s.seq->slot, 0, gl), st.record_floats());
+      continue;
+    }
     for (const GdnPiece& p : gdn_pieces(s)) {
       const float* q = conv + p.offset * C;
       const GdnShape shape{p.n_tokens, nk, nv, dk, dv, C, C};
