@@ -1,11 +1,9 @@
 #include "coordinator/engine/mps_daemon.h"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/process_alive.h"
 #include "coordinator/engine/gpu_share.h"   // device_of_each_rank, mps_control_running
 #include "coordinator/engine/supervisor.h"  // environment_with
 
@@ -92,8 +91,7 @@ size_t reap_stale_mps_daemons(const std::string& parent, const std::string& cont
     const std::string digits = name.substr(kPrefix.size());
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    // ESRCH only: a pid we may not signal (EPERM) is alive, someone else's.
-    if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (pid == getpid() || process_alive(pid)) continue;
     stale.push_back(entry.path());
   }
   for (const std::filesystem::path& dir : stale) {

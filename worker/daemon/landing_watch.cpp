@@ -1,11 +1,8 @@
 // Producer-death watch for chunks that land after their descriptor (see landing_watch.h).
 #include "worker/daemon/landing_watch.h"
 
-#include <signal.h>
-
-#include <cerrno>
-
 #include "common/log.h"
+#include "common/process_alive.h"
 
 namespace ds {
 namespace {
@@ -13,11 +10,6 @@ namespace {
 // a thousand wake-ups a second only while a chunk is in flight.
 constexpr auto kPollPeriod = std::chrono::milliseconds(1);
 }  // namespace
-
-bool process_alive(int64_t pid) {
-  if (pid <= 0) return true;  // unknown: only the deadline applies
-  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
 
 LandingWatch::LandingWatch(std::chrono::milliseconds deadline, std::function<bool(int64_t)> producer_alive)
     : deadline_(deadline), producer_alive_(producer_alive ? std::move(producer_alive) : process_alive),

@@ -19,7 +19,8 @@ namespace ds {
 
 class LandingWatch {
  public:
-  // `producer_alive(pid)`: whether the producer still runs (default: kill(pid, 0)). `deadline`:
+  // `producer_alive(pid)`: whether the producer still runs (default: process_alive, kill(pid, 0);
+  // an unknown pid <= 0 leaves only the deadline). `deadline`:
   // the longest a chunk may take to land with a live producer (a stuck device).
   explicit LandingWatch(std::chrono::milliseconds deadline = std::chrono::seconds(30),
                         std::function<bool(int64_t)> producer_alive = {});
@@ -46,8 +47,5 @@ class LandingWatch {
   bool stop_ = false;
   std::thread thread_;
 };
-
-// kill(pid, 0): the process exists (EPERM counts as alive).
-bool process_alive(int64_t pid);
 
 }  // namespace ds
