@@ -7,7 +7,8 @@
 # BUNDLE_DIR comes from deploy/bundle.sh (bin/, lib/, run), or is a tarball of it (e.g.
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
-# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "spec_vocab": the MTP draft row with
+# SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "verify_gemv": verify 1+K and tg128 with
+# --decode-gemv dp4a vs mma (VG_GEMVS, VG_KS); "spec_vocab": the MTP draft row with
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps;
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
@@ -169,7 +170,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
+if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -279,6 +280,20 @@ if want spec; then
   echo "==== 9B MTP draft / verify costs"
   for k in 1 2 3 4; do
     bench 60 -m $M9 --backend cuda -p 512,4096 -n 0 -r 3 --spec-k $k > "$O/spec9_k$k.log" 2>&1; note "spec9 k=$k rc=$?"
+  done
+fi
+
+if want verify_gemv; then
+  # Issue 10: the 1..4-token GEMVs on int8 tensor cores (--decode-gemv mma, one instruction stream for 1..4 tokens)
+  # against the dp4a GEMV: verify 1+K and the decode step (-n 128) with each, same call.
+  echo "==== 9B verify 1+K and decode, --decode-gemv dp4a vs mma"
+  for g in ${VG_GEMVS:-dp4a mma}; do
+    for k in ${VG_KS:-1 3 4}; do
+      bench 60 -m $M9 --backend cuda -p 512,4096 -n 0 -r 3 --spec-k $k --decode-gemv $g > "$O/vg_${g}_k$k.log" 2>&1
+      note "vg $g k=$k rc=$?: $(grep 'device digests' "$O/vg_${g}_k$k.log" | head -1 | grep -oE 'decode [0-9.]+ ms \| verify 1\+[0-9] [0-9.]+ ms \([0-9.]+x\)')"
+    done
+    bench 60 -m $M9 --backend cuda -p 512,4096 -n 128 -r 2 --decode-gemv $g > "$O/vg_${g}_tg.log" 2>&1
+    note "vg $g tg128 rc=$?: $(grep -E '^(512|4096) ' "$O/vg_${g}_tg.log" | awk '{printf "p%s tg %s; ", $1, $5}')"
   done
 fi
 

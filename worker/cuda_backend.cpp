@@ -137,7 +137,8 @@ class CudaBackend final : public Backend {
         q8_split_(options.q8_split),
         decode_pdl_(options.decode_pdl),
         split_small_max_(options.split_small_max),
-        split_small_int8_(options.split_small_int8) {
+        split_small_int8_(options.split_small_int8),
+        split_gemv_mma_(options.split_gemv_mma) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -258,6 +259,10 @@ class CudaBackend final : public Backend {
   }
   void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
            float* state, float* out) override;
+  // One launch of the decode recurrence over the row's tokens, captures written from registers.
+  void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                    const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                    size_t capture_stride) override;
   void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                         float* out) override;
   void attention_decode_batch(const DecodeAttentionBatch& b) override;
@@ -389,6 +394,7 @@ class CudaBackend final : public Backend {
   bool decode_pdl_;                  // decode GEMV and small decode ops as programmatic dependent launches
   size_t split_small_max_;           // split-rows batches up to this many tokens on gemm_q8_split_small
   bool split_small_int8_;            // ... or on its int8 twin
+  bool split_gemv_mma_;              // 1..4-token GEMVs on int8 tensor cores
   DeviceScratch digest_scratch_, digest_rows_;
   DeviceScratch gate_scratch_;  // g / beta of the unfused raw-gate gdn_decode_slots
   PinnedScratch digest_host_;
@@ -561,6 +567,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.small_batch_mma_max = mma_max_;
   tc.split_small_max = split_small_max_;
   tc.split_small_int8 = split_small_int8_;
+  tc.split_gemv_mma = split_gemv_mma_;
   // Not in the small-batch GEMM's range: it reads the Q8_0 rows (and stacks, whose first part shares
   // their data pointer, run only there, so a copy keyed by that pointer always has the part's shape).
   const bool small_gemm = w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_;
@@ -647,6 +654,16 @@ void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const f
   } else {
     DS_CUDA_CHECK(cuda::gdn_recurrent(s, q, k, v, g, beta, state, out, stream_));
   }
+}
+
+void CudaBackend::gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                               const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                               size_t capture_stride) {
+  on_device();
+  const cudaError_t e =
+      cuda::gdn_recurrent_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride, stream_);
+  if (e == cudaErrorNotSupported) return Backend::gdn_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride);
+  DS_CUDA_CHECK(e);
 }
 
 void CudaBackend::gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {

@@ -70,6 +70,9 @@ struct CudaBackendOptions {
   // Those products on the int8 small-batch GEMM instead (kernels/cuda/matmul.h
   // TcGemmOptions::split_small_int8: more precise, slower above 8 tokens). Opt-in.
   bool split_small_int8 = false;
+  // 1..4-token split-rows GEMVs (decode steps, verify rows) on int8 tensor cores
+  // (TcGemmOptions::split_gemv_mma); false: the dp4a / float dot GEMV.
+  bool split_gemv_mma = false;
   // Q8_0 matrices whose width is a multiple of 512 are uploaded in the split-rows layout
   // (common/q8_split.h: each row's quants, then its scales; same bytes) so the decode GEMV reads
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads

@@ -39,6 +39,10 @@ struct GdnArgs {
   // Decode with the gates computed in the launch: when raw.alpha is set, g and beta are unused
   // and token t's gates come from row t of raw (gdn_decode_slots' raw-gate form).
   GdnRawGates raw{};
+  // A verify row: the state after token t < n_captures also goes to captures + t * capture_stride
+  // (same layout as state). nullptr: none.
+  float* captures = nullptr;
+  size_t capture_stride = 0, n_captures = 0;
 };
 
 // Token t's log-decay g and write strength beta of value head n: from the g / beta arrays, or
@@ -185,6 +189,14 @@ __global__ void __launch_bounds__(kPThreads) gdn_block_kernel(GdnArgs args) {
       o += S[ii] * qr[ii];
     }
     red_o[ig][jj] = o;
+    if (t < a.n_captures && active) {
+      float* Cg = a.captures + t * a.capture_stride + n * s.dk * s.dv + j;
+#pragma unroll
+      for (int ii = 0; ii < kPI; ++ii) {
+        const size_t i = size_t(ig) * kPI + ii;
+        if (i < s.dk) Cg[i * s.dv] = S[ii];
+      }
+    }
     __syncthreads();
     if (ig == 0 && active) {
       float oj = 0.0f;
@@ -275,6 +287,24 @@ cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, con
 cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, float* state, float* out, cudaStream_t stream) {
   return launch_gdn<true>(s, q, k, v, g, beta, state, out, stream);
+}
+
+cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                                   const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                                   size_t capture_stride, cudaStream_t stream) {
+  if (s.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state, out); e != cudaSuccess) return e;
+  if (n_captures > s.n_tokens || (n_captures > 0 && (captures == nullptr || !detail::aligned_to(captures, 4)))) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_captures > 1 && capture_stride < s.n_v_heads * s.dk * s.dv) return cudaErrorInvalidValue;
+  if (s.dk > static_cast<size_t>(kPMaxDk) || (s.dv + kPJ - 1) / kPJ > 65535) return cudaErrorNotSupported;
+  GdnArgs args{s, q, k, v, g, beta, state, out, q_scale(s.dk)};
+  args.captures = captures;
+  args.capture_stride = capture_stride;
+  args.n_captures = n_captures;
+  const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ));
+  return detail::launch_dependent_if_enabled(gdn_block_kernel, grid, dim3(kPThreads), 0, stream, args);
 }
 
 bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs) {

@@ -28,6 +28,14 @@ cudaError_t gdn_recurrent(const GdnShape& s, const float* q, const float* k, con
 cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                         const float* beta, float* state, float* out, cudaStream_t stream);
 
+// A speculative verify row (Backend::gdn_captured): gdn_recurrent over s.n_tokens tokens in one
+// launch that also writes the state after token t < n_captures to captures + t * capture_stride
+// floats (the state's layout): the bits of one-token launches with a state copy after each.
+// cudaErrorNotSupported for dk > 128 (the caller then goes token by token).
+cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                                   const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                                   size_t capture_stride, cudaStream_t stream);
+
 // Decode of n_seqs sequences in one launch, one token each (s.n_tokens == 1): sequence i reads
 // token row i of q / k (stride s.qk_token_stride), v (s.v_token_stride), g and beta (n_v_heads)
 // and writes row i of out; its state is state0 + slots[i] * slot_stride floats (`slots` on the

@@ -98,15 +98,6 @@ __global__ void x_to_int8x2_kernel(const float* __restrict__ x, size_t xs, int n
 
 // ---- the product ----
 
-// d (16 x 8 s32) = a (16 x 32 s8, row) * b (32 x 8 s8, col) + c.
-__device__ __forceinline__ void mma_s8(int* d, const uint32_t* a, uint32_t b0, uint32_t b1, int c) {
-  asm(  // no side effects: the compiler may schedule it like arithmetic
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
-}
-
 // One stage's bytes: weights (256 rows x 128 columns, swizzled chunks), the rows' scales (4 fp16
 // each), the tokens' levels (a then b, 288-byte rows) and their scales (4 f32 each).
 template <int NT>
@@ -220,8 +211,8 @@ __device__ __forceinline__ void compute_slice(const uint8_t* s, int warp_row, in
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         int ca[4], cb[4];
-        mma_s8(ca, a[mt], la.x, la.y, kMagic);
-        mma_s8(cb, a[mt], lb.x, lb.y, kMagic);
+        ptx::mma_s8(ca, a[mt], la.x, la.y, kMagic);
+        ptx::mma_s8(cb, a[mt], lb.x, lb.y, kMagic);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = fmaf(__int_as_float(ca[e]) - kMagicF, 254.0f, __int_as_float(cb[e]) - kMagicF);

@@ -450,7 +450,10 @@ cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, c
   if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
   if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
   if (up != nullptr && !aligned_to(up, 16)) return cudaErrorInvalidValue;
-  const Geometry g = geometry(static_cast<int>(w.cols), variant);
+  if (variant == kGemvSplitMmaVariant && gemv_q8_split_mma_applies(w)) {
+    return gemv_q8_split_mma(w, x, up, xs, n, out, stream, pdl);
+  }
+  const Geometry g = geometry(static_cast<int>(w.cols), variant == kGemvSplitMmaVariant ? 0 : variant);
   for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {
     const size_t nt = std::min<size_t>(kMaxTokensPerLaunch, n - t0);
     const cudaError_t e = launch_tokens(w, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt,
@@ -478,11 +481,16 @@ cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const f
   return run_variant(variant, w, x, nullptr, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl);
 }
 
-cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
-                               cudaStream_t stream, bool pdl) {
+cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                       const RowSegments& out, cudaStream_t stream, bool pdl) {
   if (w.type != GgmlType::Q8_0_SPLIT) return cudaErrorNotSupported;
   if (!row_segments_fit(out, w.rows, n)) return cudaErrorInvalidValue;
-  return run_variant(kGemvSplitDefaultVariant, w, x, nullptr, xs, n, out, stream, pdl);
+  return run_variant(variant, w, x, nullptr, xs, n, out, stream, pdl);
+}
+
+cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
+                               cudaStream_t stream, bool pdl) {
+  return gemv_q8_split_rows_variant(kGemvSplitDefaultVariant, w, x, xs, n, out, stream, pdl);
 }
 
 cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,

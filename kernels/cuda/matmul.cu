@@ -173,6 +173,10 @@ bool takes_small_batch_mma(const WeightView& w, const float* x, size_t xs, size_
          detail::gemv_q8_mma_applies(w, x, xs, y, ys, n);
 }
 
+int split_gemv_variant(const TcGemmOptions& tc) {
+  return tc.split_gemv_mma ? detail::kGemvSplitMmaVariant : detail::kGemvSplitDefaultVariant;
+}
+
 // Every segment of a stacked product is a valid product of its own (matmul's checks on its row
 // range of w and its output), and the segments cover the rows in order.
 bool segments_valid(const WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out) {
@@ -199,7 +203,8 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
       !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
     return cudaErrorNotSupported;
   }
-  return detail::gemv_q8_split_swiglu(w, gate, up, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
+  return detail::gemv_q8_split_swiglu_variant(split_gemv_variant(tc), w, gate, up, x_stride, n_tokens, y, y_stride,
+                                              stream, dependent_launches(stream));
 }
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
@@ -222,7 +227,8 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
     return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
-    return detail::gemv_q8_split(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
+    return detail::gemv_q8_split_variant(split_gemv_variant(tc), w, x, x_stride, n_tokens, y, y_stride, stream,
+                                         dependent_launches(stream));
   }
   if (precision == MatmulPrecision::kBf16TensorCores && detail::gemm_q8_tc_applies(w, n_tokens)) {
     return detail::gemm_q8_tc(w, x, x_stride, n_tokens, y, y_stride, tc, stream);
@@ -253,7 +259,8 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
         takes_small_batch_mma(w, x, x_stride, n_tokens, out.y[0], out.ys[0], tc)) {
       return cudaErrorNotSupported;
     }
-    return detail::gemv_q8_split_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
+    return detail::gemv_q8_split_rows_variant(split_gemv_variant(tc), w, x, x_stride, n_tokens, out, stream,
+                                              dependent_launches(stream));
   }
   if (precision != MatmulPrecision::kBf16TensorCores) return cudaErrorNotSupported;
   if (n_tokens <= tc.split_small_max) {

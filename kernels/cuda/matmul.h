@@ -91,6 +91,11 @@ struct TcGemmOptions {
   // weights exact, activations as two int8 levels, ~20x smaller error than bf16; H200 lab
   // 2026-11-29: as fast at 5..8 tokens, 0.6-0.85x the speed at 16..64). Opt-in.
   bool split_small_int8 = false;
+  // The 1..4-token split-rows GEMV (decode steps, speculative verify rows) on int8 tensor cores
+  // (matmul_fast.h kGemvSplitMmaVariant: one instruction stream for 1..4 tokens, so a verify row of
+  // 1 + 3 reads the weights at the cost of one token; activations as two int8 levels, 2^-16 of
+  // their block's max) instead of the dp4a / float dot GEMV.
+  bool split_gemv_mma = false;
 };
 // The split-rows GEMV and the small-batch GEMMs are programmatic dependent launches (sm_90+: their
 // weight loads start while the previous kernel finishes; same bits) when the stream's switch is on

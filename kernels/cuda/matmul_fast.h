@@ -60,10 +60,12 @@ bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, 
 // the previous kernel in the stream finishes; activations are read after it completed).
 cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                           cudaStream_t stream, bool pdl = false);
-// Variants: 0 (default) the int8x3 dot product for tall matrices and the float one for short
-// ones (gemv_q8_split.cu explains both); 1 int8x3 always; 2 float always. Each is batch-invariant;
-// int8x3 and float results differ in rounding (both within the bounds in test_cuda_gemv_split.cpp).
-inline constexpr int kGemvSplitVariants = 3, kGemvSplitDefaultVariant = 0;
+// Variants: 0 the int8x3 dot product for tall matrices and the float one for short ones
+// (gemv_q8_split.cu explains both); 1 int8x3 always; 2 float always; 3 (kGemvSplitMmaVariant) int8
+// tensor cores, the same instructions for 1..4 tokens (gemv_q8_split_mma.cu; shapes it does not
+// take run variant 0). Each is batch-invariant; their results differ in rounding (each within
+// its bound in test_cuda_gemv_split.cpp).
+inline constexpr int kGemvSplitVariants = 4, kGemvSplitMmaVariant = 3, kGemvSplitDefaultVariant = 0;
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                   float* y, size_t ys, cudaStream_t stream, bool pdl = false);
 // A stacked matrix's GEMV with its rows written to row segments (RowSegments), 1..kGemvSplitMaxTokens
@@ -72,6 +74,15 @@ cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const f
 // cudaErrorNotSupported for another weight type, cudaErrorInvalidValue where it does not fit.
 cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out,
                                cudaStream_t stream, bool pdl = false);
+cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
+                                       const RowSegments& out, cudaStream_t stream, bool pdl = false);
+// Variant kGemvSplitMmaVariant's kernel (gemv_q8_split_mma.cu): y = W x, or with `up` W (silu(x) *
+// up), in launches of 4 tokens to row segments; the launch geometry depends on the columns only.
+// Takes any split-rows matrix gemv_q8_split_applies to whose activations fit in shared memory
+// (gemv_q8_split_mma_applies: up to ~25K columns).
+bool gemv_q8_split_mma_applies(const cpu::WeightView& w);
+cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
+                              const RowSegments& out, cudaStream_t stream, bool pdl);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 // The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *

@@ -1,6 +1,7 @@
 // Inline PTX shared by the tensor-core kernels (gemm_tc.cu, attention_prefill_tc.cu, the chunked
 // GDN's gdn_chunked_tc.cu / gdn_chunked_prep_tc.cu): async 16-byte copies into shared memory,
-// ldmatrix fragment loads, the m16n8k16 bf16 and m16n8k8 tf32 MMAs with f32 accumulation. All of
+// ldmatrix fragment loads, the m16n8k16 bf16 and m16n8k8 tf32 MMAs with f32 accumulation, the
+// m16n8k32 s8 MMA with s32 accumulation. All of
 // it runs on sm_80 and later.
 #pragma once
 
@@ -73,6 +74,19 @@ __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d (16 x 8 s32) = a (16 x 32 s8, row) * b (32 x 8 s8, col) + c (every element of C is c).
+// Fragments (g = lane / 4, t4 = lane % 4; byte i of a register is element i): a = {row g, k 4 t4
+// .. + 3}, {row g + 8, same k}, {row g, k 16 + 4 t4 .. + 3}, {row g + 8, same k}; b = {k 4 t4 .. + 3
+// of column g}, {k 16 + 4 t4 .. + 3 of column g}; d = (g, 2 t4), (g, 2 t4 + 1), (g + 8, 2 t4),
+// (g + 8, 2 t4 + 1).
+__device__ __forceinline__ void mma_s8(int* d, const uint32_t* a, uint32_t b0, uint32_t b1, int c) {
+  asm(  // no side effects: the compiler may schedule it like arithmetic
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
 }
 
 }  // namespace ds::cuda::ptx

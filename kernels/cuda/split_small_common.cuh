@@ -25,11 +25,20 @@ struct KSplit {
 // depend on how many other tokens share the call (gemm_q8_split_small.cu has the cost model).
 KSplit choose_split(int rows, int cols, int sms);
 
-// Where row r of token t goes in a RowSegments destination (segments in row order).
+// Where row r of token t goes in a RowSegments destination (segments in row order). Unrolled
+// selects, not an indexed loop: a kernel parameter indexed at run time is copied to local memory.
 __device__ __forceinline__ float* segment_out(const RowSegments& s, int r, int t) {
-  int i = 0;
-  while (i + 1 < s.n && static_cast<size_t>(r) >= s.first[i + 1]) ++i;
-  return s.y[i] + static_cast<size_t>(t) * s.ys[i] + (r - s.first[i]);
+  float* base = s.y[0];
+  size_t stride = s.ys[0], first = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxRowSegments; ++i) {
+    if (i < s.n && static_cast<size_t>(r) >= s.first[i]) {
+      base = s.y[i];
+      stride = s.ys[i];
+      first = s.first[i];
+    }
+  }
+  return base + static_cast<size_t>(t) * stride + (static_cast<size_t>(r) - first);
 }
 
 // Where a product's rows go: partial[split][t][r] when the K is split (launch_sum_splits then adds

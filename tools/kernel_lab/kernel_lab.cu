@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/q8_split.h"
@@ -141,17 +142,22 @@ void gemv_mma(int reps) {
 // (cuda::matmul on a GGUF-order view: f32 GEMV <= 8 tokens, the tensor-core kernel at 8) at the 9B
 // decode-step shapes: the int8x3 dot (variant 1), the float dot (variant 2), and which one the
 // default (variant 0) picks for the shape. The step line sums one 9B decode step. ----
-void gemv_split(int reps) {
+// `only`: shapes whose name starts with it (all when empty; ncu runs pick one).
+void gemv_split(int reps, const std::string& only) {
   const StepShape shapes[] = {{"gate+up 24576x4096", 24576, 4096, 32}, {"ffn_down 4096x12288", 4096, 12288, 32},
                               {"qkv+z+a+b 12352x4096", 12352, 4096, 24}, {"attn_q 8192x4096", 8192, 4096, 8},
                               {"gdn_out/o 4096x4096", 4096, 4096, 32}, {"attn_k/v 1024x4096", 1024, 4096, 16},
                               {"lm_head 248320x4096", 248320, 4096, 1}};
   const size_t ns[] = {1, 2, 3, 4, 8};
-  double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {};
+  double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {}, mma_step[5] = {};
   std::vector<std::unique_ptr<Q8Matrix>> mats;
   float* x = device_f32(8 * 12288, 3);
   float* y = device_f32(8 * 248320, 4);
   for (const StepShape& sh : shapes) {
+    if (std::string(sh.name).rfind(only, 0) != 0) {
+      mats.push_back(nullptr);
+      continue;
+    }
     mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
     const Q8Matrix& w = *mats.back();
     const bool picks_int = ds::cuda::detail::gemv_q8_split_int_dot(sh.rows, sh.cols, 0);
@@ -167,8 +173,9 @@ void gemv_split(int reps) {
                                                             n, y, sh.rows, nullptr));
         });
       };
-      const double int_ms = split(1), float_ms = split(2);
+      const double int_ms = split(1), float_ms = split(2), mma_ms = split(ds::cuda::detail::kGemvSplitMmaVariant);
       const double per = static_cast<double>(sh.per_step);
+      mma_step[k] += mma_ms * per;
       cur_step[k] += cur * per;
       int_step[k] += int_ms * per;
       float_step[k] += float_ms * per;
@@ -176,19 +183,21 @@ void gemv_split(int reps) {
       const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
       const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
       std::printf("gemv-split n=%zu %-22s gguf %7.1f us %5.1f%% | int8x3 %7.1f us %5.1f%% | float %7.1f us %5.1f%% | "
-                  "default %s\n",
+                  "mma %7.1f us %5.1f%% | default %s\n",
                   n, sh.name, cur * 1e3, pct(cur), int_ms * 1e3, pct(int_ms), float_ms * 1e3, pct(float_ms),
-                  picks_int ? "int8x3" : "float");
+                  mma_ms * 1e3, pct(mma_ms), picks_int ? "int8x3" : "float");
     }
   }
   for (int k = 0; k < 5; ++k) {
     std::printf("gemv-split 9B step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
-                "default %6.3f ms (x%.2f of its n=1)\n",
-                ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0]);
+                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1)\n",
+                ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
+                mma_step[k] / mma_step[0]);
   }
   // The same step as one queue of back-to-back launches (no per-launch event floor): what a decode
   // step's GEMVs cost, at the step's weight bytes.
   double step_bytes = 0;
+  if (!only.empty()) return;  // the step below needs every shape
   for (size_t i = 0; i < mats.size(); ++i) step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
   for (int k = 0; k < 5; ++k) {
     const size_t n = ns[k];
@@ -210,10 +219,11 @@ void gemv_split(int reps) {
       });
     };
     const double g = queued(-1), d = queued(0), in = queued(1), fl = queued(2);
-    std::printf("gemv-split 9B step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | default %6.3f ms %5.1f%% | int8x3 "
-                "%6.3f | float %6.3f\n",
+    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant);
+    std::printf("gemv-split 9B step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
+                "%6.3f | float %6.3f | mma %6.3f ms %5.1f%%\n",
                 n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
-                in, fl);
+                in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm);
   }
   LAB_CHECK(cudaFree(x));
   LAB_CHECK(cudaFree(y));
@@ -306,6 +316,7 @@ int main(int argc, char** argv) {
   bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
   bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
   bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
+  std::string shape_prefix;      // --shape NAME: only the --gemv-split shapes whose name starts with NAME
   bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
   bool only_gemm_int8 = false;  // --gemm-int8: just the int8 vs the bf16 small-batch GEMM over split rows
   for (int i = 1; i < argc; ++i) {
@@ -314,6 +325,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--prefill-ops") == 0) only_prefill_ops = true;
     if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
     if (std::strcmp(argv[i], "--gemv-split") == 0) only_gemv_split = true;
+    if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) shape_prefix = argv[++i];
     if (std::strcmp(argv[i], "--gemm-split") == 0) only_gemm_split = true;
     if (std::strcmp(argv[i], "--gemm-int8") == 0) only_gemm_int8 = true;
   }
@@ -326,7 +338,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only_gemv_split) {
-    gemv_split(reps);
+    gemv_split(reps, shape_prefix);
     return 0;
   }
   if (only_gemm_split) {

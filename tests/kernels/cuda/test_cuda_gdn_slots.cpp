@@ -62,6 +62,52 @@ TEST(CudaGdnSlots, ConvL2MatchesOneSequenceAtATime) {
       << "slot 1 is not in the step and must stay untouched";
 }
 
+// A speculative verify row's recurrence in one launch (gdn_recurrent_captured: 1 + 3 tokens, captures
+// after tokens 0..2 in records further apart than a state) against one-token launches with a
+// state copy after each: outputs, final state and captures bit-identical (memcmp), the fourth
+// record untouched; bad captures refused.
+TEST(CudaGdnSlots, CapturedVerifyRowMatchesTokenByToken) {
+  DS_REQUIRE_GPU();
+  Rng rng(19);
+  const size_t T = 4, n_cap = 3, state_floats = kNv * kDk * kDv, stride = state_floats + 40;
+  const GdnShape shape{T, kNk, kNv, kDk, kDv, kC, kC};
+  const std::vector<float> conv = rng.vec(T * kC), g = rng.vec(T * kNv, -1.0f, 0.0f), beta = rng.vec(T * kNv, 0.0f, 1.0f);
+  const std::vector<float> state0 = rng.vec(state_floats, -0.1f, 0.1f), caps0 = rng.vec(4 * stride);
+  DeviceArray<float> dconv(conv), dg(g), dbeta(beta), one_state(state0), loop_state(state0), one_caps(caps0),
+      loop_caps(caps0), out_one(T * kNv * kDv), out_loop(T * kNv * kDv);
+  const float* q = dconv.get();
+  ASSERT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
+                                   out_one.get(), n_cap, one_caps.get(), stride, nullptr),
+            cudaSuccess);
+  GdnShape one = shape;
+  one.n_tokens = 1;
+  for (size_t t = 0; t < T; ++t) {
+    ASSERT_EQ(cuda::gdn_recurrent(one, q + t * kC, q + t * kC + kNk * kDk, q + t * kC + 2 * kNk * kDk, dg.get() + t * kNv,
+                            dbeta.get() + t * kNv, loop_state.get(), out_loop.get() + t * kNv * kDv, nullptr),
+              cudaSuccess);
+    if (t < n_cap) {
+      ASSERT_EQ(cudaMemcpy(loop_caps.get() + t * stride, loop_state.get(), state_floats * sizeof(float),
+                           cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+    }
+  }
+  EXPECT_TRUE(same(out_one.download(), out_loop.download()));
+  EXPECT_TRUE(same(one_state.download(), loop_state.download()));
+  const std::vector<float> caps = one_caps.download();
+  EXPECT_TRUE(same(caps, loop_caps.download()));
+  EXPECT_EQ(std::memcmp(caps.data() + 3 * stride, caps0.data() + 3 * stride, stride * sizeof(float)), 0)
+      << "only n_captures records are written";
+  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, state_floats * sizeof(float)), 0) << "the captures differ by token";
+  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
+                                   out_one.get(), T + 1, one_caps.get(), stride, nullptr),
+            cudaErrorInvalidValue)
+      << "more captures than tokens";
+  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
+                                   out_one.get(), 2, one_caps.get(), state_floats - 1, nullptr),
+            cudaErrorInvalidValue)
+      << "overlapping capture records";
+}
+
 TEST(CudaGdnSlots, RecurrenceMatchesOneSequenceAtATime) {
   DS_REQUIRE_GPU();
   Rng rng(18);

@@ -13,7 +13,12 @@
 //    sum|w x| (float dot) or sum|w| max|x_chunk| (int8x3); we allow (22 + cols/512) * 2^-23 times
 //    the larger of the two (twice that count, for the partial sums' growth);
 //  * the int8x3 dot also represents x to within 2^-23.3 max|x_chunk| (s3/2 with s3 =
-//    max/(127*252*252)): 2^-22 * sum_i |w_i| max|x_chunk(i)| more.
+//    max/(127*252*252)): 2^-22 * sum_i |w_i| max|x_chunk(i)| more;
+//  * the tensor-core variant (int8x2 levels, kernels/cuda/int8x2_levels.h) represents x to within
+//    0.506 u = 2^-15.96 max|x_block| per 32-column block (Q = rint(x * kQMax / max) with a rounded
+//    reciprocal, u rounded too): 2^-15.9 * sum_i |w_i| max|x_block(i)| more. Its f32 path per output: one rounding for the levels'
+//    combination, one for d * u, one per block added in its lane (cols / 32 / warps, warps >= 4
+//    unless the row has fewer 256-column stages) and one per warp partial: within the same unit.
 // Versus the CPU f32 reference: that plus the CPU's own 2e-6 * sum|w x| (test_cuda_matmul.cpp).
 // The worst observed ratio is printed so the margin is on record.
 #include <gtest/gtest.h>
@@ -45,9 +50,28 @@ std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw,
 
 double error_units(size_t cols) { return 22.0 + static_cast<double>(cols / kQ8SplitColAlign); }
 
+// How a variant represents the activations (the error term it adds beyond f32 rounding).
+enum class Dot { kFloat, kInt8x3, kInt8x2 };
+Dot dot_of_variant(int variant, size_t rows, size_t cols) {
+  if (variant == detail::kGemvSplitMmaVariant) return Dot::kInt8x2;
+  return detail::gemv_q8_split_int_dot(rows, cols, variant) ? Dot::kInt8x3 : Dot::kFloat;
+}
+const char* dot_name(Dot d) { return d == Dot::kFloat ? "float" : d == Dot::kInt8x3 ? "int8x3" : "int8x2 mma"; }
+
+// sum_i |w_i| max|x over i's chunk of `width` columns|.
+double chunk_weighted(const std::vector<float>& wrow, const float* x, size_t width) {
+  double sum = 0;
+  for (size_t c0 = 0; c0 < wrow.size(); c0 += width) {
+    double m = 0;
+    for (size_t i = c0; i < c0 + width; ++i) m = std::max(m, std::fabs(static_cast<double>(x[i])));
+    for (size_t i = c0; i < c0 + width; ++i) sum += std::fabs(static_cast<double>(wrow[i])) * m;
+  }
+  return sum;
+}
+
 // Checks every output against the exact and the CPU f32 products; returns the worst error/allowed.
 double check_against_references(const SplitHost& w, const std::vector<float>& x, size_t xs, size_t n,
-                                const std::vector<float>& got, size_t ys, bool int_dot) {
+                                const std::vector<float>& got, size_t ys, Dot dot) {
   std::vector<float> cpu_y(n * ys, 7.0f);
   cpu::matmul(w.gguf_view(), x.data(), xs, n, cpu_y.data(), ys, nullptr);
   const double unit = error_units(w.cols) * std::ldexp(1.0, -23);
@@ -56,19 +80,18 @@ double check_against_references(const SplitHost& w, const std::vector<float>& x,
   for (size_t r = 0; r < w.rows; ++r) {
     cpu::weight_row(w.gguf_view(), r, wrow.data());
     for (size_t t = 0; t < n; ++t) {
-      double exact = 0, abs_sum = 0, chunk_sum = 0;  // chunk_sum: sum |w_i| max|x_chunk(i)|
-      for (size_t c0 = 0; c0 < w.cols; c0 += 16) {
-        double m = 0;
-        for (size_t i = c0; i < c0 + 16; ++i) m = std::max(m, std::fabs(static_cast<double>(x[t * xs + i])));
-        for (size_t i = c0; i < c0 + 16; ++i) {
-          const double p = static_cast<double>(wrow[i]) * x[t * xs + i];
-          exact += p;
-          abs_sum += std::fabs(p);
-          chunk_sum += std::fabs(static_cast<double>(wrow[i])) * m;
-        }
+      double exact = 0, abs_sum = 0;
+      for (size_t i = 0; i < w.cols; ++i) {
+        const double p = static_cast<double>(wrow[i]) * x[t * xs + i];
+        exact += p;
+        abs_sum += std::fabs(p);
       }
-      const double allowed =
-          unit * (int_dot ? std::max(abs_sum, chunk_sum) : abs_sum) + (int_dot ? std::ldexp(chunk_sum, -22) : 0.0);
+      double allowed = unit * abs_sum;
+      if (dot != Dot::kFloat) {
+        const bool x3 = dot == Dot::kInt8x3;
+        const double chunk_sum = chunk_weighted(wrow, x.data() + t * xs, x3 ? 16 : 32);
+        allowed = unit * std::max(abs_sum, chunk_sum) + chunk_sum * std::exp2(x3 ? -22.0 : -15.9);
+      }
       const double g = got[t * ys + r];
       const double e_exact = std::fabs(g - exact) / (allowed + 1e-30);
       const double e_cpu = std::fabs(g - cpu_y[t * ys + r]) / (allowed + 2e-6 * abs_sum + 1e-30);
@@ -97,20 +120,20 @@ TEST(CudaGemvSplit, MatchesReferencesForEveryTokenCountAndDot) {
     DeviceArray<uint8_t> dw(w.split);
     const size_t xs = s.cols + 4, ys = s.rows + 3;  // padded strides (x rows stay 16-byte aligned)
     const std::vector<float> x = rng.vec(8 * xs);
-    for (int v = 1; v <= 2; ++v) {  // 1: int8x3, 2: float
+    for (int v : {1, 2, detail::kGemvSplitMmaVariant}) {  // int8x3, float, int8 tensor cores
+      const Dot dot = dot_of_variant(v, s.rows, s.cols);
       double worst = 0;
       for (size_t n = 1; n <= detail::kGemvSplitMaxTokens; ++n) {
-        worst = std::max(worst, check_against_references(w, x, xs, n, run_split(w, dw, x, xs, n, ys, v), ys, v == 1));
+        worst = std::max(worst, check_against_references(w, x, xs, n, run_split(w, dw, x, xs, n, ys, v), ys, dot));
       }
-      std::printf("gemv_split %zux%zu %s: worst error / allowed = %.3g\n", s.rows, s.cols, v == 1 ? "int8x3" : "float",
-                  worst);
+      std::printf("gemv_split %zux%zu %s: worst error / allowed = %.3g\n", s.rows, s.cols, dot_name(dot), worst);
     }
   }
 }
 
 // Real activations have outlier channels: a chunk's max sets the int8x3 grid, so small values next
 // to a huge one carry relatively more error; the bound above accounts for it, and so must the kernel.
-TEST(CudaGemvSplit, Int8x3DotHandlesOutliersAndZeroChunks) {
+TEST(CudaGemvSplit, IntegerDotsHandleOutliersAndZeroChunks) {
   DS_REQUIRE_GPU();
   Rng rng(5151);
   const SplitHost w = make_split(257, 2048, rng);
@@ -119,12 +142,20 @@ TEST(CudaGemvSplit, Int8x3DotHandlesOutliersAndZeroChunks) {
   for (size_t i = 0; i < x.size(); i += 37) x[i] *= 3000.0f;          // outliers
   for (size_t i = 512; i < 1024; ++i) x[i] = 0.0f;                    // an all-zero slice (token 0)
   for (size_t i = 2048 + 100; i < 2048 + 116; ++i) x[i] = 1e-30f;     // a tiny chunk (token 1)
-  const double worst = check_against_references(w, x, 2048, 2, run_split(w, dw, x, 2048, 2, 257, 1), 257, true);
-  std::printf("gemv_split int8x3 with outliers: worst error / allowed = %.3g\n", worst);
-  // A non-finite activation must not give a finite answer.
+  for (int v : {1, detail::kGemvSplitMmaVariant}) {
+    const Dot dot = dot_of_variant(v, 257, 2048);
+    const double worst = check_against_references(w, x, 2048, 2, run_split(w, dw, x, 2048, 2, 257, v), 257, dot);
+    std::printf("gemv_split %s with outliers: worst error / allowed = %.3g\n", dot_name(dot), worst);
+  }
+  // A non-finite activation must not give a finite answer, nor spill into another token's rows.
   x[5] = std::numeric_limits<float>::infinity();
-  const std::vector<float> bad = run_split(w, dw, x, 2048, 1, 257, 1);
-  for (size_t r = 0; r < 257; ++r) EXPECT_FALSE(std::isfinite(bad[r])) << "row " << r;
+  for (int v : {1, detail::kGemvSplitMmaVariant}) {
+    const std::vector<float> bad = run_split(w, dw, x, 2048, 2, 257, v);
+    for (size_t r = 0; r < 257; ++r) {
+      EXPECT_FALSE(std::isfinite(bad[r])) << "variant " << v << " row " << r;
+      EXPECT_TRUE(std::isfinite(bad[257 + r])) << "variant " << v << " row " << r << " of the finite token";
+    }
+  }
 }
 
 // A row's bits must not depend on which other tokens share the call, nor on n; variant 0 is
@@ -165,17 +196,20 @@ TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
   const SplitHost w = make_split(4096, 4096, rng);
   DeviceArray<uint8_t> dw(w.split);
   const std::vector<float> x = rng.vec(4 * 4096);
-  for (size_t n : {size_t{1}, size_t{4}}) {
-    const std::vector<float> want = run_split(w, dw, x, 4096, n, 4096);
-    DeviceArray<float> src(x), dx(x.size()), dy(n * 4096);
-    for (int rep = 0; rep < 3; ++rep) {
-      DS_CUDA_CHECK(cudaMemset(dy.get(), 0, n * 4096 * sizeof(float)));
-      DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
-      DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
-      DS_CUDA_CHECK(detail::gemv_q8_split(w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096, nullptr,
-                                          /*pdl=*/true));
-      const std::vector<float> got = dy.download();
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n << " rep " << rep;
+  for (int v : {detail::kGemvSplitDefaultVariant, detail::kGemvSplitMmaVariant}) {
+    for (size_t n : {size_t{1}, size_t{4}}) {
+      const std::vector<float> want = run_split(w, dw, x, 4096, n, 4096, v);
+      DeviceArray<float> src(x), dx(x.size()), dy(n * 4096);
+      for (int rep = 0; rep < 3; ++rep) {
+        DS_CUDA_CHECK(cudaMemset(dy.get(), 0, n * 4096 * sizeof(float)));
+        DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
+        DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
+        DS_CUDA_CHECK(detail::gemv_q8_split_variant(v, w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096,
+                                                    nullptr, /*pdl=*/true));
+        const std::vector<float> got = dy.download();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "variant " << v << " n=" << n << " rep " << rep;
+      }
     }
   }
 }
@@ -232,6 +266,16 @@ TEST(CudaGemvSplit, RowSegmentsEqualTheWholeProduct) {
         return detail::gemv_q8_split_rows(w, x, xs, n, out, nullptr, dependent);
       },
       {1, 2, 3, 4, 8});
+  // The tensor-core variant, at widths with a ring of 4 slots per warp (4096) and of 3 (12288).
+  expect_row_segments_equal_whole(
+      {{4096 + 1024 + 64, 4096}, {700, 12288}},
+      [](const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t n) {
+        return run_split(w, dw, x, w.cols, n, w.rows, detail::kGemvSplitMmaVariant);
+      },
+      [](const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out, bool dependent) {
+        return detail::gemv_q8_split_rows_variant(detail::kGemvSplitMmaVariant, w, x, xs, n, out, nullptr, dependent);
+      },
+      {1, 3, 4, 7});
 }
 
 TEST(CudaGemvSplit, RejectsWhatItCannotRead) {

@@ -1,0 +1,370 @@
+// Decode GEMV for split-rows Q8_0 weights on int8 tensor cores, 1..4 tokens a launch, with the
+// same instruction stream for every token count (gemv_q8_split.cu variant kGemvSplitMmaVariant).
+//
+// Why: the dp4a GEMV (gemv_q8_split.cu) issues ~2.8x the instructions at 4 tokens as at 1 and,
+// at 16 warps per SM, cannot hide them (ncu, H200, 2026-11-30: gate+up 66 vs 31 us). A
+// speculative verify row of 1 + 3 tokens then costs ~1.9x a decode step. Here one
+// mma.m16n8k32.s8 takes one Q8_0 block of 16 rows against ALL FOUR tokens at once: its 8 B
+// columns are the tokens' two int8 activation levels (column 2t: level a of token t, 2t + 1:
+// level b). Missing tokens are zero columns, so 1, 2, 3 or 4 tokens run the same instructions:
+// a verify row reads the weights once at the cost of a one-token decode step, and a token's
+// bits never depend on its companions (batch invariance by construction, not by care).
+//
+// Activations (int8x2_levels.h, the int8 small-batch GEMM's representation): per 32-column block
+// a scale u = max|x| / (254 * 127 + 127) and per column Q = 254 a + b, a, b int8, here
+// Q = rint(x * (254 * 127 + 127) / max|x|) (one reciprocal per block instead of a division per
+// column): |x - u Q| <= 0.506 u < 2^-15.95 max|x_block|. Each block (of the grid) quantizes them
+// once into shared memory at the start: levels [32-col block][8 columns][32 bytes], scales
+// [32-col block][4 tokens]. With `up`, x is the FFN's silu(gate) * up (the swiglu kernel's f32
+// expression), so ffn_down needs no separate SwiGLU launch.
+//
+// Product per (row, token, block): the mma's two int32 sums ca = sum q a, cb = sum q b are exact
+// (|c| < 2^22; accumulators start at the bits of 1.5 * 2^23, so one FADD reads them as floats),
+// v = fma(ca, 254, cb) (one rounding), acc = fma(v, d * u, acc). Error against the exact product
+// of the dequantized weights and x: sum_i |w_i| 2^-15.98 max|x_block(i)| from the activations, plus
+// f32 rounding (test_cuda_gemv_split.cpp states the bound).
+//
+// Work split: tiles of 16 rows; a tile's columns in stages of 128 (4 blocks), warp w of the
+// block taking stages w, w + W, ... in order (W depends on the shape only). The warp copies each
+// stage (16 rows x 128 quants + the rows' 4 fp16 scales) into its own ring of 2-4 slots in shared
+// memory with cp.async (the next ones in flight while one is computed, across tiles too; the
+// first ones before the activations are quantized), then lane (g, t4) reads 8 bytes of rows g and
+// g + 8 per block: the fragment's k order is a permutation of the block's columns, the same for A
+// and B (lane t4 holds columns 8 t4 .. 8 t4 + 7, its low word at k 4 t4, its high word at k 16 +
+// 4 t4). A persistent grid, one block per SM: block b takes tiles b, b + gridDim.x, ...; after
+// each tile the warps' partials [warp][row][token] are summed in warp
+// order (double-buffered in shared memory: one barrier per tile).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/int8x2_levels.h"
+#include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/ptx_mma.cuh"
+#include "kernels/cuda/split_small_common.cuh"  // segment_out
+#include "kernels/cuda/weights.cuh"
+
+namespace ds::cuda::detail {
+namespace {
+
+constexpr int kTileRows = 16;
+constexpr int kStageBlocks = 4, kStageCols = kStageBlocks * kQ8Block;  // 128 columns a stage
+constexpr int kTokens = 4;                                             // 4 tokens x 2 levels = 8 columns
+constexpr int kMaxWarps = 16;
+constexpr int kLevelBytes = 8 * kQ8Block;  // one block's 8 columns of 32 levels
+constexpr int kMagic = 0x4B400000;         // bits of 1.5 * 2^23
+constexpr float kMagicF = 12582912.0f;
+constexpr size_t kSmemLimit = 227 * 1024;  // a constant, so the geometry (and the bits) are device-independent
+
+
+// ---- activations -> shared memory ------------------------------------------------------------
+
+// One lane's 8 columns of a 32-column block of token t (with `up`: silu(x) * up, the swiglu
+// kernel's f32 expression); zeros when absent.
+__device__ __forceinline__ void load_eight(const float* __restrict__ x, const float* __restrict__ up, size_t at,
+                                           bool present, float (&v)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+  if (!present) return;
+  const float4* xp = reinterpret_cast<const float4*>(x + at);
+  const float4 lo = __ldg(xp), hi = __ldg(xp + 1);
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  if (up == nullptr) return;
+  const float4* upp = reinterpret_cast<const float4*>(up + at);
+  const float4 ul = __ldg(upp), uh = __ldg(upp + 1);
+  const float u8[8] = {ul.x, ul.y, ul.z, ul.w, uh.x, uh.y, uh.z, uh.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = silu(v[i]) * u8[i];
+}
+
+// Low byte of each value (a float 1.5 * 2^23 + k for an integer k in [-127, 127]: k's two's
+// complement) packed into one word.
+__device__ __forceinline__ uint32_t pack_low_bytes(float v0, float v1, float v2, float v3) {
+  const uint32_t lo = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x0040u);
+  const uint32_t hi = __byte_perm(__float_as_uint(v2), __float_as_uint(v3), 0x0040u);
+  return __byte_perm(lo, hi, 0x5410u);
+}
+
+// The quad's block (lanes 4k .. 4k + 3 hold its 8-column parts): scale u = max|x| / kQMax (NaN
+// when a value is not finite), Q = rint(t) for t = x * kQMax / max (one reciprocal per block, not
+// a division per column: |Q - x / u| <= 0.5 + 2^-8, so |x - u Q| <= 0.506 u), written as the
+// levels a = clamp(rint(t / 254), +-127) and b = rint(t - 254 a) (t - 254 a is exact and lies in
+// [-127, 127]; it differs from t by an even integer, so both round ties alike and 254 a + b =
+// rint(t)) to columns 2t and 2t + 1 of the block, u to scales. All lanes call it (shuffles).
+__device__ __forceinline__ void quantize_eight(const float (&v)[8], bool present, int t, int blk, int part,
+                                               uint8_t* levels, float* scales) {
+  float m = 0.0f;
+  int finite = 1;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    m = fmaxf(m, fabsf(v[i]));
+    finite &= isfinite(v[i]) ? 1 : 0;
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off *= 2) {
+    m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    finite &= __shfl_xor_sync(0xFFFFFFFFu, finite, off);
+  }
+  if (!present) return;
+  const float inv = finite != 0 && m > 0.0f ? static_cast<float>(int8x2::kQMax) / m : 0.0f;
+  float la[8], lb[8];  // 1.5 * 2^23 + level
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float tq = v[i] * inv;
+    const float a = fminf(fmaxf(rintf(tq * (1.0f / 254.0f)), -127.0f), 127.0f);
+    la[i] = a + kMagicF;
+    lb[i] = fmaf(-254.0f, a, tq) + kMagicF;  // the add rounds to the nearest integer
+  }
+  uint8_t* blk_levels = levels + static_cast<size_t>(blk) * kLevelBytes + 8 * part;
+  *reinterpret_cast<uint2*>(blk_levels + (2 * t) * kQ8Block) =
+      make_uint2(pack_low_bytes(la[0], la[1], la[2], la[3]), pack_low_bytes(la[4], la[5], la[6], la[7]));
+  *reinterpret_cast<uint2*>(blk_levels + (2 * t + 1) * kQ8Block) =
+      make_uint2(pack_low_bytes(lb[0], lb[1], lb[2], lb[3]), pack_low_bytes(lb[4], lb[5], lb[6], lb[7]));
+  if (part == 0) scales[blk * kTokens + t] = finite != 0 ? int8x2::block_scale(m) : __int_as_float(0x7FC00000);
+}
+
+// Pulls the tokens' activation rows (and `up`'s) into L1 (a hint, no registers): the block's
+// quantization passes then mostly hit L1 instead of waiting one L2 round trip each.
+__device__ __forceinline__ void prefetch_activations(const float* x, const float* up, size_t xs, int n, int cols) {
+  const int lines = cols / 32 + 1;  // 128-byte lines of a row (+1: rows need not be line-aligned)
+  for (int i = static_cast<int>(threadIdx.x); i < n * lines; i += static_cast<int>(blockDim.x)) {
+    const size_t at = static_cast<size_t>(i / lines) * xs + static_cast<size_t>(min(32 * (i % lines), cols - 1));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(x + at));
+    if (up != nullptr) asm volatile("prefetch.global.L1 [%0];" ::"l"(up + at));
+  }
+}
+
+// The n tokens' 32-column blocks, a quad of lanes per block (after the L1 prefetch). The
+// columns of tokens n..3 are left as they are: an mma's output column depends on its own input
+// column only, and those tokens' outputs are never stored. Loop trips are warp-uniform.
+__device__ __forceinline__ void quantize_activations(const float* __restrict__ x, const float* __restrict__ up,
+                                                     size_t xs, int n, int cols, uint8_t* levels, float* scales) {
+  prefetch_activations(x, up, xs, n, cols);
+  const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, part = lane % 4;
+  const int n_blocks = cols / kQ8Block, items = n * n_blocks, per_pass = kWarp / 4;
+  for (int base = warp * per_pass; base < items; base += warps * per_pass) {
+    const int i = base + lane / 4, t = i / n_blocks, blk = i % n_blocks;
+    float v[8];
+    load_eight(x, up, static_cast<size_t>(t) * xs + static_cast<size_t>(blk) * kQ8Block + 8 * part, i < items, v);
+    quantize_eight(v, i < items, t, blk, part, levels, scales);
+  }
+}
+
+// ---- one stage of a warp: 16 rows x 128 columns, staged through a per-warp ring -----------------
+//
+// A slot holds the stage's quants (16 rows x 128 bytes; 16-byte chunk j of row r at position
+// j ^ 2 (r & 3), so the four rows a half-warp reads with its 8-byte fragment loads fall on disjoint
+// banks) and the rows' 4 fp16 block scales. cp.async fills it with 16-byte copies, 8 lanes per row:
+// every copy instruction reads 4 whole 128-byte lines (fragment-shaped 8-byte loads straight from
+// global memory read one 32-byte sector per row and instruction: 2.7x the L2 requests, measured).
+
+constexpr int kSlotQuantBytes = kTileRows * kStageCols, kSlotBytes = kSlotQuantBytes + kTileRows * kStageBlocks * 2;
+
+__device__ __forceinline__ int swizzled(int row, int chunk) { return chunk ^ ((row & 3) << 1); }
+
+// cp.async.wait_group takes an immediate: waits until at most `pending` (1..3) groups are in flight.
+__device__ __forceinline__ void wait_copies_but(int pending) {
+  if (pending >= 3) {
+    ptx::cp_async_wait<3>();
+  } else if (pending == 2) {
+    ptx::cp_async_wait<2>();
+  } else {
+    ptx::cp_async_wait<1>();
+  }
+}
+
+// Copies stage `stage` of row tile `tile` into `slot` (rows past the matrix re-read its last row;
+// never stored).
+__device__ __forceinline__ void stage_copy(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes, int tile,
+                                           int stage, int lane, uint8_t* slot) {
+  constexpr int kChunksPerRow = kStageCols / 16;
+#pragma unroll
+  for (int j = 0; j < kTileRows * kChunksPerRow / kWarp; ++j) {
+    const int c = lane + j * kWarp, r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const uint8_t* row = w + static_cast<size_t>(min(tile * kTileRows + r, rows - 1)) * row_bytes;
+    ptx::cp_async16(ptx::smem_u32(slot + r * kStageCols + 16 * swizzled(r, chunk)), row + stage * kStageCols + 16 * chunk,
+                    true);
+  }
+  if (lane < kTileRows) {
+    const uint8_t* row = w + static_cast<size_t>(min(tile * kTileRows + lane, rows - 1)) * row_bytes;
+    ptx::cp_async8(ptx::smem_u32(slot + kSlotQuantBytes + lane * kStageBlocks * 2), row + cols + stage * kStageBlocks * 2);
+  }
+}
+
+// acc0 / acc1 (rows g / g + 8, token t4) += the staged blocks, in column order.
+__device__ __forceinline__ void stage_compute(const uint8_t* slot, const uint8_t* levels, const float* scales, int stage,
+                                              int g, int t4, float& acc0, float& acc1) {
+  const uint2 d0w = *reinterpret_cast<const uint2*>(slot + kSlotQuantBytes + g * kStageBlocks * 2);
+  const uint2 d1w = *reinterpret_cast<const uint2*>(slot + kSlotQuantBytes + (g + 8) * kStageBlocks * 2);
+#pragma unroll
+  for (int b = 0; b < kStageBlocks; ++b) {
+    const int blk = stage * kStageBlocks + b, chunk = 2 * b + t4 / 2, half = 8 * (t4 % 2);
+    const uint2 q0 = *reinterpret_cast<const uint2*>(slot + g * kStageCols + 16 * swizzled(g, chunk) + half);
+    const uint2 q1 = *reinterpret_cast<const uint2*>(slot + (g + 8) * kStageCols + 16 * swizzled(g + 8, chunk) + half);
+    const uint2 bx = *reinterpret_cast<const uint2*>(levels + static_cast<size_t>(blk) * kLevelBytes + g * kQ8Block + 8 * t4);
+    const uint32_t a[4] = {q0.x, q1.x, q0.y, q1.y};
+    int c[4];
+    ptx::mma_s8(c, a, bx.x, bx.y, kMagic);
+    const float u = scales[blk * kTokens + t4];
+    const uint32_t w0 = b < 2 ? d0w.x : d0w.y, w1 = b < 2 ? d1w.x : d1w.y;
+    const float d0 = half_bits_to_float(static_cast<uint16_t>(b % 2 == 0 ? w0 & 0xFFFFu : w0 >> 16));
+    const float d1 = half_bits_to_float(static_cast<uint16_t>(b % 2 == 0 ? w1 & 0xFFFFu : w1 >> 16));
+    const float v0 = fmaf(__int_as_float(c[0]) - kMagicF, 254.0f, __int_as_float(c[1]) - kMagicF);
+    const float v1 = fmaf(__int_as_float(c[2]) - kMagicF, 254.0f, __int_as_float(c[3]) - kMagicF);
+    acc0 = fmaf(v0, d0 * u, acc0);
+    acc1 = fmaf(v1, d1 * u, acc1);
+  }
+}
+
+// A warp's walk over its (tile, stage) items: stages warp, warp + W, ... of tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ...
+struct Cursor {
+  int tile, stage;
+  __device__ __forceinline__ void advance(int first_stage, int stages, int warps) {
+    stage += warps;
+    if (stage >= stages) stage = first_stage, tile += static_cast<int>(gridDim.x);
+  }
+};
+
+// What the kernel needs after the loads: the shape, the activations in shared memory, the tile's
+// partials, the output.
+struct TileSums {
+  int rows, warps, warp, g, t4, n;
+  const uint8_t* levels;
+  const float* scales;
+  float* partials;  // [2][warps][16 rows][4 tokens]
+  RowSegments out;
+
+  // The warp's sums of its stages of `tile` to the partials; once all warps have, rows summed in
+  // warp order and stored (double-buffered by tile parity: one barrier per tile).
+  __device__ __forceinline__ void finish(int tile, int parity, float acc0, float acc1) const {
+    float* part = partials + (parity * warps + warp) * kTileRows * kTokens;
+    part[g * kTokens + t4] = acc0;
+    part[(g + 8) * kTokens + t4] = acc1;
+    __syncthreads();  // also orders this parity's reads before its rewrite two tiles on
+    const int i = static_cast<int>(threadIdx.x);
+    if (i >= kTileRows * kTokens) return;
+    const int r = i / kTokens, t = i % kTokens, row = tile * kTileRows + r;
+    if (t >= n || row >= rows) return;
+    const float* p = partials + parity * warps * kTileRows * kTokens + i;
+    float sum = 0.0f;
+    for (int k = 0; k < warps; ++k) sum += p[k * kTileRows * kTokens];
+    *segment_out(out, row, t) = sum;
+  }
+};
+
+// Shared memory: levels [blocks][8 columns][32], scales [blocks][4 tokens], partials, then each
+// warp's ring of `ring` slots.
+struct SmemLayout {
+  size_t scales, partials, rings, total;
+  __host__ __device__ SmemLayout(int cols, int warps, int ring) {
+    const size_t blocks = static_cast<size_t>(cols) / kQ8Block;
+    scales = blocks * kLevelBytes;
+    partials = scales + blocks * kTokens * sizeof(float);
+    rings = partials + 2 * static_cast<size_t>(warps) * kTileRows * kTokens * sizeof(float);
+    total = rings + static_cast<size_t>(warps) * ring * kSlotBytes;
+  }
+};
+
+__global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
+    gemv_q8_split_mma_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                             const float* __restrict__ x, const float* __restrict__ up, size_t xs, int n, int ring,
+                             RowSegments out) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int stages = cols / kStageCols, n_tiles = (rows + kTileRows - 1) / kTileRows;
+  const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, g = lane / 4, t4 = lane % 4;
+  const SmemLayout lay(cols, warps, ring);
+  const int my_tiles = n_tiles > static_cast<int>(blockIdx.x)
+                           ? (n_tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1
+                           : 0;
+  const int per_tile = (stages - 1 - warp) / warps + 1;  // warps <= stages
+  const int items = my_tiles * per_tile;
+  float* scales = reinterpret_cast<float*>(smem + lay.scales);
+  const TileSums sums{rows, warps, warp, g, t4, n, smem, scales, reinterpret_cast<float*>(smem + lay.partials), out};
+  uint8_t* my_ring = smem + lay.rings + static_cast<size_t>(warp) * ring * kSlotBytes;
+
+  // The weights never depend on the previous kernel (launched as a programmatic dependent, this
+  // may run while it finishes): the ring's first ring - 1 stages go out before the wait and the
+  // activations' quantization; x does, and y may still be read by it. One commit group per item.
+  Cursor ld{static_cast<int>(blockIdx.x), warp};
+  const auto issue = [&](int i) {
+    if (i < items) stage_copy(w, rows, cols, row_bytes, ld.tile, ld.stage, lane, my_ring + (i % ring) * kSlotBytes);
+    ptx::cp_async_commit();
+    ld.advance(warp, stages, warps);
+  };
+  for (int i = 0; i < ring - 1; ++i) issue(i);
+  wait_for_previous_kernel();
+  quantize_activations(x, up, xs, n, cols, smem, scales);
+  __syncthreads();
+
+  float acc0 = 0.0f, acc1 = 0.0f;
+  int in_tile = 0, tile = static_cast<int>(blockIdx.x), stage = warp, parity = 0;
+  for (int i = 0; i < items; ++i) {
+    issue(i + ring - 1);  // into the slot item i - 1 used (its readers passed the __syncwarp below)
+    wait_copies_but(ring - 1);
+    __syncwarp();  // every lane's copies of item i are complete and visible
+    stage_compute(my_ring + (i % ring) * kSlotBytes, smem, scales, stage, g, t4, acc0, acc1);
+    __syncwarp();
+    stage += warps;
+    if (++in_tile < per_tile) continue;
+    sums.finish(tile, parity, acc0, acc1);
+    acc0 = acc1 = 0.0f;
+    in_tile = 0;
+    stage = warp;
+    tile += static_cast<int>(gridDim.x);
+    parity ^= 1;
+  }
+  ptx::cp_async_wait<0>();  // no copy outlives the block
+}
+
+// The launch geometry of a shape: warps per block (min(16, stages): the bits depend on it, and on
+// the columns only) and the ring depth (the deepest of 4, 3, 2 slots a warp that fits in shared
+// memory; any depth gives the same bits). One block per SM.
+struct Geometry {
+  int warps, ring;
+  size_t smem;
+};
+Geometry geometry(int cols) {
+  Geometry g{std::min(kMaxWarps, cols / kStageCols), 4, 0};
+  for (; g.ring >= 2; --g.ring) {
+    g.smem = SmemLayout(cols, g.warps, g.ring).total;
+    if (g.smem <= kSmemLimit) break;
+  }
+  return g;
+}
+
+RowSegments from_token(RowSegments seg, size_t t0) {
+  for (int i = 0; i < seg.n; ++i) seg.y[i] += t0 * seg.ys[i];
+  return seg;
+}
+
+}  // namespace
+
+bool gemv_q8_split_mma_applies(const cpu::WeightView& w) {
+  return w.cols % kStageCols == 0 && geometry(static_cast<int>(w.cols)).ring >= 2;
+}
+
+cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
+                              const RowSegments& out, cudaStream_t stream, bool pdl) {
+  if (!gemv_q8_split_mma_applies(w)) return cudaErrorInvalidValue;
+  const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
+  const Geometry geo = geometry(cols);
+  if (const cudaError_t e = allow_dynamic_smem<gemv_q8_split_mma_kernel>(kSmemLimit); e != cudaSuccess) return e;
+  const int n_tiles = (rows + kTileRows - 1) / kTileRows;
+  const int grid = std::min(n_tiles, current_device_sm_count());
+  for (size_t t0 = 0; t0 < n; t0 += kTokens) {
+    const int nt = static_cast<int>(std::min<size_t>(kTokens, n - t0));
+    const cudaError_t e = launch_maybe_dependent(
+        gemv_q8_split_mma_kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(geo.warps * kWarp)),
+        geo.smem, stream, pdl && current_device_is_sm90_or_newer(), static_cast<const uint8_t*>(w.data), rows, cols,
+        w.row_bytes, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt, geo.ring, from_token(out, t0));
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace ds::cuda::detail
