@@ -91,7 +91,9 @@ struct Options {
   bool pdl = true;              // --no-pdl: the decode GEMV as an ordinary launch (not a dependent one)
   bool split_small = true;      // --no-split-small: 5..64-token split-rows products on the older paths
   bool split_small_int8 = false;  // --small-gemm int8: those products on the int8 small-batch GEMM
-  bool gemv_mma = false;          // --decode-gemv mma: 1..4-token GEMVs on int8 tensor cores
+  // --decode-gemv: 1..4-token GEMVs on int8 tensor cores ("mma"), the dp4a GEMV ("dp4a"), or as a
+  // worker picks it ("auto": mma with --spec-k, else dp4a)
+  std::string decode_gemv = "auto";
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -119,7 +121,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--decode-gemv dp4a|mma] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--decode-gemv auto|dp4a|mma] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] [--draft-vocab N] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
@@ -266,8 +268,10 @@ Options parse(int argc, char** argv) {
       o.split_small_int8 = v == "int8";
     } else if (a == "--decode-gemv") {
       const std::string v = args.value();
-      if (v != "dp4a" && v != "mma") kUsage.fail("--decode-gemv must be dp4a or mma, got '" + v + "'");
-      o.gemv_mma = v == "mma";
+      if (v != "auto" && v != "dp4a" && v != "mma") {
+        kUsage.fail("--decode-gemv must be auto, dp4a or mma, got '" + v + "'");
+      }
+      o.decode_gemv = v;
     } else if (a == "--no-split-small") {
       o.split_small = false;
     } else {
@@ -365,7 +369,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.decode_pdl = o.pdl;
   if (!o.split_small) c.split_small_max = 0;
   c.split_small_int8 = o.split_small_int8;
-  c.split_gemv_mma = o.gemv_mma;
+  c.split_gemv_mma = o.decode_gemv == "mma" || (o.decode_gemv == "auto" && o.spec_k > 0);
   return c;
 }
 #endif

@@ -9,7 +9,7 @@
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "verify_gemv": verify 1+K and tg128 with
 # --decode-gemv dp4a vs mma (VG_GEMVS, VG_KS); "spec_vocab": the MTP draft row with
-# --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps;
+# --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps (extra bench flags: VP_FLAGS);
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
@@ -133,17 +133,18 @@ PY
   serve_check 1 0 --prefill-precision f32
   serve_check 2 0,0 --prefill-precision f32
   serve_check 2 0,0 --prefill-precision f32 --spec-k 3
+  serve_check 1 0 --prefill-precision f32 --decode-gemv mma
   serve_check 1 0
 fi
 
 if want spec16; then
-  echo "==== 16 concurrent greedy requests on CUDA workers: --spec-k 3 vs --spec-k 0"
-  spec16() {  # $1 = spec k; writes the 16 completions to $O/spec16_k$1.json
+  echo "==== 16 concurrent greedy requests on CUDA workers: --spec-k 3 vs --spec-k 0, each decode GEMV"
+  spec16() {  # $1 = spec k, $2 = decode GEMV; writes the 16 completions to $O/spec16_k$1_$2.json
     "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend cuda --workers 2 --devices 0,0 \
-      --port 18082 --max-seqs 16 --prefill-precision f32 --spec-k "$1" > "$O/serve_spec16_k$1.log" 2>&1 &
+      --port 18082 --max-seqs 16 --prefill-precision f32 --spec-k "$1" --decode-gemv "$2" > "$O/serve_spec16_k$1_$2.log" 2>&1 &
     local pid=$!
-    if wait_listening "$O/serve_spec16_k$1.log"; then
-      timeout 120 python3 - "$O/spec16_k$1.json" <<'PY'
+    if wait_listening "$O/serve_spec16_k$1_$2.log"; then
+      timeout 120 python3 - "$O/spec16_k$1_$2.json" <<'PY'
 import json, random, sys, threading, urllib.request
 out = [None] * 16
 def run(i):
@@ -161,12 +162,17 @@ PY
     fi
     kill -TERM $pid; wait $pid
   }
-  spec16 0; spec16 3
-  if [ -s "$O/spec16_k0.json" ] && cmp -s "$O/spec16_k0.json" "$O/spec16_k3.json" && ! grep -q null "$O/spec16_k0.json"; then
-    note "spec16: 16 concurrent greedy completions identical with --spec-k 3 and 0 (MATCH)"
-  else
-    note "spec16: DIFFER (see spec16_k0.json / spec16_k3.json)"
-  fi
+  # Speculation must not change a server's output: compared at the same decode GEMV (the workers'
+  # auto picks mma for --spec-k 3 and dp4a for 0, whose rounding differs).
+  for gemv in mma dp4a; do
+    spec16 0 $gemv; spec16 3 $gemv
+    a=$O/spec16_k0_$gemv.json b=$O/spec16_k3_$gemv.json
+    if [ -s "$a" ] && cmp -s "$a" "$b" && ! grep -q null "$a"; then
+      note "spec16 $gemv: 16 concurrent greedy completions identical with --spec-k 3 and 0 (MATCH)"
+    else
+      note "spec16 $gemv: DIFFER (see $a / $b)"
+    fi
+  done
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
@@ -239,7 +245,7 @@ if want verify_profile && command -v ncu > /dev/null; then
     # shellcheck disable=SC2086
     timeout 300 ncu --profile-from-start off --cache-control none --csv --print-units base \
       --metrics gpu__time_duration.sum "$B/bin/deltaserve-bench" -m $M9 --backend cuda -p 512 -r 1 ${run#*:} \
-      --profile-decode --no-warmup > "$O/ncu_$tag.csv" 2> "$O/ncu_$tag.err"
+      --profile-decode --no-warmup ${VP_FLAGS:-} > "$O/ncu_$tag.csv" 2> "$O/ncu_$tag.err"
     python3 tools/kernel_lab/ncu_summary.py "$O/ncu_$tag.csv" 40 > "$O/ncu_$tag.txt" 2>&1
     note "ncu 8 $tag steps: $(tail -1 "$O/ncu_$tag.txt")"
   done

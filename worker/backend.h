@@ -118,6 +118,19 @@ class Backend {
     causal_conv1d_silu(x, channels, 1, channels, weight, kernel, state, y);
     l2_norm(y, head_dim, eps, n_norm_heads, head_dim, y, head_dim);
   }
+  // A speculative verify row's front end: conv_silu_l2_token over n_tokens tokens (rows of x / y,
+  // `channels` apart) that also leaves the window after token c < n_captures in captures + c *
+  // capture_stride floats (what a rollback restores). Default: token by token with a copy after
+  // each captured token (the CPU reference); backends may do it in one pass with the same bits.
+  virtual void conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* weight,
+                                     size_t kernel, float* state, size_t n_norm_heads, size_t head_dim, float eps,
+                                     float* y, size_t n_captures, float* captures, size_t capture_stride) {
+    for (size_t t = 0; t < n_tokens; ++t) {
+      conv_silu_l2_token(x + t * channels, channels, weight, kernel, state, n_norm_heads, head_dim, eps,
+                         y + t * channels);
+      if (t < n_captures) copy(captures + t * capture_stride, state, (kernel - 1) * channels);
+    }
+  }
   virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                    const float* beta, float* state, float* out) = 0;
   // A speculative verify row's recurrence: gdn() over s.n_tokens tokens that also leaves the state

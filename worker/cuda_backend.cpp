@@ -317,6 +317,18 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cuda::conv_silu_l2_token(x, channels, w, kernel, state, n_norm_heads, head_dim, eps, y, stream_));
   }
+  // A verify row's tokens in one launch, windows captured from registers.
+  void conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* w, size_t kernel,
+                             float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
+                             size_t n_captures, float* captures, size_t capture_stride) override {
+    if (!fused_ops_ || kernel < 2 || !cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) {
+      return Backend::conv_silu_l2_captured(x, channels, n_tokens, w, kernel, state, n_norm_heads, head_dim, eps, y,
+                                            n_captures, captures, capture_stride);
+    }
+    on_device();
+    DS_CUDA_CHECK(cuda::conv_silu_l2_captured(x, channels, n_tokens, w, kernel, state, n_norm_heads, head_dim, eps, y,
+                                              n_captures, captures, capture_stride, stream_));
+  }
   // All decode sequences in one launch each (the slot list is the same for every GDN layer of a
   // step, so its upload is skipped after the first layer).
   void conv_silu_l2_slots(const float* x, size_t channels, const float* w, size_t kernel, float* state0,

@@ -48,6 +48,9 @@ struct ServeOptions {
   // | "auto"); unset: not passed, like prefill_precision (worker defaults: cublaslt, off).
   std::optional<std::string> prefill_gemm;
   std::optional<std::string> bf16_weight_copy;
+  // cuda workers' decode / verify GEMV ("auto" | "dp4a" | "mma"; worker_options.h decode_gemv);
+  // unset: not passed (worker default auto: mma when --spec-k > 0).
+  std::optional<std::string> decode_gemv;
   std::string log_format = "text";   // text | json
 };
 

@@ -12,18 +12,27 @@ namespace {
 constexpr size_t kMaxHeadDim = 1024;
 constexpr size_t kMaxKernel = 16;  // a sanity bound on the taps (Qwen3.5: 4)
 
+// Where a verify row's conv windows go (Backend::conv_silu_l2_captured): the window after token
+// t < n goes to ptr + t * stride floats, laid out like the state. n == 0: none.
+struct Captures {
+  float* ptr = nullptr;
+  size_t stride = 0, n = 0;
+};
+
 // blockIdx.y = sequence of a batched decode (x / y row y, state at state + slots[y] * slot_stride);
-// slots == nullptr: one sequence. May run as a dependent launch (common.cuh
-// launch_dependent_if_enabled): the channel's conv taps (weights) are read before the wait,
-// everything else after it.
+// slots == nullptr: one sequence, whose n_tokens tokens (rows of x / y) run one after another,
+// each exactly as a one-token launch would (the thread keeps its channel's window in registers
+// between them). May run as a dependent launch (common.cuh launch_dependent_if_enabled): the
+// channel's conv taps (weights) are read before the wait, everything else after it.
 __global__ void conv_silu_l2_kernel(const float* __restrict__ x, size_t channels, const float* __restrict__ weight,
                                     size_t kernel, float* __restrict__ state, size_t n_norm_heads, float eps,
-                                    float* __restrict__ y, const uint32_t* __restrict__ slots, size_t slot_stride) {
-  __shared__ float warp_part[kMaxHeadDim / detail::kWarp];
+                                    float* __restrict__ y, const uint32_t* __restrict__ slots, size_t slot_stride,
+                                    size_t n_tokens, Captures captures) {
+  __shared__ float warp_part[2][kMaxHeadDim / detail::kWarp];  // by token parity: one barrier a token
   const size_t head = blockIdx.x, c = head * blockDim.x + threadIdx.x;
   const size_t hist = kernel - 1;
   const float* wc = weight + c * kernel;
-  float taps[kMaxKernel];  // constant indices only (unrolled), so they stay in registers
+  float taps[kMaxKernel], window[kMaxKernel];  // constant indices only (unrolled): registers
 #pragma unroll
   for (size_t m = 0; m < kMaxKernel; ++m) taps[m] = m < kernel ? wc[m] : 0.0f;
   detail::wait_for_previous_kernel();
@@ -32,29 +41,47 @@ __global__ void conv_silu_l2_kernel(const float* __restrict__ x, size_t channels
     y += size_t{blockIdx.y} * channels;
     state += slots[blockIdx.y] * slot_stride;
   }
-  // Taps oldest first, the current token last (as the CPU sums them).
-  float acc = 0.0f, current_tap = 0.0f;
+#pragma unroll
+  for (size_t m = 0; m < kMaxKernel; ++m) window[m] = m < hist ? state[m * channels + c] : 0.0f;
+  for (size_t t = 0; t < n_tokens; ++t) {
+    // Taps oldest first, the current token last (as the CPU sums them).
+    float acc = 0.0f, current_tap = 0.0f;
+#pragma unroll
+    for (size_t m = 0; m < kMaxKernel; ++m) {
+      if (m < hist) acc += taps[m] * window[m];
+      if (m == hist) current_tap = taps[m];
+    }
+    const float xc = x[t * channels + c];
+    acc += current_tap * xc;
+#pragma unroll
+    for (size_t m = 0; m < kMaxKernel; ++m) {
+      if (m + 1 < hist) window[m] = window[m + 1];
+      if (m + 1 == hist) window[m] = xc;
+    }
+    if (t < captures.n) {
+#pragma unroll
+      for (size_t m = 0; m < kMaxKernel; ++m) {
+        if (m < hist) captures.ptr[t * captures.stride + m * channels + c] = window[m];
+      }
+    }
+    const float v = detail::silu(acc);
+    if (head >= n_norm_heads) {  // a v head: no norm (block-uniform branch)
+      y[t * channels + c] = v;
+      continue;
+    }
+    const float part = detail::warp_sum(v * v);
+    const unsigned n_warps = (blockDim.x + detail::kWarp - 1) / detail::kWarp;
+    float* parts = warp_part[t % 2];
+    if (threadIdx.x % detail::kWarp == 0) parts[threadIdx.x / detail::kWarp] = part;
+    __syncthreads();
+    float total = 0.0f;
+    for (unsigned w = 0; w < n_warps; ++w) total += parts[w];
+    y[t * channels + c] = v * (1.0f / sqrtf(total + eps));
+  }
 #pragma unroll
   for (size_t m = 0; m < kMaxKernel; ++m) {
-    if (m < hist) acc += taps[m] * state[m * channels + c];
-    if (m == hist) current_tap = taps[m];
+    if (m < hist) state[m * channels + c] = window[m];
   }
-  const float xc = x[c];
-  acc += current_tap * xc;
-  for (size_t m = 0; m + 1 < hist; ++m) state[m * channels + c] = state[(m + 1) * channels + c];
-  if (hist > 0) state[(hist - 1) * channels + c] = xc;
-  const float v = detail::silu(acc);
-  if (head >= n_norm_heads) {  // a v head: no norm (block-uniform branch)
-    y[c] = v;
-    return;
-  }
-  const float part = detail::warp_sum(v * v);
-  const unsigned n_warps = (blockDim.x + detail::kWarp - 1) / detail::kWarp;
-  if (threadIdx.x % detail::kWarp == 0) warp_part[threadIdx.x / detail::kWarp] = part;
-  __syncthreads();
-  float total = 0.0f;
-  for (unsigned w = 0; w < n_warps; ++w) total += warp_part[w];
-  y[c] = v * (1.0f / sqrtf(total + eps));
 }
 
 }  // namespace
@@ -80,7 +107,26 @@ cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* wei
   return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, dim3(static_cast<unsigned>(channels / head_dim)),
                                              dim3(static_cast<unsigned>(head_dim)), 0, stream, x, channels, weight,
                                              kernel, state, n_norm_heads, eps, y, static_cast<const uint32_t*>(nullptr),
-                                             size_t{0});
+                                             size_t{0}, size_t{1}, Captures{});
+}
+
+cudaError_t conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* weight, size_t kernel,
+                                  float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
+                                  size_t n_captures, float* captures, size_t capture_stride, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  if (!conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim) || kernel < 2 || x == nullptr ||
+      weight == nullptr || y == nullptr || state == nullptr || y == x || y == state || n_captures > n_tokens ||
+      (n_captures > 0 && captures == nullptr) || (n_captures > 1 && capture_stride < (kernel - 1) * channels)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!detail::f32_ok(x) || !detail::f32_ok(weight) || !detail::f32_ok(y) || !detail::aligned_to(state, 4) ||
+      (captures != nullptr && !detail::aligned_to(captures, 4))) {
+    return cudaErrorMisalignedAddress;
+  }
+  return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, dim3(static_cast<unsigned>(channels / head_dim)),
+                                             dim3(static_cast<unsigned>(head_dim)), 0, stream, x, channels, weight,
+                                             kernel, state, n_norm_heads, eps, y, static_cast<const uint32_t*>(nullptr),
+                                             size_t{0}, n_tokens, Captures{captures, capture_stride, n_captures});
 }
 
 cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,
@@ -96,7 +142,7 @@ cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* wei
   const dim3 grid(static_cast<unsigned>(channels / head_dim), static_cast<unsigned>(n_seqs));
   return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, grid, dim3(static_cast<unsigned>(head_dim)), 0,
                                              stream, x, channels, weight, kernel, state0, n_norm_heads, eps, y, slots,
-                                             slot_stride);
+                                             slot_stride, size_t{1}, Captures{});
 }
 
 }  // namespace ds::cuda

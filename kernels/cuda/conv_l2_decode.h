@@ -21,6 +21,13 @@ bool conv_silu_l2_token_applies(size_t channels, size_t kernel, size_t n_norm_he
 cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
                                size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream);
 
+// A speculative verify row of n_tokens tokens (rows of x / y, `channels` apart) in one launch: the
+// bits of one conv_silu_l2_token per token, and the window after token t < n_captures copied to
+// captures + t * capture_stride floats (the state's layout). kernel >= 2.
+cudaError_t conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* weight, size_t kernel,
+                                  float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
+                                  size_t n_captures, float* captures, size_t capture_stride, cudaStream_t stream);
+
 // n_seqs decode sequences in one launch: row i of x / y ([n_seqs][channels]) with the state at
 // state0 + slots[i] * slot_stride floats (`slots` on the device). Same bits as one
 // conv_silu_l2_token per sequence; kernel >= 2 (a state to update).

@@ -13,9 +13,9 @@
 // Activations (int8x2_levels.h, the int8 small-batch GEMM's representation): per 32-column block
 // a scale u = max|x| / (254 * 127 + 127) and per column Q = 254 a + b, a, b int8, here
 // Q = rint(x * (254 * 127 + 127) / max|x|) (one reciprocal per block instead of a division per
-// column): |x - u Q| <= 0.506 u < 2^-15.95 max|x_block|. Each block (of the grid) quantizes them
-// once into shared memory at the start: levels [32-col block][8 columns][32 bytes], scales
-// [32-col block][4 tokens]. With `up`, x is the FFN's silu(gate) * up (the swiglu kernel's f32
+// column): |x - u Q| <= 0.506 u < 2^-15.95 max|x_block|. Each warp quantizes the columns it
+// multiplies (the same in every tile) once into shared memory at the start: levels [32-col
+// block][8 columns][32 bytes], scales [32-col block][4 tokens]. With `up`, x is the FFN's silu(gate) * up (the swiglu kernel's f32
 // expression), so ffn_down needs no separate SwiGLU launch.
 //
 // Product per (row, token, block): the mma's two int32 sums ca = sum q a, cb = sum q b are exact
@@ -95,13 +95,13 @@ __device__ __forceinline__ uint32_t pack_low_bytes(float v0, float v1, float v2,
 // rint(t)) to columns 2t and 2t + 1 of the block, u to scales. All lanes call it (shuffles).
 __device__ __forceinline__ void quantize_eight(const float (&v)[8], bool present, int t, int blk, int part,
                                                uint8_t* levels, float* scales) {
-  float m = 0.0f;
-  int finite = 1;
+  float m = 0.0f, z = 0.0f;  // z = sum of v * 0: +-0 unless some v is infinite or NaN
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     m = fmaxf(m, fabsf(v[i]));
-    finite &= isfinite(v[i]) ? 1 : 0;
+    z = fmaf(v[i], 0.0f, z);
   }
+  int finite = z == 0.0f ? 1 : 0;
 #pragma unroll
   for (int off = 1; off <= 2; off *= 2) {
     m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
@@ -125,32 +125,34 @@ __device__ __forceinline__ void quantize_eight(const float (&v)[8], bool present
   if (part == 0) scales[blk * kTokens + t] = finite != 0 ? int8x2::block_scale(m) : __int_as_float(0x7FC00000);
 }
 
-// Pulls the tokens' activation rows (and `up`'s) into L1 (a hint, no registers): the block's
-// quantization passes then mostly hit L1 instead of waiting one L2 round trip each.
-__device__ __forceinline__ void prefetch_activations(const float* x, const float* up, size_t xs, int n, int cols) {
-  const int lines = cols / 32 + 1;  // 128-byte lines of a row (+1: rows need not be line-aligned)
-  for (int i = static_cast<int>(threadIdx.x); i < n * lines; i += static_cast<int>(blockDim.x)) {
-    const size_t at = static_cast<size_t>(i / lines) * xs + static_cast<size_t>(min(32 * (i % lines), cols - 1));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(x + at));
-    if (up != nullptr) asm volatile("prefetch.global.L1 [%0];" ::"l"(up + at));
-  }
-}
-
-// The n tokens' 32-column blocks, a quad of lanes per block (after the L1 prefetch). The
-// columns of tokens n..3 are left as they are: an mma's output column depends on its own input
-// column only, and those tokens' outputs are never stored. Loop trips are warp-uniform.
-__device__ __forceinline__ void quantize_activations(const float* __restrict__ x, const float* __restrict__ up,
-                                                     size_t xs, int n, int cols, uint8_t* levels, float* scales) {
-  prefetch_activations(x, up, xs, n, cols);
+// The 32-column blocks of the warp's own stages (warp, warp + warps, ...: the same in every
+// tile) for the n tokens: a quad of lanes per block, kPassesInFlight blocks per quad with all
+// their loads issued first (one L2 round trip per 4 passes, not per pass). Only this warp reads
+// them, so a __syncwarp, not a block barrier, orders them before its mmas: no warp waits for
+// another's quantization. The columns of tokens n..3 are left as they are: an mma's output
+// column depends on its own input column only, and those tokens' outputs are never stored.
+constexpr int kPassesInFlight = 4;
+__device__ __forceinline__ void quantize_own_activations(const float* __restrict__ x, const float* __restrict__ up,
+                                                         size_t xs, int n, int my_stages, uint8_t* levels,
+                                                         float* scales) {
   const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, part = lane % 4;
-  const int n_blocks = cols / kQ8Block, items = n * n_blocks, per_pass = kWarp / 4;
-  for (int base = warp * per_pass; base < items; base += warps * per_pass) {
-    const int i = base + lane / 4, t = i / n_blocks, blk = i % n_blocks;
-    float v[8];
-    load_eight(x, up, static_cast<size_t>(t) * xs + static_cast<size_t>(blk) * kQ8Block + 8 * part, i < items, v);
-    quantize_eight(v, i < items, t, blk, part, levels, scales);
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, part = lane % 4, per_pass = kWarp / 4;
+  const int my_blocks = my_stages * kStageBlocks, items = n * my_blocks;
+  const auto block_of = [&](int j) { return (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks; };
+  for (int base = 0; base < items; base += kPassesInFlight * per_pass) {
+    float v[kPassesInFlight][8];
+#pragma unroll
+    for (int p = 0; p < kPassesInFlight; ++p) {
+      const int i = base + p * per_pass + lane / 4, t = i / my_blocks, blk = block_of(i % my_blocks);
+      load_eight(x, up, static_cast<size_t>(t) * xs + static_cast<size_t>(blk) * kQ8Block + 8 * part, i < items, v[p]);
+    }
+#pragma unroll
+    for (int p = 0; p < kPassesInFlight; ++p) {
+      const int i = base + p * per_pass + lane / 4;
+      quantize_eight(v[p], i < items, i / my_blocks, block_of(i % my_blocks), part, levels, scales);
+    }
   }
+  __syncwarp();
 }
 
 // ---- one stage of a warp: 16 rows x 128 columns, staged through a per-warp ring -----------------
@@ -165,9 +167,11 @@ constexpr int kSlotQuantBytes = kTileRows * kStageCols, kSlotBytes = kSlotQuantB
 
 __device__ __forceinline__ int swizzled(int row, int chunk) { return chunk ^ ((row & 3) << 1); }
 
-// cp.async.wait_group takes an immediate: waits until at most `pending` (1..3) groups are in flight.
+// cp.async.wait_group takes an immediate: waits until at most `pending` (1..4) groups are in flight.
 __device__ __forceinline__ void wait_copies_but(int pending) {
-  if (pending >= 3) {
+  if (pending >= 4) {
+    ptx::cp_async_wait<4>();
+  } else if (pending == 3) {
     ptx::cp_async_wait<3>();
   } else if (pending == 2) {
     ptx::cp_async_wait<2>();
@@ -238,20 +242,23 @@ struct TileSums {
   float* partials;  // [2][warps][16 rows][4 tokens]
   RowSegments out;
 
-  // The warp's sums of its stages of `tile` to the partials; once all warps have, rows summed in
-  // warp order and stored (double-buffered by tile parity: one barrier per tile).
+  // The warp's sums of its stages of `tile` to the partials; once all warps have, the first 64
+  // threads sum one (row, token) each in warp order and store it while the other warps go on to
+  // the next tile (a tree over all warps measured slower: it holds every warp up). Double-buffered
+  // by tile parity: one barrier per tile.
   __device__ __forceinline__ void finish(int tile, int parity, float acc0, float acc1) const {
-    float* part = partials + (parity * warps + warp) * kTileRows * kTokens;
+    constexpr int kOutputs = kTileRows * kTokens;
+    float* part = partials + (parity * warps + warp) * kOutputs;
     part[g * kTokens + t4] = acc0;
     part[(g + 8) * kTokens + t4] = acc1;
     __syncthreads();  // also orders this parity's reads before its rewrite two tiles on
     const int i = static_cast<int>(threadIdx.x);
-    if (i >= kTileRows * kTokens) return;
+    if (i >= kOutputs) return;
     const int r = i / kTokens, t = i % kTokens, row = tile * kTileRows + r;
     if (t >= n || row >= rows) return;
-    const float* p = partials + parity * warps * kTileRows * kTokens + i;
+    const float* src = partials + parity * warps * kOutputs + i;
     float sum = 0.0f;
-    for (int k = 0; k < warps; ++k) sum += p[k * kTileRows * kTokens];
+    for (int k = 0; k < warps; ++k) sum += src[k * kOutputs];
     *segment_out(out, row, t) = sum;
   }
 };
@@ -298,8 +305,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
   };
   for (int i = 0; i < ring - 1; ++i) issue(i);
   wait_for_previous_kernel();
-  quantize_activations(x, up, xs, n, cols, smem, scales);
-  __syncthreads();
+  quantize_own_activations(x, up, xs, n, per_tile, smem, scales);
 
   float acc0 = 0.0f, acc1 = 0.0f;
   int in_tile = 0, tile = static_cast<int>(blockIdx.x), stage = warp, parity = 0;
@@ -321,18 +327,22 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
   ptx::cp_async_wait<0>();  // no copy outlives the block
 }
 
-// The launch geometry of a shape: warps per block (min(16, stages): the bits depend on it, and on
-// the columns only) and the ring depth (the deepest of 4, 3, 2 slots a warp that fits in shared
-// memory; any depth gives the same bits). One block per SM.
+// The launch geometry of a shape: warps per block (the bits depend on it, and on the columns
+// only), blocks per SM and the ring depth (the deepest of 5..2 slots a warp that fits in shared
+// memory; any depth gives the same bits). Shapes (kernel lab: gemv_q8_split_mma_shape):
+//   0: 16 warps, one block per SM (the quantization done once per SM);
+//   1: 8 warps, two blocks per SM (one block's barriers and quantization overlap the other's loads).
+constexpr int kMmaShapes = 2, kDefaultMmaShape = 0;
 struct Geometry {
-  int warps, ring;
+  int warps, blocks_per_sm, ring;
   size_t smem;
 };
-Geometry geometry(int cols) {
-  Geometry g{std::min(kMaxWarps, cols / kStageCols), 4, 0};
+Geometry geometry(int cols, int shape) {
+  const int per_sm = shape == 1 ? 2 : 1;
+  Geometry g{std::min(kMaxWarps / per_sm, cols / kStageCols), per_sm, 5, 0};
   for (; g.ring >= 2; --g.ring) {
     g.smem = SmemLayout(cols, g.warps, g.ring).total;
-    if (g.smem <= kSmemLimit) break;
+    if (per_sm * (g.smem + 1024) <= kSmemLimit + 1024) break;
   }
   return g;
 }
@@ -345,17 +355,18 @@ RowSegments from_token(RowSegments seg, size_t t0) {
 }  // namespace
 
 bool gemv_q8_split_mma_applies(const cpu::WeightView& w) {
-  return w.cols % kStageCols == 0 && geometry(static_cast<int>(w.cols)).ring >= 2;
+  return w.cols % kStageCols == 0 && geometry(static_cast<int>(w.cols), kDefaultMmaShape).ring >= 2;
 }
 
-cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
-                              const RowSegments& out, cudaStream_t stream, bool pdl) {
-  if (!gemv_q8_split_mma_applies(w)) return cudaErrorInvalidValue;
+cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
+                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl) {
+  if (shape < 0 || shape >= kMmaShapes || w.cols % kStageCols != 0) return cudaErrorInvalidValue;
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
-  const Geometry geo = geometry(cols);
+  const Geometry geo = geometry(cols, shape);
+  if (geo.ring < 2) return cudaErrorInvalidValue;
   if (const cudaError_t e = allow_dynamic_smem<gemv_q8_split_mma_kernel>(kSmemLimit); e != cudaSuccess) return e;
   const int n_tiles = (rows + kTileRows - 1) / kTileRows;
-  const int grid = std::min(n_tiles, current_device_sm_count());
+  const int grid = std::min(n_tiles, current_device_sm_count() * geo.blocks_per_sm);
   for (size_t t0 = 0; t0 < n; t0 += kTokens) {
     const int nt = static_cast<int>(std::min<size_t>(kTokens, n - t0));
     const cudaError_t e = launch_maybe_dependent(
@@ -365,6 +376,12 @@ cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const fl
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
+                              const RowSegments& out, cudaStream_t stream, bool pdl) {
+  if (!gemv_q8_split_mma_applies(w)) return cudaErrorInvalidValue;
+  return gemv_q8_split_mma_shape(kDefaultMmaShape, w, x, up, xs, n, out, stream, pdl);
 }
 
 }  // namespace ds::cuda::detail

@@ -83,6 +83,10 @@ cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, co
 bool gemv_q8_split_mma_applies(const cpu::WeightView& w);
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                               const RowSegments& out, cudaStream_t stream, bool pdl);
+// The same with another block shape (kernel lab; gemv_q8_split_mma.cu lists them; a shape with
+// other warps per block sums in another order, so its bits differ from the default's).
+cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
+                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 // The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *

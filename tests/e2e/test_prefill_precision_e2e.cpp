@@ -38,18 +38,30 @@ TEST(PrefillPrecisionE2E, ServePassesItToEveryWorkerItStarts) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
-// --prefill-gemm / --bf16-weight-copy (cuda workers' GEMM and persistent bf16 copy) travel the
-// same way; cpu workers accept and ignore them (the copy's budget check is cuda-only).
+// --prefill-gemm / --bf16-weight-copy / --decode-gemv (cuda workers' GEMM, persistent bf16 copy,
+// decode GEMV) travel the same way; cpu workers accept and ignore them (the copy's budget check is
+// cuda-only).
 TEST(PrefillPrecisionE2E, PrefillGemmAndBf16WeightCopyReachEveryWorker) {
   ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--prefill-gemm", "mma",
-                        "--bf16-weight-copy", "auto"});
+                        "--bf16-weight-copy", "auto", "--decode-gemv", "mma"});
   const std::vector<std::string> starts = worker_start_lines(server.log());
   ASSERT_EQ(starts.size(), 2u) << server.log();
   for (const std::string& line : starts) {
-    EXPECT_NE(line.find("prefill_gemm=mma bf16_weight_copy=auto"), std::string::npos) << line;
+    EXPECT_NE(line.find("prefill_gemm=mma bf16_weight_copy=auto decode_gemv=mma"), std::string::npos) << line;
   }
   const HttpReply r = post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST(PrefillPrecisionE2E, BadDecodeGemvIsRejectedBeforeAnythingStarts) {
+  try {
+    ServerProcess server({"--model", tiny_model_path(), "--port", "0", "--decode-gemv", "tensor"});
+    FAIL() << "started with --decode-gemv tensor";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("bad value 'tensor' for decode-gemv"), std::string::npos) << m;
+    EXPECT_EQ(m.find("starting: rank="), std::string::npos) << m;
+  }
 }
 
 TEST(PrefillPrecisionE2E, BadValueIsRejectedBeforeAnythingStarts) {

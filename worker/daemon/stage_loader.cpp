@@ -227,7 +227,8 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
         .bf16_prefill = worker.prefill_precision == "bf16",  // else "f32"
         .prefill_gemm = worker.prefill_gemm == "mma" ? CudaBackendOptions::PrefillGemm::kMmaSync
                                                      : CudaBackendOptions::PrefillGemm::kCublasLt,
-        .bf16_weight_copy = copy.keep};
+        .bf16_weight_copy = copy.keep,
+        .split_gemv_mma = worker.decode_gemv == "mma" || (worker.decode_gemv == "auto" && assign.spec_k() > 0)};
     const int device = worker.device < 0 ? 0 : worker.device;
     const auto t0 = std::chrono::steady_clock::now();
     out.model = load_stage(gguf, config, range, options, make_cuda_backend(device, cuda_options));

@@ -26,7 +26,7 @@ constexpr const char* kUsage =
     "                         [--threads T] [--heartbeat-ms MS] [--hostname HOST] [--gpu-memory-fraction F]\n"
     "                         [--memory-budget SIZE] [--gpu-workspace-reserve SIZE] [--log-format text|json]\n"
     "                         [--prefill-precision bf16|f32] [--prefill-gemm cublaslt|mma]\n"
-    "                         [--bf16-weight-copy off|on|auto] [--busy-poll-us US]\n"
+    "                         [--bf16-weight-copy off|on|auto] [--decode-gemv auto|dp4a|mma] [--busy-poll-us US]\n"
     "  --coordinator   coordinator control endpoint (ipc://PATH or tcp://HOST:PORT)\n"
     "  --rank          pipeline stage index, 0-based\n"
     "  --backend       cpu (default) or cuda\n"
@@ -50,6 +50,9 @@ constexpr const char* kUsage =
     "  --bf16-weight-copy  cuda: keep bf16 copies of the Q8_0 matrices for bf16 prefill (~1.9x\n"
     "                  their bytes, taken from the pool budget): off (default), on, or auto (on\n"
     "                  only when the KV/state pools lose nothing to it)\n"
+    "  --decode-gemv   cuda: GEMV of decode steps and verify rows: dp4a (fastest at one token), mma\n"
+    "                  (int8 tensor cores: 1..4 tokens at one token's cost) or auto (default: mma\n"
+    "                  when the server speculates, else dp4a)\n"
     "  --busy-poll-us  after each message, poll this long without sleeping (default -1 = auto:\n"
     "                  5000 on cuda, 0 on cpu)\n"
     "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"
@@ -86,6 +89,10 @@ std::map<std::string, Setter> worker_setters(WorkerOptions* o) {
       {"bf16-weight-copy", [o](const std::string& v) {
          o->bf16_weight_copy = v;
          return v == "off" || v == "on" || v == "auto";
+       }},
+      {"decode-gemv", [o](const std::string& v) {
+         o->decode_gemv = v;
+         return v == "auto" || v == "dp4a" || v == "mma";
        }},
       {"busy-poll-us", [o](const std::string& v) {
          return parse_number(v, &o->busy_poll_us) && o->busy_poll_us >= -1 && o->busy_poll_us <= 1000000;
@@ -200,8 +207,9 @@ std::string describe(const WorkerOptions& o) {
   s << "rank=" << o.rank << " coordinator=" << o.coordinator << " backend=" << o.backend << " device=" << o.device
     << " threads=" << o.threads << " heartbeat_ms=" << o.heartbeat_ms << " host=" << o.hostname << " memory_budget="
     << (o.memory_budget_bytes ? format_bytes(o.memory_budget_bytes) : std::string("default")) << " log_format=" << o.log_format
-    << " hidden_transport=" << o.hidden_transport << " early_handoff=" << o.early_handoff << " prefill_precision=" << o.prefill_precision
-    << " prefill_gemm=" << o.prefill_gemm << " bf16_weight_copy=" << o.bf16_weight_copy
+    << " hidden_transport=" << o.hidden_transport << " early_handoff=" << o.early_handoff
+    << " prefill_precision=" << o.prefill_precision << " prefill_gemm=" << o.prefill_gemm
+    << " bf16_weight_copy=" << o.bf16_weight_copy << " decode_gemv=" << o.decode_gemv
     << " busy_poll_us=" << busy_poll_window_us(o);
   return s.str();
 }

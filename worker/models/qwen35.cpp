@@ -339,7 +339,16 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
   const size_t C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
   const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
   StatePool& st = cache_->states();
+  const auto verify_row = [](const SeqSpan& s) { return s.n_draft > 0 && s.n_tokens == s.n_draft + 1; };
   for (const SeqSpan& s : spans) {
+    if (single_tokens && verify_row(s)) {
+      // A verify row (one token, then its drafts): its pieces' fused conv in one pass that
+      // captures the window after each of its first n_draft tokens (Backend::conv_silu_l2_captured).
+      be_->conv_silu_l2_captured(qkv + s.offset * C, C, s.n_tokens, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk,
+                                 dk, cfg_.rms_eps, conv + s.offset * C, s.n_draft, st.capture_layer(s.seq->slot, 0, gl),
+                                 st.record_floats());
+      continue;
+    }
     for (const GdnPiece& p : gdn_pieces(s)) {
       if (single_tokens) {
         be_->conv_silu_l2_token(qkv + p.offset * C, C, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk, dk,
@@ -361,7 +370,7 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
     be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
   }
   for (const SeqSpan& s : spans) {
-    if (s.n_draft > 0 && s.n_tokens == s.n_draft + 1) {
+    if (verify_row(s)) {
       // A verify row (one token, then its drafts): one pass that captures the state after each
       // of its first n_draft tokens, the pieces' bits (Backend::gdn_captured).
       const float* q = conv + s.offset * C;

@@ -62,6 +62,46 @@ TEST(CudaGdnSlots, ConvL2MatchesOneSequenceAtATime) {
       << "slot 1 is not in the step and must stay untouched";
 }
 
+// A speculative verify row's conv front end in one launch (conv_silu_l2_captured: 1 + 3 tokens,
+// windows captured after tokens 0..2 in records further apart than a window) against one-token
+// conv_silu_l2_token launches with a copy after each: outputs, final window and captures
+// bit-identical (memcmp), the fourth record untouched; bad captures refused.
+TEST(CudaGdnSlots, CapturedConvRowMatchesTokenByToken) {
+  DS_REQUIRE_GPU();
+  Rng rng(23);
+  const size_t T = 4, n_cap = 3, window = (kKc - 1) * kC, stride = window + 40;
+  const std::vector<float> x = rng.vec(T * kC), w = rng.vec(kC * kKc), state0 = rng.vec(window), caps0 = rng.vec(4 * stride);
+  DeviceArray<float> dx(x), dw(w), one_state(state0), loop_state(state0), one_caps(caps0), loop_caps(caps0),
+      y_one(T * kC), y_loop(T * kC);
+  ASSERT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), n_cap,
+                                  one_caps.get(), stride, nullptr),
+            cudaSuccess);
+  for (size_t t = 0; t < T; ++t) {
+    ASSERT_EQ(conv_silu_l2_token(dx.get() + t * kC, kC, dw.get(), kKc, loop_state.get(), 2 * kNk, kDk, 1e-6f,
+                                 y_loop.get() + t * kC, nullptr),
+              cudaSuccess);
+    if (t < n_cap) {
+      ASSERT_EQ(cudaMemcpy(loop_caps.get() + t * stride, loop_state.get(), window * sizeof(float), cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+    }
+  }
+  EXPECT_TRUE(same(y_one.download(), y_loop.download()));
+  EXPECT_TRUE(same(one_state.download(), loop_state.download()));
+  const std::vector<float> caps = one_caps.download();
+  EXPECT_TRUE(same(caps, loop_caps.download()));
+  EXPECT_EQ(std::memcmp(caps.data() + 3 * stride, caps0.data() + 3 * stride, stride * sizeof(float)), 0)
+      << "only n_captures records are written";
+  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, window * sizeof(float)), 0) << "the captures differ by token";
+  EXPECT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), T + 1,
+                                  one_caps.get(), stride, nullptr),
+            cudaErrorInvalidValue)
+      << "more captures than tokens";
+  EXPECT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), 2,
+                                  one_caps.get(), window - 1, nullptr),
+            cudaErrorInvalidValue)
+      << "overlapping capture records";
+}
+
 // A speculative verify row's recurrence in one launch (gdn_recurrent_captured: 1 + 3 tokens, captures
 // after tokens 0..2 in records further apart than a state) against one-token launches with a
 // state copy after each: outputs, final state and captures bit-identical (memcmp), the fourth
