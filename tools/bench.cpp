@@ -58,6 +58,7 @@
 #include "tools/bench_runner.h"
 #include "tools/bench_spec.h"
 #include "tools/cli_args.h"
+#include "worker/decode_gemv.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
 #include <cuda_profiler_api.h>
@@ -351,7 +352,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 #ifdef DELTASERVE_HAVE_CUDA
-ds::CudaBackendOptions cuda_options(const Options& o) {
+// The backend switches of the command line (--decode-gemv auto also looks at the model's width).
+ds::CudaBackendOptions cuda_options(const Options& o, const ds::ModelConfig& cfg) {
   ds::CudaBackendOptions c;
   c.bf16_prefill = o.bf16_prefill;
   c.prefill_gemm = o.mma_gemm ? ds::CudaBackendOptions::PrefillGemm::kMmaSync
@@ -369,7 +371,7 @@ ds::CudaBackendOptions cuda_options(const Options& o) {
   c.decode_pdl = o.pdl;
   if (!o.split_small) c.split_small_max = 0;
   c.split_small_int8 = o.split_small_int8;
-  c.split_gemv_mma = o.decode_gemv == "mma" || (o.decode_gemv == "auto" && o.spec_k > 0);
+  c.split_gemv_mma = ds::decode_gemv_is_mma(o.decode_gemv, o.spec_k, cfg.n_embd);
   return c;
 }
 #endif
@@ -380,7 +382,7 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   so.n_threads = o.threads;
   so.draft_vocab = o.draft_vocab;
 #ifdef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o)));
+  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg)));
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
 }

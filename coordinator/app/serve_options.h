@@ -49,7 +49,7 @@ struct ServeOptions {
   std::optional<std::string> prefill_gemm;
   std::optional<std::string> bf16_weight_copy;
   // cuda workers' decode / verify GEMV ("auto" | "dp4a" | "mma"; worker_options.h decode_gemv);
-  // unset: not passed (worker default auto: mma when --spec-k > 0).
+  // unset: not passed (worker default auto: worker_options.h decode_gemv_is_mma).
   std::optional<std::string> decode_gemv;
   std::string log_format = "text";   // text | json
 };

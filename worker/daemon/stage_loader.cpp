@@ -15,6 +15,7 @@
 #include "worker/cache/pool_sizing.h"
 #include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
 #include "worker/daemon/worker_daemon.h"
+#include "worker/decode_gemv.h"
 #if DS_HAVE_CUDA_BACKEND
 #include "kernels/cuda/device_info.h"
 #include "worker/cuda_backend.h"
@@ -228,7 +229,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
         .prefill_gemm = worker.prefill_gemm == "mma" ? CudaBackendOptions::PrefillGemm::kMmaSync
                                                      : CudaBackendOptions::PrefillGemm::kCublasLt,
         .bf16_weight_copy = copy.keep,
-        .split_gemv_mma = worker.decode_gemv == "mma" || (worker.decode_gemv == "auto" && assign.spec_k() > 0)};
+        .split_gemv_mma = decode_gemv_is_mma(worker.decode_gemv, assign.spec_k(), config.n_embd)};
     const int device = worker.device < 0 ? 0 : worker.device;
     const auto t0 = std::chrono::steady_clock::now();
     out.model = load_stage(gguf, config, range, options, make_cuda_backend(device, cuda_options));

@@ -46,10 +46,9 @@ struct WorkerOptions {
   // "auto": on only when the pools still get everything they would get without it.
   std::string bf16_weight_copy = "off";
   // cuda: the GEMV of 1..4-token products (decode steps, speculative verify rows): "dp4a" (the
-  // int8x3 / float dot GEMV: fastest at one token), "mma" (int8 tensor cores: the same cost for
-  // 1..4 tokens, so a verify row of 1 + 3 costs ~1.25x a decode step instead of ~1.75x; decode
-  // steps ~5% slower) or "auto" (default: mma when the server speculates, Assign.spec_k > 0,
-  // else dp4a). Every step of one server uses the same GEMV, so speculation keeps plain
+  // int8x3 / float dot GEMV), "mma" (int8 tensor cores: the same cost for 1..4 tokens, so a
+  // verify row of 1 + 3 costs ~1.25x a decode step instead of ~1.75-2x) or "auto" (default:
+  // worker/decode_gemv.h decode_gemv_is_mma). Every step of one server uses the same GEMV, so speculation keeps plain
   // decoding's bits (CudaBackendOptions::split_gemv_mma).
   std::string decode_gemv = "auto";
   // After each message the worker polls for the next one without sleeping for this long, so a

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "worker/daemon/worker_options.h"
+#include "worker/decode_gemv.h"
 
 namespace ds {
 namespace {
@@ -172,6 +173,28 @@ TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
   EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error));
   EXPECT_NE(error.find("environment DELTASERVE_WORKER_BF16_WEIGHT_COPY"), std::string::npos) << error;
   unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
+}
+
+// --decode-gemv: auto by default, which picks the tensor-core GEMV when the server speculates;
+// dp4a and mma are kept as given; other values are refused.
+TEST(WorkerOptions, DecodeGemvValuesAndWhatAutoPicks) {
+  WorkerOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error)) << error;
+  EXPECT_EQ(o.decode_gemv, "auto");
+  EXPECT_FALSE(decode_gemv_is_mma(o.decode_gemv, 0, 4096)) << "9B, no speculation: dp4a";
+  EXPECT_TRUE(decode_gemv_is_mma(o.decode_gemv, 3, 4096)) << "9B speculating: verify rows on tensor cores";
+  EXPECT_FALSE(decode_gemv_is_mma(o.decode_gemv, 0, 5120)) << "27B, no speculation: dp4a (for now)";
+  EXPECT_FALSE(decode_gemv_is_mma("dp4a", 3, 5120));
+  EXPECT_TRUE(decode_gemv_is_mma("mma", 0, 1024));
+  for (const char* v : {"dp4a", "mma"}) {
+    WorkerOptions given;
+    ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--decode-gemv", v}, &given, &error)) << error;
+    EXPECT_EQ(given.decode_gemv, v);
+  }
+  WorkerOptions bad;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--decode-gemv", "tensor"}, &bad, &error));
+  EXPECT_NE(error.find("--decode-gemv: bad option or value: decode-gemv 'tensor'"), std::string::npos) << error;
 }
 
 // --busy-poll-us: -1 (auto) resolves by backend; explicit values win; out-of-range values are refused.

@@ -112,8 +112,9 @@ struct Shape {
 
 TEST(CudaGemvSplit, MatchesReferencesForEveryTokenCountAndDot) {
   DS_REQUIRE_GPU();
-  // 1, 2, 8, 10 and 24 slices; rows that are not multiples of 8; a tall matrix (many blocks).
-  const Shape shapes[] = {{37, 512}, {300, 1024}, {1001, 4096}, {9, 5120}, {65, 12288}, {5000, 1024}};
+  // 1, 2, 8, 10, 24 and 34 slices (34: the 27B ffn_down width, where the tensor-core variant has a
+  // ring of 2 slots a warp); rows that are not multiples of 8; a tall matrix (many blocks).
+  const Shape shapes[] = {{37, 512}, {300, 1024}, {1001, 4096}, {9, 5120}, {65, 12288}, {5000, 1024}, {40, 17408}};
   Rng rng(4243);
   for (const Shape& s : shapes) {
     const SplitHost w = make_split(s.rows, s.cols, rng);
@@ -163,7 +164,7 @@ TEST(CudaGemvSplit, IntegerDotsHandleOutliersAndZeroChunks) {
 TEST(CudaGemvSplit, BatchInvariantBitwise) {
   DS_REQUIRE_GPU();
   Rng rng(78);
-  for (const Shape& s : {Shape{300, 1024}, Shape{4096, 4096}, Shape{40000, 1024}}) {
+  for (const Shape& s : {Shape{300, 1024}, Shape{4096, 4096}, Shape{40000, 1024}, Shape{100, 17408}}) {
     const SplitHost w = make_split(s.rows, s.cols, rng);
     DeviceArray<uint8_t> dw(w.split);
     const std::vector<float> x = rng.vec(8 * s.cols);
