@@ -6,33 +6,34 @@
 // speculative verify row of 1 + 3 tokens then costs ~1.9x a decode step. Here one
 // mma.m16n8k32.s8 takes one Q8_0 block of 16 rows against ALL FOUR tokens at once: its 8 B
 // columns are the tokens' two int8 activation levels (column 2t: level a of token t, 2t + 1:
-// level b). Missing tokens are zero columns, so 1, 2, 3 or 4 tokens run the same instructions:
-// a verify row reads the weights once at the cost of a one-token decode step, and a token's
-// bits never depend on its companions (batch invariance by construction, not by care).
+// level b). A missing token is just two columns whose outputs are never stored, so 1, 2, 3 or 4
+// tokens run the same instructions: a verify row reads the weights once at about the cost of a
+// one-token decode step, and a token's bits never depend on its companions (an mma output
+// column depends on its own input column only: batch invariance by construction).
 //
 // Activations (int8x2_levels.h, the int8 small-batch GEMM's representation): per 32-column block
 // a scale u = max|x| / (254 * 127 + 127) and per column Q = 254 a + b, a, b int8, here
 // Q = rint(x * (254 * 127 + 127) / max|x|) (one reciprocal per block instead of a division per
 // column): |x - u Q| <= 0.506 u < 2^-15.95 max|x_block|. Each warp quantizes the columns it
 // multiplies (the same in every tile) once into shared memory at the start: levels [32-col
-// block][8 columns][32 bytes], scales [32-col block][4 tokens]. With `up`, x is the FFN's silu(gate) * up (the swiglu kernel's f32
-// expression), so ffn_down needs no separate SwiGLU launch.
+// block][8 columns][32 bytes], scales [32-col block][4 tokens]. With `up`, x is the FFN's
+// silu(gate) * up (the swiglu kernel's f32 expression), so ffn_down needs no SwiGLU launch.
 //
 // Product per (row, token, block): the mma's two int32 sums ca = sum q a, cb = sum q b are exact
 // (|c| < 2^22; accumulators start at the bits of 1.5 * 2^23, so one FADD reads them as floats),
 // v = fma(ca, 254, cb) (one rounding), acc = fma(v, d * u, acc). Error against the exact product
-// of the dequantized weights and x: sum_i |w_i| 2^-15.98 max|x_block(i)| from the activations, plus
-// f32 rounding (test_cuda_gemv_split.cpp states the bound).
+// of the dequantized weights and x: sum_i |w_i| 2^-15.95 max|x_block(i)| from the activations,
+// plus f32 rounding (test_cuda_gemv_split.cpp states the bound).
 //
 // Work split: tiles of 16 rows; a tile's columns in stages of 128 (4 blocks), warp w of the
 // block taking stages w, w + W, ... in order (W depends on the shape only). The warp copies each
-// stage (16 rows x 128 quants + the rows' 4 fp16 scales) into its own ring of 2-4 slots in shared
+// stage (16 rows x 128 quants + the rows' 4 fp16 scales) into its own ring of 2-5 slots in shared
 // memory with cp.async (the next ones in flight while one is computed, across tiles too; the
 // first ones before the activations are quantized), then lane (g, t4) reads 8 bytes of rows g and
 // g + 8 per block: the fragment's k order is a permutation of the block's columns, the same for A
 // and B (lane t4 holds columns 8 t4 .. 8 t4 + 7, its low word at k 4 t4, its high word at k 16 +
-// 4 t4). A persistent grid, one block per SM: block b takes tiles b, b + gridDim.x, ...; after
-// each tile the warps' partials [warp][row][token] are summed in warp
+// 4 t4). A persistent grid (one block of 16 warps per SM by default): block b takes tiles b,
+// b + gridDim.x, ...; after each tile the warps' partials [warp][row][token] are summed in warp
 // order (double-buffered in shared memory: one barrier per tile).
 #include <cuda_runtime.h>
 
@@ -57,7 +58,6 @@ constexpr int kLevelBytes = 8 * kQ8Block;  // one block's 8 columns of 32 levels
 constexpr int kMagic = 0x4B400000;         // bits of 1.5 * 2^23
 constexpr float kMagicF = 12582912.0f;
 constexpr size_t kSmemLimit = 227 * 1024;  // a constant, so the geometry (and the bits) are device-independent
-
 
 // ---- activations -> shared memory ------------------------------------------------------------
 
@@ -165,7 +165,9 @@ __device__ __forceinline__ void quantize_own_activations(const float* __restrict
 
 constexpr int kSlotQuantBytes = kTileRows * kStageCols, kSlotBytes = kSlotQuantBytes + kTileRows * kStageBlocks * 2;
 
-__device__ __forceinline__ int swizzled(int row, int chunk) { return chunk ^ ((row & 3) << 1); }
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return chunk ^ ((row & 3) << 1);
+}
 
 // cp.async.wait_group takes an immediate: waits until at most `pending` (1..4) groups are in flight.
 __device__ __forceinline__ void wait_copies_but(int pending) {
@@ -182,25 +184,26 @@ __device__ __forceinline__ void wait_copies_but(int pending) {
 
 // Copies stage `stage` of row tile `tile` into `slot` (rows past the matrix re-read its last row;
 // never stored).
-__device__ __forceinline__ void stage_copy(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes, int tile,
-                                           int stage, int lane, uint8_t* slot) {
+__device__ __forceinline__ void stage_copy(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
+                                           int tile, int stage, int lane, uint8_t* slot) {
   constexpr int kChunksPerRow = kStageCols / 16;
 #pragma unroll
   for (int j = 0; j < kTileRows * kChunksPerRow / kWarp; ++j) {
     const int c = lane + j * kWarp, r = c / kChunksPerRow, chunk = c % kChunksPerRow;
     const uint8_t* row = w + static_cast<size_t>(min(tile * kTileRows + r, rows - 1)) * row_bytes;
-    ptx::cp_async16(ptx::smem_u32(slot + r * kStageCols + 16 * swizzled(r, chunk)), row + stage * kStageCols + 16 * chunk,
-                    true);
+    ptx::cp_async16(ptx::smem_u32(slot + r * kStageCols + 16 * swizzled(r, chunk)),
+                    row + stage * kStageCols + 16 * chunk, true);
   }
   if (lane < kTileRows) {
     const uint8_t* row = w + static_cast<size_t>(min(tile * kTileRows + lane, rows - 1)) * row_bytes;
-    ptx::cp_async8(ptx::smem_u32(slot + kSlotQuantBytes + lane * kStageBlocks * 2), row + cols + stage * kStageBlocks * 2);
+    ptx::cp_async8(ptx::smem_u32(slot + kSlotQuantBytes + lane * kStageBlocks * 2),
+                   row + cols + stage * kStageBlocks * 2);
   }
 }
 
 // acc0 / acc1 (rows g / g + 8, token t4) += the staged blocks, in column order.
-__device__ __forceinline__ void stage_compute(const uint8_t* slot, const uint8_t* levels, const float* scales, int stage,
-                                              int g, int t4, float& acc0, float& acc1) {
+__device__ __forceinline__ void stage_compute(const uint8_t* slot, const uint8_t* levels, const float* scales,
+                                              int stage, int g, int t4, float& acc0, float& acc1) {
   const uint2 d0w = *reinterpret_cast<const uint2*>(slot + kSlotQuantBytes + g * kStageBlocks * 2);
   const uint2 d1w = *reinterpret_cast<const uint2*>(slot + kSlotQuantBytes + (g + 8) * kStageBlocks * 2);
 #pragma unroll
@@ -208,7 +211,8 @@ __device__ __forceinline__ void stage_compute(const uint8_t* slot, const uint8_t
     const int blk = stage * kStageBlocks + b, chunk = 2 * b + t4 / 2, half = 8 * (t4 % 2);
     const uint2 q0 = *reinterpret_cast<const uint2*>(slot + g * kStageCols + 16 * swizzled(g, chunk) + half);
     const uint2 q1 = *reinterpret_cast<const uint2*>(slot + (g + 8) * kStageCols + 16 * swizzled(g + 8, chunk) + half);
-    const uint2 bx = *reinterpret_cast<const uint2*>(levels + static_cast<size_t>(blk) * kLevelBytes + g * kQ8Block + 8 * t4);
+    const uint2 bx =
+        *reinterpret_cast<const uint2*>(levels + static_cast<size_t>(blk) * kLevelBytes + g * kQ8Block + 8 * t4);
     const uint32_t a[4] = {q0.x, q1.x, q0.y, q1.y};
     int c[4];
     ptx::mma_s8(c, a, bx.x, bx.y, kMagic);

@@ -16,9 +16,10 @@
 //    max/(127*252*252)): 2^-22 * sum_i |w_i| max|x_chunk(i)| more;
 //  * the tensor-core variant (int8x2 levels, kernels/cuda/int8x2_levels.h) represents x to within
 //    0.506 u = 2^-15.96 max|x_block| per 32-column block (Q = rint(x * kQMax / max) with a rounded
-//    reciprocal, u rounded too): 2^-15.9 * sum_i |w_i| max|x_block(i)| more. Its f32 path per output: one rounding for the levels'
-//    combination, one for d * u, one per block added in its lane (cols / 32 / warps, warps >= 4
-//    unless the row has fewer 256-column stages) and one per warp partial: within the same unit.
+//    reciprocal, u rounded too): 2^-15.9 * sum_i |w_i| max|x_block(i)| more. Its f32 path per
+//    output: one rounding for the levels' combination, one for d * u, one per block added in its
+//    lane (cols / 32 / warps, with warps = min(16, cols / 128)) and one per warp partial (<= 16):
+//    within the same unit.
 // Versus the CPU f32 reference: that plus the CPU's own 2e-6 * sum|w x| (test_cuda_matmul.cpp).
 // The worst observed ratio is printed so the margin is on record.
 #include <gtest/gtest.h>
