@@ -8,7 +8,8 @@
 # `tar cJf b.tar.xz -C build-x bundle`); TESTDATA_DIR is the path the test
 # binaries were compiled with (DS_TESTDATA_DIR): it is re-created from tests/data/*.gz here.
 # SECTIONS (default "tests serve spec16 9b spec workers http 27b"; also "verify_gemv": verify 1+K and tg128 with
-# --decode-gemv dp4a vs mma (VG_GEMVS, VG_KS); "spec_vocab": the MTP draft row with
+# --decode-gemv dp4a vs mma (VG_GEMVS, VG_KS); "lab27": the split-rows GEMVs at the 27B step's shapes, dp4a vs
+# mma (with test_cuda_gemv_split first when bundled); "spec_vocab": the MTP draft row with
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps (extra bench flags: VP_FLAGS);
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
@@ -301,6 +302,19 @@ if want verify_gemv; then
     bench 60 -m $M9 --backend cuda -p 512,4096 -n 128 -r 2 --decode-gemv $g > "$O/vg_${g}_tg.log" 2>&1
     note "vg $g tg128 rc=$?: $(grep -E '^(512|4096) ' "$O/vg_${g}_tg.log" | awk '{printf "p%s tg %s; ", $1, $5}')"
   done
+fi
+
+if want lab27 && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
+  # Whether --decode-gemv auto should pick the tensor-core GEMV for wide models without speculation: the
+  # 27B step's GEMVs, dp4a vs mma, per matrix and queued (the mma kernel's 17408-wide ring-2 path first
+  # passes its parity test when the bundle has it).
+  echo "==== kernel lab: split-rows GEMV at the 27B decode-step shapes"
+  if [ -x "$B/bin/test_cuda_gemv_split" ]; then
+    timeout 150 "$B/bin/test_cuda_gemv_split" > "$O/test_cuda_gemv_split.log" 2>&1
+    note "test_cuda_gemv_split rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/test_cuda_gemv_split.log" | tr '\n' ' ')"
+  fi
+  timeout 300 "$B/bin/deltaserve-kernel-lab" --gemv-split --model 27b --reps 10 > "$O/lab_gemv_split27.log" 2>&1
+  note "lab gemv-split 27b rc=$?: $(grep -E 'step n=(1|4) queued' "$O/lab_gemv_split27.log" | tr '\n' ' ')"
 fi
 
 if want spec_vocab; then

@@ -140,14 +140,29 @@ void gemv_mma(int reps) {
 
 // ---- Split-rows Q8_0 GEMV (kernels/cuda/gemv_q8_split.cu) against the GGUF-order decode paths
 // (cuda::matmul on a GGUF-order view: f32 GEMV <= 8 tokens, the tensor-core kernel at 8) at the 9B
-// decode-step shapes: the int8x3 dot (variant 1), the float dot (variant 2), and which one the
-// default (variant 0) picks for the shape. The step line sums one 9B decode step. ----
+// decode-step shapes (9B, or 27B with `model` "27b"): the int8x3 dot (variant 1), the float dot
+// (variant 2), which one the default (variant 0) picks for the shape, and the tensor-core GEMV
+// (variant 3; also in block shape 1). The step lines sum one decode step. ----
 // `only`: shapes whose name starts with it (all when empty; ncu runs pick one).
-void gemv_split(int reps, const std::string& only) {
-  const StepShape shapes[] = {{"gate+up 24576x4096", 24576, 4096, 32}, {"ffn_down 4096x12288", 4096, 12288, 32},
-                              {"qkv+z+a+b 12352x4096", 12352, 4096, 24}, {"attn_q 8192x4096", 8192, 4096, 8},
-                              {"gdn_out/o 4096x4096", 4096, 4096, 32}, {"attn_k/v 1024x4096", 1024, 4096, 16},
-                              {"lm_head 248320x4096", 248320, 4096, 1}};
+void gemv_split(int reps, const std::string& only, const std::string& model) {
+  // Decode-step matrices as the CUDA backend multiplies them (stacked where it stacks them) and how
+  // many times a step reads each: 9B 32 layers (24 GDN, 8 attention), 27B 64 (48 GDN, 16 attention).
+  const std::vector<StepShape> shapes =
+      model == "27b" ? std::vector<StepShape>{{"gate+up 34816x5120", 34816, 5120, 64},
+                                              {"ffn_down 5120x17408", 5120, 17408, 64},
+                                              {"qkv+z+a+b 16528x5120", 16528, 5120, 48},
+                                              {"attn_q 12288x5120", 12288, 5120, 16},
+                                              {"gdn_out/o 5120x6144", 5120, 6144, 64},
+                                              {"attn_k/v 1024x5120", 1024, 5120, 32},
+                                              {"lm_head 248320x5120", 248320, 5120, 1}}
+                     : std::vector<StepShape>{{"gate+up 24576x4096", 24576, 4096, 32},
+                                              {"ffn_down 4096x12288", 4096, 12288, 32},
+                                              {"qkv+z+a+b 12352x4096", 12352, 4096, 24},
+                                              {"attn_q 8192x4096", 8192, 4096, 8},
+                                              {"gdn_out/o 4096x4096", 4096, 4096, 32},
+                                              {"attn_k/v 1024x4096", 1024, 4096, 16},
+                                              {"lm_head 248320x4096", 248320, 4096, 1}};
+  const char* step_name = model == "27b" ? "27B" : "9B";
   const size_t ns[] = {1, 2, 3, 4, 8};
   double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {}, mma_step[5] = {}, mma1_step[5] = {};
   // The tensor-core GEMV in block shape 1 (8 warps, 2 blocks per SM) where it fits, else shape 0.
@@ -157,7 +172,7 @@ void gemv_split(int reps, const std::string& only) {
     LAB_CHECK(ds::cuda::detail::gemv_q8_split_mma_shape(0, v, xv, nullptr, cols, n, out, nullptr, false));
   };
   std::vector<std::unique_ptr<Q8Matrix>> mats;
-  float* x = device_f32(8 * 12288, 3);
+  float* x = device_f32(8 * 17408, 3);
   float* y = device_f32(8 * 248320, 4);
   for (const StepShape& sh : shapes) {
     if (std::string(sh.name).rfind(only, 0) != 0) {
@@ -199,9 +214,9 @@ void gemv_split(int reps, const std::string& only) {
     }
   }
   for (int k = 0; k < 5; ++k) {
-    std::printf("gemv-split 9B step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
+    std::printf("gemv-split %s step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
                 "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms\n",
-                ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
+                step_name, ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
                 mma_step[k] / mma_step[0], mma1_step[k]);
   }
   // The same step as one queue of back-to-back launches (no per-launch event floor): what a decode
@@ -232,9 +247,9 @@ void gemv_split(int reps, const std::string& only) {
     };
     const double g = queued(-1), d = queued(0), in = queued(1), fl = queued(2);
     const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(99);
-    std::printf("gemv-split 9B step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
+    std::printf("gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
                 "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms\n",
-                n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
+                step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
                 in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm, mm1);
   }
   LAB_CHECK(cudaFree(x));
@@ -329,6 +344,7 @@ int main(int argc, char** argv) {
   bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
   bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
   std::string shape_prefix;      // --shape NAME: only the --gemv-split shapes whose name starts with NAME
+  std::string model = "9b";      // --model 9b|27b: the --gemv-split step's shapes
   bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
   bool only_gemm_int8 = false;  // --gemm-int8: just the int8 vs the bf16 small-batch GEMM over split rows
   for (int i = 1; i < argc; ++i) {
@@ -338,6 +354,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
     if (std::strcmp(argv[i], "--gemv-split") == 0) only_gemv_split = true;
     if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) shape_prefix = argv[++i];
+    if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
     if (std::strcmp(argv[i], "--gemm-split") == 0) only_gemm_split = true;
     if (std::strcmp(argv[i], "--gemm-int8") == 0) only_gemm_int8 = true;
   }
@@ -350,7 +367,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (only_gemv_split) {
-    gemv_split(reps, shape_prefix);
+    gemv_split(reps, shape_prefix, model);
     return 0;
   }
   if (only_gemm_split) {
