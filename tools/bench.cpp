@@ -382,7 +382,9 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   so.n_threads = o.threads;
   so.draft_vocab = o.draft_vocab;
 #ifdef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg)));
+  if (o.backend == "cuda") {
+    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg)));
+  }
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
 }

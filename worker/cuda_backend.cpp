@@ -674,7 +674,9 @@ void CudaBackend::gdn_captured(const GdnShape& s, const float* q, const float* k
   on_device();
   const cudaError_t e =
       cuda::gdn_recurrent_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride, stream_);
-  if (e == cudaErrorNotSupported) return Backend::gdn_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride);
+  if (e == cudaErrorNotSupported) {  // dk > 128: token by token
+    return Backend::gdn_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride);
+  }
   DS_CUDA_CHECK(e);
 }
 
