@@ -317,11 +317,16 @@ class CudaBackend final : public Backend {
     on_device();
     DS_CUDA_CHECK(cuda::conv_silu_l2_token(x, channels, w, kernel, state, n_norm_heads, head_dim, eps, y, stream_));
   }
+  // The fused conv kernel for a sequence with a conv window (the multi-token and multi-sequence
+  // forms need one); otherwise the Backend defaults run the separate ops.
+  bool fused_conv_with_state(size_t channels, size_t kernel, size_t n_norm_heads, size_t head_dim) const {
+    return fused_ops_ && kernel >= 2 && cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim);
+  }
   // A verify row's tokens in one launch, windows captured from registers.
   void conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* w, size_t kernel,
                              float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
                              size_t n_captures, float* captures, size_t capture_stride) override {
-    if (!fused_ops_ || kernel < 2 || !cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) {
+    if (!fused_conv_with_state(channels, kernel, n_norm_heads, head_dim)) {
       return Backend::conv_silu_l2_captured(x, channels, n_tokens, w, kernel, state, n_norm_heads, head_dim, eps, y,
                                             n_captures, captures, capture_stride);
     }
@@ -334,7 +339,7 @@ class CudaBackend final : public Backend {
   void conv_silu_l2_slots(const float* x, size_t channels, const float* w, size_t kernel, float* state0,
                           size_t slot_stride, const uint32_t* host_slots, size_t n_seqs, size_t n_norm_heads,
                           size_t head_dim, float eps, float* y) override {
-    if (!fused_ops_ || kernel < 2 || !cuda::conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) {
+    if (!fused_conv_with_state(channels, kernel, n_norm_heads, head_dim)) {
       return Backend::conv_silu_l2_slots(x, channels, w, kernel, state0, slot_stride, host_slots, n_seqs,
                                          n_norm_heads, head_dim, eps, y);
     }

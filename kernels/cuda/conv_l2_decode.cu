@@ -93,8 +93,13 @@ bool conv_silu_l2_token_applies(size_t channels, size_t kernel, size_t n_norm_he
          channels / head_dim <= detail::kMaxGridX;
 }
 
-cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
-                               size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream) {
+namespace {
+
+// One sequence's n_tokens tokens (conv_silu_l2_token: 1, no captures): the checks both entry points
+// share, then the launch.
+cudaError_t launch_one_sequence(const float* x, size_t channels, size_t n_tokens, const float* weight, size_t kernel,
+                                float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
+                                const Captures& captures, cudaStream_t stream) {
   if (!conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim)) return cudaErrorInvalidValue;
   if (x == nullptr || weight == nullptr || y == nullptr || (kernel > 1 && state == nullptr) || y == x ||
       (state != nullptr && y == state)) {
@@ -107,26 +112,27 @@ cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* wei
   return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, dim3(static_cast<unsigned>(channels / head_dim)),
                                              dim3(static_cast<unsigned>(head_dim)), 0, stream, x, channels, weight,
                                              kernel, state, n_norm_heads, eps, y, static_cast<const uint32_t*>(nullptr),
-                                             size_t{0}, size_t{1}, Captures{});
+                                             size_t{0}, n_tokens, captures);
+}
+
+}  // namespace
+
+cudaError_t conv_silu_l2_token(const float* x, size_t channels, const float* weight, size_t kernel, float* state,
+                               size_t n_norm_heads, size_t head_dim, float eps, float* y, cudaStream_t stream) {
+  return launch_one_sequence(x, channels, 1, weight, kernel, state, n_norm_heads, head_dim, eps, y, Captures{}, stream);
 }
 
 cudaError_t conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* weight, size_t kernel,
                                   float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
                                   size_t n_captures, float* captures, size_t capture_stride, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
-  if (!conv_silu_l2_token_applies(channels, kernel, n_norm_heads, head_dim) || kernel < 2 || x == nullptr ||
-      weight == nullptr || y == nullptr || state == nullptr || y == x || y == state || n_captures > n_tokens ||
-      (n_captures > 0 && captures == nullptr) || (n_captures > 1 && capture_stride < (kernel - 1) * channels)) {
+  if (kernel < 2 || state == nullptr || n_captures > n_tokens || (n_captures > 0 && captures == nullptr) ||
+      (n_captures > 1 && capture_stride < (kernel - 1) * channels)) {
     return cudaErrorInvalidValue;
   }
-  if (!detail::f32_ok(x) || !detail::f32_ok(weight) || !detail::f32_ok(y) || !detail::aligned_to(state, 4) ||
-      (captures != nullptr && !detail::aligned_to(captures, 4))) {
-    return cudaErrorMisalignedAddress;
-  }
-  return detail::launch_dependent_if_enabled(conv_silu_l2_kernel, dim3(static_cast<unsigned>(channels / head_dim)),
-                                             dim3(static_cast<unsigned>(head_dim)), 0, stream, x, channels, weight,
-                                             kernel, state, n_norm_heads, eps, y, static_cast<const uint32_t*>(nullptr),
-                                             size_t{0}, n_tokens, Captures{captures, capture_stride, n_captures});
+  if (captures != nullptr && !detail::aligned_to(captures, 4)) return cudaErrorMisalignedAddress;
+  return launch_one_sequence(x, channels, n_tokens, weight, kernel, state, n_norm_heads, head_dim, eps, y,
+                             Captures{captures, capture_stride, n_captures}, stream);
 }
 
 cudaError_t conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,

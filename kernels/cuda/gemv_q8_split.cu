@@ -450,8 +450,9 @@ cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, c
   if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
   if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
   if (up != nullptr && !aligned_to(up, 16)) return cudaErrorInvalidValue;
-  if (variant == kGemvSplitMmaVariant && gemv_q8_split_mma_applies(w)) {
-    return gemv_q8_split_mma(w, x, up, xs, n, out, stream, pdl);
+  if (variant == kGemvSplitMmaVariant) {  // shapes it does not take run variant 0
+    const cudaError_t e = gemv_q8_split_mma(w, x, up, xs, n, out, stream, pdl);
+    if (e != cudaErrorNotSupported) return e;
   }
   const Geometry g = geometry(static_cast<int>(w.cols), variant == kGemvSplitMmaVariant ? 0 : variant);
   for (size_t t0 = 0; t0 < n; t0 += kMaxTokensPerLaunch) {

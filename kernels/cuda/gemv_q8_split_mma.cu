@@ -358,16 +358,13 @@ RowSegments from_token(RowSegments seg, size_t t0) {
 
 }  // namespace
 
-bool gemv_q8_split_mma_applies(const cpu::WeightView& w) {
-  return w.cols % kStageCols == 0 && geometry(static_cast<int>(w.cols), kDefaultMmaShape).ring >= 2;
-}
-
 cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
                                     size_t n, const RowSegments& out, cudaStream_t stream, bool pdl) {
-  if (shape < 0 || shape >= kMmaShapes || w.cols % kStageCols != 0) return cudaErrorInvalidValue;
+  if (shape < 0 || shape >= kMmaShapes) return cudaErrorInvalidValue;
+  if (w.cols % kStageCols != 0) return cudaErrorNotSupported;
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
-  const Geometry geo = geometry(cols, shape);
-  if (geo.ring < 2) return cudaErrorInvalidValue;
+  const Geometry geo = geometry(cols, shape);  // once per call: the launch's host cost is on the decode path
+  if (geo.ring < 2) return cudaErrorNotSupported;
   if (const cudaError_t e = allow_dynamic_smem<gemv_q8_split_mma_kernel>(kSmemLimit); e != cudaSuccess) return e;
   const int n_tiles = (rows + kTileRows - 1) / kTileRows;
   const int grid = std::min(n_tiles, current_device_sm_count() * geo.blocks_per_sm);
@@ -384,7 +381,6 @@ cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const f
 
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                               const RowSegments& out, cudaStream_t stream, bool pdl) {
-  if (!gemv_q8_split_mma_applies(w)) return cudaErrorInvalidValue;
   return gemv_q8_split_mma_shape(kDefaultMmaShape, w, x, up, xs, n, out, stream, pdl);
 }
 

@@ -78,9 +78,8 @@ cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, co
                                        const RowSegments& out, cudaStream_t stream, bool pdl = false);
 // Variant kGemvSplitMmaVariant's kernel (gemv_q8_split_mma.cu): y = W x, or with `up` W (silu(x) *
 // up), in launches of 4 tokens to row segments; the launch geometry depends on the columns only.
-// Takes any split-rows matrix gemv_q8_split_applies to whose activations fit in shared memory
-// (gemv_q8_split_mma_applies: up to ~25K columns).
-bool gemv_q8_split_mma_applies(const cpu::WeightView& w);
+// Takes any split-rows matrix gemv_q8_split_applies to whose activations fit in shared memory (up to
+// ~25K columns); cudaErrorNotSupported, before any launch, for a matrix it does not take.
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                               const RowSegments& out, cudaStream_t stream, bool pdl);
 // The same with another block shape (kernel lab; gemv_q8_split_mma.cu lists them; a shape with

@@ -226,14 +226,15 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   for (size_t i = 0; i < mats.size(); ++i) step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
   for (int k = 0; k < 5; ++k) {
     const size_t n = ns[k];
-    const auto queued = [&](int variant) {  // -1: GGUF order through cuda::matmul, 99: mma block shape 1
+    constexpr int kGgufOrder = -1, kMmaShape1 = -2;  // queued()'s other paths besides the split variants
+    const auto queued = [&](int variant) {
       return median_ms(reps, [&](int rep) {
         int copy = rep * 7;
         for (size_t i = 0; i < mats.size(); ++i) {
           for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
-            if (variant == 99) {
+            if (variant == kMmaShape1) {
               mma_shape1(mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows);
-            } else if (variant < 0) {
+            } else if (variant == kGgufOrder) {
               LAB_CHECK(ds::cuda::matmul(mats[i]->view(copy), x, shapes[i].cols, n, y, shapes[i].rows,
                                          ds::cuda::MatmulPrecision::kBf16TensorCores,
                                          ds::cuda::TcGemmOptions{.small_batch_mma = true}, nullptr));
@@ -245,8 +246,8 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
         }
       });
     };
-    const double g = queued(-1), d = queued(0), in = queued(1), fl = queued(2);
-    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(99);
+    const double g = queued(kGgufOrder), d = queued(0), in = queued(1), fl = queued(2);
+    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(kMmaShape1);
     std::printf("gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
                 "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms\n",
                 step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
