@@ -25,7 +25,8 @@
 # when "27b" is asked; "prefill_profile": ncu per-kernel sums of one 9B prefill step at PREFILL_PROFILE_P
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
-# occupancy and memory sections of the split-rows GEMV at 1..8 tokens) picks what runs; every step has its
+# occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
+# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv") picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -263,6 +264,22 @@ if want gemv_stalls && command -v ncu > /dev/null && [ -x "$B/bin/deltaserve-ker
     --csv --page details "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 1 > "$O/ncu_gemv_stalls.csv" \
     2> "$O/ncu_gemv_stalls.err"
   note "ncu gemv stalls rc=$? ($(wc -l < "$O/ncu_gemv_stalls.csv") csv lines)"
+fi
+
+# Issue 10: where the tensor-core GEMV's extra time at 4 tokens goes (its instructions are the same
+# at 1..4 tokens but for the activations' quantization). Raw ncu metrics of its lone launches on
+# MMA_SHAPES (lab shape-name prefixes), one table line per launch (ncu_raw_table.py).
+if want mma_stalls && command -v ncu > /dev/null && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
+  echo "==== tensor-core split-rows GEMV, 1 vs 4 tokens (ncu raw metrics)"
+  for s in ${MMA_SHAPES:-ffn_down qkv}; do
+    timeout 200 ncu --cache-control none --kernel-name regex:gemv_q8_split_mma_kernel --launch-count 24 \
+      --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --metrics smsp__inst_executed.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum \
+      --page raw --csv "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 1 --shape "$s" > "$O/ncu_mma_$s.csv" \
+      2> "$O/ncu_mma_$s.err"
+    python3 tools/kernel_lab/ncu_raw_table.py "$O/ncu_mma_$s.csv" > "$O/ncu_mma_$s.txt" 2>&1
+    note "ncu mma $s rc=$? ($(wc -l < "$O/ncu_mma_$s.txt") launches)"
+  done
 fi
 
 if want prefill; then

@@ -150,6 +150,19 @@ class Backend {
       if (t < n_captures) copy(captures + t * capture_stride, state, state_floats);
     }
   }
+  // The same with token t's gates computed from row t of `gates` instead of given as g / beta.
+  // Default: gdn_gates into temporaries, then the form above (the CPU reference); a backend may
+  // compute them inside the recurrence's launch, with the same bits.
+  virtual void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v,
+                            const GdnRawGates& gates, float* state, float* out, size_t n_captures, float* captures,
+                            size_t capture_stride) {
+    const size_t n_gates = s.n_tokens * s.n_v_heads;
+    const std::unique_ptr<float, ScratchRelease> g(alloc(2 * n_gates), ScratchRelease{this});
+    float* beta = g.get() + n_gates;
+    gdn_gates(gates.alpha, gates.alpha_stride, gates.beta_raw, gates.beta_stride, gates.a, gates.dt_bias, s.n_tokens,
+              s.n_v_heads, g.get(), beta);
+    gdn_captured(s, q, k, v, g.get(), beta, state, out, n_captures, captures, capture_stride);
+  }
   // Decode steps of n_seqs sequences, one token each (rows 0..n_seqs-1 of the inputs and
   // outputs), whose states live in one pool: sequence i's at state0 + host_slots[i] * slot_stride
   // floats. Defaults: the one-sequence ops in a loop; backends may run all sequences at once.

@@ -263,6 +263,8 @@ class CudaBackend final : public Backend {
   void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                     const float* beta, float* state, float* out, size_t n_captures, float* captures,
                     size_t capture_stride) override;
+  void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const GdnRawGates& gates,
+                    float* state, float* out, size_t n_captures, float* captures, size_t capture_stride) override;
   void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                         float* out) override;
   void attention_decode_batch(const DecodeAttentionBatch& b) override;
@@ -277,7 +279,9 @@ class CudaBackend final : public Backend {
     // Decode steps: the SwiGLU folded into the split-rows GEMV's activation loads (same bits).
     if (fused_ops_) {
       on_device();
-      const cudaError_t e = cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_);
+      void* acts = split_gemv_mma_ ? act_scratch_.get(cuda::matmul_swiglu_act_bytes(w.cols), stream_) : nullptr;
+      const cudaError_t e =
+          cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_, acts);
       if (e != cudaErrorNotSupported) {
         DS_CUDA_CHECK(e);
         return;
@@ -414,6 +418,7 @@ class CudaBackend final : public Backend {
   bool split_gemv_mma_;              // 1..4-token GEMVs on int8 tensor cores
   DeviceScratch digest_scratch_, digest_rows_;
   DeviceScratch gate_scratch_;  // g / beta of the unfused raw-gate gdn_decode_slots
+  DeviceScratch act_scratch_;   // the down projection's activations quantized once (tensor-core GEMV)
   PinnedScratch digest_host_;
   std::unordered_map<const void*, void*> bf16_weights_;  // device Q8_0 matrix -> its bf16 copy (or null)
   cudaStream_t stream_ = nullptr;
@@ -681,6 +686,20 @@ void CudaBackend::gdn_captured(const GdnShape& s, const float* q, const float* k
       cuda::gdn_recurrent_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride, stream_);
   if (e == cudaErrorNotSupported) {  // dk > 128: token by token
     return Backend::gdn_captured(s, q, k, v, g, beta, state, out, n_captures, captures, capture_stride);
+  }
+  DS_CUDA_CHECK(e);
+}
+
+// The verify row's gates inside the recurrence's launch (the decode step's fused form).
+void CudaBackend::gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v,
+                               const GdnRawGates& gates, float* state, float* out, size_t n_captures, float* captures,
+                               size_t capture_stride) {
+  on_device();
+  const cudaError_t e = fused_ops_ ? cuda::gdn_recurrent_captured(s, q, k, v, gates, state, out, n_captures, captures,
+                                                                   capture_stride, stream_)
+                                   : cudaErrorNotSupported;
+  if (e == cudaErrorNotSupported) {  // unfused, or dk > 128: the gates kernel, then the form above
+    return Backend::gdn_captured(s, q, k, v, gates, state, out, n_captures, captures, capture_stride);
   }
   DS_CUDA_CHECK(e);
 }

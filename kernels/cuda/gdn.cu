@@ -289,22 +289,45 @@ cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const
   return launch_gdn<true>(s, q, k, v, g, beta, state, out, stream);
 }
 
-cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                                   const float* beta, float* state, float* out, size_t n_captures, float* captures,
-                                   size_t capture_stride, cudaStream_t stream) {
-  if (s.n_tokens == 0) return cudaSuccess;
-  if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state, out); e != cudaSuccess) return e;
+namespace {
+
+// gdn_recurrent_captured's launch, its g / beta or raw gates already in args (checked by check_gdn).
+cudaError_t launch_captured(GdnArgs args, size_t n_captures, float* captures, size_t capture_stride,
+                            cudaStream_t stream) {
+  const GdnShape& s = args.s;
   if (n_captures > s.n_tokens || (n_captures > 0 && (captures == nullptr || !detail::aligned_to(captures, 4)))) {
     return cudaErrorInvalidValue;
   }
   if (n_captures > 1 && capture_stride < s.n_v_heads * s.dk * s.dv) return cudaErrorInvalidValue;
   if (s.dk > static_cast<size_t>(kPMaxDk) || (s.dv + kPJ - 1) / kPJ > 65535) return cudaErrorNotSupported;
-  GdnArgs args{s, q, k, v, g, beta, state, out, q_scale(s.dk)};
   args.captures = captures;
   args.capture_stride = capture_stride;
   args.n_captures = n_captures;
   const dim3 grid(static_cast<unsigned>(s.n_v_heads), static_cast<unsigned>((s.dv + kPJ - 1) / kPJ));
   return detail::launch_dependent_if_enabled(gdn_block_kernel, grid, dim3(kPThreads), 0, stream, args);
+}
+
+}  // namespace
+
+cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
+                                   const float* beta, float* state, float* out, size_t n_captures, float* captures,
+                                   size_t capture_stride, cudaStream_t stream) {
+  if (s.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state, out); e != cudaSuccess) return e;
+  return launch_captured(GdnArgs{s, q, k, v, g, beta, state, out, q_scale(s.dk)}, n_captures, captures, capture_stride,
+                         stream);
+}
+
+cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v,
+                                   const GdnRawGates& gates, float* state, float* out, size_t n_captures,
+                                   float* captures, size_t capture_stride, cudaStream_t stream) {
+  if (s.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = check_raw_gates(gates, s.n_v_heads, s.n_tokens); e != cudaSuccess) return e;
+  // check_gdn's g / beta: the raw rows stand in (the kernel reads no g / beta array).
+  if (const cudaError_t e = check_gdn(s, q, k, v, gates.alpha, gates.beta_raw, state, out); e != cudaSuccess) return e;
+  GdnArgs args{s, q, k, v, nullptr, nullptr, state, out, q_scale(s.dk)};
+  args.raw = gates;
+  return launch_captured(args, n_captures, captures, capture_stride, stream);
 }
 
 bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs) {

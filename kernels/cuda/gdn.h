@@ -35,6 +35,12 @@ cudaError_t gdn_prefill(const GdnShape& s, const float* q, const float* k, const
 cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
                                    const float* beta, float* state, float* out, size_t n_captures, float* captures,
                                    size_t capture_stride, cudaStream_t stream);
+// The same with token t's gates computed inside the launch from row t of `gates` (device
+// pointers) instead of given as g / beta: bit-identical to gdn_gates then the form above, one
+// launch fewer per verify row and GDN layer.
+cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const float* k, const float* v,
+                                   const GdnRawGates& gates, float* state, float* out, size_t n_captures,
+                                   float* captures, size_t capture_stride, cudaStream_t stream);
 
 // Decode of n_seqs sequences in one launch, one token each (s.n_tokens == 1): sequence i reads
 // token row i of q / k (stride s.qk_token_stride), v (s.v_token_stride), g and beta (n_v_heads)

@@ -446,12 +446,12 @@ cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, const float*
 
 // The GEMV of x (or, with `up`, of silu(x) * up) in launches of up to 4 tokens, its rows to `out`.
 cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
-                        const RowSegments& out, cudaStream_t stream, bool pdl) {
+                        const RowSegments& out, cudaStream_t stream, bool pdl, void* act_scratch = nullptr) {
   if (variant < 0 || variant >= kGemvSplitVariants) return cudaErrorInvalidValue;
   if (!gemv_q8_split_applies(w, x, xs, n)) return cudaErrorInvalidValue;
   if (up != nullptr && !aligned_to(up, 16)) return cudaErrorInvalidValue;
   if (variant == kGemvSplitMmaVariant) {  // shapes it does not take run variant 0
-    const cudaError_t e = gemv_q8_split_mma(w, x, up, xs, n, out, stream, pdl);
+    const cudaError_t e = gemv_q8_split_mma(w, x, up, xs, n, out, stream, pdl, act_scratch);
     if (e != cudaErrorNotSupported) return e;
   }
   const Geometry g = geometry(static_cast<int>(w.cols), variant == kGemvSplitMmaVariant ? 0 : variant);
@@ -495,9 +495,10 @@ cudaError_t gemv_q8_split_rows(const cpu::WeightView& w, const float* x, size_t 
 }
 
 cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,
-                                         size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream, bool pdl) {
+                                         size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream, bool pdl,
+                                         void* act_scratch) {
   if (up == nullptr) return cudaErrorInvalidValue;
-  return run_variant(variant, w, gate, up, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl);
+  return run_variant(variant, w, gate, up, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl, act_scratch);
 }
 
 cudaError_t gemv_q8_split_swiglu(const cpu::WeightView& w, const float* gate, const float* up, size_t xs, size_t n,

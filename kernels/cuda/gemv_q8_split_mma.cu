@@ -155,6 +155,55 @@ __device__ __forceinline__ void quantize_own_activations(const float* __restrict
   __syncwarp();
 }
 
+// x (or silu(x) * up) of n <= 4 tokens quantized once into `acts` (copy_own_activations' layout),
+// with quantize_eight: the bits the GEMV's own quantization gives. A quad of lanes per (token,
+// 32-column block), token-major; tokens n..3 get zero levels and scales.
+constexpr int kQuantizeThreads = 256;
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_acts_kernel(const float* __restrict__ x, const float* __restrict__ up, size_t xs, int n, int cols,
+                         uint8_t* __restrict__ acts) {
+  const int blocks = cols / kQ8Block;
+  const int quad = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 4), part = threadIdx.x % 4;
+  const int t = quad / blocks, blk = quad % blocks;
+  float* scales = reinterpret_cast<float*>(acts + static_cast<size_t>(blocks) * kLevelBytes);
+  wait_for_previous_kernel();
+  const bool present = t < n;
+  float v[8];
+  load_eight(x, up, static_cast<size_t>(t) * xs + static_cast<size_t>(blk) * kQ8Block + 8 * part, present, v);
+  quantize_eight(v, present, t, blk, part, acts, scales);  // every lane: it shuffles
+  if (present || t >= kTokens) return;
+  uint8_t* blk_levels = acts + static_cast<size_t>(blk) * kLevelBytes + 8 * part;
+  *reinterpret_cast<uint2*>(blk_levels + (2 * t) * kQ8Block) = make_uint2(0, 0);
+  *reinterpret_cast<uint2*>(blk_levels + (2 * t + 1) * kQ8Block) = make_uint2(0, 0);
+  if (part == 0) scales[blk * kTokens + t] = 0.0f;
+}
+
+// The same blocks copied from activations quantized once by quantize_acts_kernel (`acts`: levels
+// [cols / 32][8][32] then scales [cols / 32][4], the shared-memory layout): a wide input (ffn_down's
+// 12288 columns: 12 quantization passes a warp at 4 tokens, in every block) costs one round trip of
+// 16-byte copies instead. Waits for all the warp's copies, the weight stages already in flight too.
+__device__ __forceinline__ void copy_own_activations(const uint8_t* __restrict__ acts, int cols, int my_stages,
+                                                     uint8_t* levels, float* scales) {
+  const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  constexpr int kChunks = kLevelBytes / 16 + 1;  // a block's levels, then its 4 scales
+  const size_t blocks = static_cast<size_t>(cols) / kQ8Block;
+  const int items = my_stages * kStageBlocks * kChunks;
+  for (int i = lane; i < items; i += kWarp) {
+    const int j = i / kChunks, chunk = i % kChunks;
+    const int blk = (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks;
+    if (chunk < kChunks - 1) {
+      ptx::cp_async16(ptx::smem_u32(levels + static_cast<size_t>(blk) * kLevelBytes + 16 * chunk),
+                      acts + static_cast<size_t>(blk) * kLevelBytes + 16 * chunk, true);
+    } else {
+      ptx::cp_async16(ptx::smem_u32(scales + blk * kTokens), acts + blocks * kLevelBytes + blk * kTokens * 4, true);
+    }
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncwarp();
+}
+
 // ---- one stage of a warp: 16 rows x 128 columns, staged through a per-warp ring -----------------
 //
 // A slot holds the stage's quants (16 rows x 128 bytes; 16-byte chunk j of row r at position
@@ -282,8 +331,8 @@ struct SmemLayout {
 
 __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
     gemv_q8_split_mma_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
-                             const float* __restrict__ x, const float* __restrict__ up, size_t xs, int n, int ring,
-                             RowSegments out) {
+                             const float* __restrict__ x, const float* __restrict__ up, size_t xs,
+                             const uint8_t* __restrict__ acts, int n, int ring, RowSegments out) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int stages = cols / kStageCols, n_tiles = (rows + kTileRows - 1) / kTileRows;
   const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
@@ -309,7 +358,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarp, 1)
   };
   for (int i = 0; i < ring - 1; ++i) issue(i);
   wait_for_previous_kernel();
-  quantize_own_activations(x, up, xs, n, per_tile, smem, scales);
+  if (acts != nullptr) {
+    copy_own_activations(acts, cols, per_tile, smem, scales);
+  } else {
+    quantize_own_activations(x, up, xs, n, per_tile, smem, scales);
+  }
 
   float acc0 = 0.0f, acc1 = 0.0f;
   int in_tile = 0, tile = static_cast<int>(blockIdx.x), stage = warp, parity = 0;
@@ -358,30 +411,48 @@ RowSegments from_token(RowSegments seg, size_t t0) {
 
 }  // namespace
 
+size_t gemv_q8_split_mma_act_bytes(size_t cols) {
+  return cols / kQ8Block * (kLevelBytes + kTokens * sizeof(float));
+}
+
 cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
-                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl) {
+                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl,
+                                    void* act_scratch) {
   if (shape < 0 || shape >= kMmaShapes) return cudaErrorInvalidValue;
   if (w.cols % kStageCols != 0) return cudaErrorNotSupported;
+  if (act_scratch != nullptr && reinterpret_cast<uintptr_t>(act_scratch) % 16 != 0) return cudaErrorMisalignedAddress;
   const int rows = static_cast<int>(w.rows), cols = static_cast<int>(w.cols);
   const Geometry geo = geometry(cols, shape);  // once per call: the launch's host cost is on the decode path
   if (geo.ring < 2) return cudaErrorNotSupported;
   if (const cudaError_t e = allow_dynamic_smem<gemv_q8_split_mma_kernel>(kSmemLimit); e != cudaSuccess) return e;
   const int n_tiles = (rows + kTileRows - 1) / kTileRows;
   const int grid = std::min(n_tiles, current_device_sm_count() * geo.blocks_per_sm);
+  const bool dependent = pdl && current_device_is_sm90_or_newer();
+  auto* acts = static_cast<uint8_t*>(act_scratch);
   for (size_t t0 = 0; t0 < n; t0 += kTokens) {
     const int nt = static_cast<int>(std::min<size_t>(kTokens, n - t0));
+    const float* xt = x + t0 * xs;
+    const float* upt = up == nullptr ? nullptr : up + t0 * xs;
+    if (acts != nullptr) {
+      const unsigned qgrid = static_cast<unsigned>((cols / kQ8Block * kTokens * 4 + kQuantizeThreads - 1) / kQuantizeThreads);
+      if (const cudaError_t e = launch_maybe_dependent(quantize_acts_kernel, dim3(qgrid), dim3(kQuantizeThreads), 0,
+                                                       stream, dependent, xt, upt, xs, nt, cols, acts);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
     const cudaError_t e = launch_maybe_dependent(
         gemv_q8_split_mma_kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(geo.warps * kWarp)),
-        geo.smem, stream, pdl && current_device_is_sm90_or_newer(), static_cast<const uint8_t*>(w.data), rows, cols,
-        w.row_bytes, x + t0 * xs, up == nullptr ? nullptr : up + t0 * xs, xs, nt, geo.ring, from_token(out, t0));
+        geo.smem, stream, dependent, static_cast<const uint8_t*>(w.data), rows, cols, w.row_bytes, xt, upt, xs,
+        static_cast<const uint8_t*>(acts), nt, geo.ring, from_token(out, t0));
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
-                              const RowSegments& out, cudaStream_t stream, bool pdl) {
-  return gemv_q8_split_mma_shape(kDefaultMmaShape, w, x, up, xs, n, out, stream, pdl);
+                              const RowSegments& out, cudaStream_t stream, bool pdl, void* act_scratch) {
+  return gemv_q8_split_mma_shape(kDefaultMmaShape, w, x, up, xs, n, out, stream, pdl, act_scratch);
 }
 
 }  // namespace ds::cuda::detail

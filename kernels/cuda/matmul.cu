@@ -192,7 +192,7 @@ bool segments_valid(const WeightView& w, const float* x, size_t xs, size_t n, co
 
 cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
                                  size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, void* act_scratch) {
   // The products matmul() gives the split-rows GEMV: up to kGemvSplitBestTokens tokens (more go to
   // the small-batch GEMM in bf16 mode, or run as two GEMV launches) not taken by the opt-in MMA GEMV.
   if (n_tokens == 0 || n_tokens > detail::kGemvSplitBestTokens || gate == nullptr || up == nullptr || y == nullptr) {
@@ -203,9 +203,13 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
       !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
     return cudaErrorNotSupported;
   }
+  // One token quantizes in the GEMV: a launch of its own would cost more than the one pass it saves.
+  void* acts = n_tokens >= 2 ? act_scratch : nullptr;
   return detail::gemv_q8_split_swiglu_variant(split_gemv_variant(tc), w, gate, up, x_stride, n_tokens, y, y_stride,
-                                              stream, dependent_launches(stream));
+                                              stream, dependent_launches(stream), acts);
 }
+
+size_t matmul_swiglu_act_bytes(size_t cols) { return detail::gemv_q8_split_mma_act_bytes(cols); }
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {

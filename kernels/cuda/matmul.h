@@ -115,10 +115,14 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
 
 // y = W (silu(gate) * up) in one launch where matmul() would run the split-rows decode GEMV (1..4
 // tokens; gate / up rows at stride x_stride): the same bits as swiglu then matmul.
-// cudaErrorNotSupported elsewhere, and the caller runs the two ops.
+// cudaErrorNotSupported elsewhere, and the caller runs the two ops. act_scratch (optional, 16-byte
+// aligned, matmul_swiglu_act_bytes(w.cols)): on the tensor-core GEMV (tc.split_gemv_mma) at 2+
+// tokens the SwiGLU'd activations are quantized once into it by a launch of their own instead of in
+// every block of the GEMV (the same bits).
 cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
                                  size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, void* act_scratch = nullptr);
+size_t matmul_swiglu_act_bytes(size_t cols);
 
 inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
                           size_t y_stride, MatmulPrecision precision, cudaStream_t stream) {

@@ -80,12 +80,17 @@ cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, co
 // up), in launches of 4 tokens to row segments; the launch geometry depends on the columns only.
 // Takes any split-rows matrix gemv_q8_split_applies to whose activations fit in shared memory (up to
 // ~25K columns); cudaErrorNotSupported, before any launch, for a matrix it does not take.
+// act_scratch (16-byte aligned, gemv_q8_split_mma_act_bytes(w.cols)): the activations are quantized
+// once per 4 tokens by a launch of their own into it instead of in every block of the GEMV (the
+// same bits; worth it on wide inputs at several tokens: PERFORMANCE.md, session 11).
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
-                              const RowSegments& out, cudaStream_t stream, bool pdl);
+                              const RowSegments& out, cudaStream_t stream, bool pdl, void* act_scratch = nullptr);
+size_t gemv_q8_split_mma_act_bytes(size_t cols);
 // The same with another block shape (kernel lab; gemv_q8_split_mma.cu lists them; a shape with
 // other warps per block sums in another order, so its bits differ from the default's).
 cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
-                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl);
+                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl,
+                                    void* act_scratch = nullptr);
 // Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
 bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 // The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *
@@ -94,9 +99,10 @@ bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
 // trip through memory) fewer per decode step's FFN.
 cudaError_t gemv_q8_split_swiglu(const cpu::WeightView& w, const float* gate, const float* up, size_t xs, size_t n,
                                  float* y, size_t ys, cudaStream_t stream, bool pdl = false);
+// act_scratch: as gemv_q8_split_mma's (variant kGemvSplitMmaVariant only; ignored by the others).
 cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,
                                          size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream,
-                                         bool pdl = false);
+                                         bool pdl = false, void* act_scratch = nullptr);
 
 // Launch shapes of the GEMV kernel (kernel lab, tests): 0: 8 warps, 1 quad in flight per warp,
 // 2 blocks/SM; 1: 8 warps, 2 quads, 1 block/SM; 2: 4 warps, 1 quad, 4 blocks/SM; 3: 4 warps,

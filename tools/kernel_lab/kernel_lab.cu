@@ -165,11 +165,19 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   const char* step_name = model == "27b" ? "27B" : "9B";
   const size_t ns[] = {1, 2, 3, 4, 8};
   double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {}, mma_step[5] = {}, mma1_step[5] = {};
+  double pq_step[5] = {};
   // The tensor-core GEMV in block shape 1 (8 warps, 2 blocks per SM) where it fits, else shape 0.
   const auto mma_shape1 = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv, size_t rows) {
     const ds::cuda::RowSegments out = ds::cuda::RowSegments::whole(yv, rows, rows);
     if (ds::cuda::detail::gemv_q8_split_mma_shape(1, v, xv, nullptr, cols, n, out, nullptr, false) == cudaSuccess) return;
     LAB_CHECK(ds::cuda::detail::gemv_q8_split_mma_shape(0, v, xv, nullptr, cols, n, out, nullptr, false));
+  };
+  // The tensor-core GEMV with the activations quantized once by their own launch (act_scratch).
+  uint8_t* acts = nullptr;
+  LAB_CHECK(cudaMalloc(&acts, ds::cuda::detail::gemv_q8_split_mma_act_bytes(17408)));
+  const auto mma_pq = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv, size_t rows) {
+    const ds::cuda::RowSegments out = ds::cuda::RowSegments::whole(yv, rows, rows);
+    LAB_CHECK(ds::cuda::detail::gemv_q8_split_mma(v, xv, nullptr, cols, n, out, nullptr, false, acts));
   };
   std::vector<std::unique_ptr<Q8Matrix>> mats;
   float* x = device_f32(8 * 17408, 3);
@@ -201,6 +209,10 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
         mma_shape1(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows);
       });
       mma1_step[k] += mma1_ms * per;
+      const double pq_ms = median_ms(reps, [&](int i) {
+        mma_pq(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows);
+      });
+      pq_step[k] += pq_ms * per;
       cur_step[k] += cur * per;
       int_step[k] += int_ms * per;
       float_step[k] += float_ms * per;
@@ -208,16 +220,16 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
       const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
       const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
       std::printf("gemv-split n=%zu %-22s gguf %7.1f us %5.1f%% | int8x3 %7.1f us %5.1f%% | float %7.1f us %5.1f%% | "
-                  "mma %7.1f us %5.1f%% | mma 8x2 %7.1f us %5.1f%% | default %s\n",
+                  "mma %7.1f us %5.1f%% | mma 8x2 %7.1f us %5.1f%% | mma pq %7.1f us | default %s\n",
                   n, sh.name, cur * 1e3, pct(cur), int_ms * 1e3, pct(int_ms), float_ms * 1e3, pct(float_ms),
-                  mma_ms * 1e3, pct(mma_ms), mma1_ms * 1e3, pct(mma1_ms), picks_int ? "int8x3" : "float");
+                  mma_ms * 1e3, pct(mma_ms), mma1_ms * 1e3, pct(mma1_ms), pq_ms * 1e3, picks_int ? "int8x3" : "float");
     }
   }
   for (int k = 0; k < 5; ++k) {
     std::printf("gemv-split %s step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
-                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms\n",
+                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
                 step_name, ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
-                mma_step[k] / mma_step[0], mma1_step[k]);
+                mma_step[k] / mma_step[0], mma1_step[k], pq_step[k]);
   }
   // The same step as one queue of back-to-back launches (no per-launch event floor): what a decode
   // step's GEMVs cost, at the step's weight bytes.
@@ -226,7 +238,7 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   for (size_t i = 0; i < mats.size(); ++i) step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
   for (int k = 0; k < 5; ++k) {
     const size_t n = ns[k];
-    constexpr int kGgufOrder = -1, kMmaShape1 = -2;  // queued()'s other paths besides the split variants
+    constexpr int kGgufOrder = -1, kMmaShape1 = -2, kMmaPq = -3;  // queued()'s other paths besides the split variants
     const auto queued = [&](int variant) {
       return median_ms(reps, [&](int rep) {
         int copy = rep * 7;
@@ -234,6 +246,8 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
           for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
             if (variant == kMmaShape1) {
               mma_shape1(mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows);
+            } else if (variant == kMmaPq) {
+              mma_pq(mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows);
             } else if (variant == kGgufOrder) {
               LAB_CHECK(ds::cuda::matmul(mats[i]->view(copy), x, shapes[i].cols, n, y, shapes[i].rows,
                                          ds::cuda::MatmulPrecision::kBf16TensorCores,
@@ -247,12 +261,13 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
       });
     };
     const double g = queued(kGgufOrder), d = queued(0), in = queued(1), fl = queued(2);
-    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(kMmaShape1);
+    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(kMmaShape1), pq = queued(kMmaPq);
     std::printf("gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
-                "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms\n",
+                "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
                 step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
-                in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm, mm1);
+                in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm, mm1, pq);
   }
+  LAB_CHECK(cudaFree(acts));
   LAB_CHECK(cudaFree(x));
   LAB_CHECK(cudaFree(y));
 }

@@ -92,6 +92,22 @@ std::vector<GdnPiece> gdn_pieces(const SeqSpan& s) {
 }
 
 // Plain decode: every span is one token (no drafts) and span i sits at row i.
+// A speculative verify row: one token, then its drafts.
+bool is_verify_row(const SeqSpan& s) { return s.n_draft > 0 && s.n_tokens == s.n_draft + 1; }
+
+bool all_verify_rows(const std::vector<SeqSpan>& spans) {
+  for (const SeqSpan& s : spans) {
+    if (!is_verify_row(s)) return false;
+  }
+  return !spans.empty();
+}
+
+// `r`'s rows from row `first` on.
+GdnRawGates raw_gate_rows(const GdnRawGates& r, size_t first) {
+  return GdnRawGates{r.alpha + first * r.alpha_stride, r.alpha_stride, r.beta_raw + first * r.beta_stride,
+                     r.beta_stride, r.a, r.dt_bias};
+}
+
 bool one_row_per_span(const std::vector<SeqSpan>& spans) {
   for (size_t i = 0; i < spans.size(); ++i) {
     if (spans[i].n_tokens != 1 || spans[i].offset != i || spans[i].n_draft != 0) return false;
@@ -145,7 +161,7 @@ class Qwen35Stage final : public StageModel {
   void gdn_decode_all(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, const GdnInputs& in,
                       float* conv, float* o);
   void gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
-                             bool single_tokens, const float* qkv, float* conv, const float* g, const float* beta,
+                             bool single_tokens, const GdnInputs& in, float* conv, const float* g, const float* beta,
                              float* o);
   void attention_layer(const LayerWeights& lw, const std::vector<SeqSpan>& spans, size_t T, bool mtp,
                        size_t local);
@@ -332,16 +348,17 @@ void Qwen35Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
 // ---- layers ----------------------------------------------------------------------------------------
 
 // The GDN conv and recurrence piece by piece (prefill chunks, verify rows with their state
-// captures, mixed steps): one launch per piece.
+// captures, mixed steps): one launch per piece. g / beta: every row's gates, or null when every
+// span is a verify row (their recurrences compute the gates from in.gates themselves).
 void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const std::vector<SeqSpan>& spans, size_t T,
-                                        bool single_tokens, const float* qkv, float* conv, const float* g,
+                                        bool single_tokens, const GdnInputs& in, float* conv, const float* g,
                                         const float* beta, float* o) {
+  const float* qkv = in.qkv;
   const size_t C = cfg_.ssm_conv_channels(), nk = cfg_.ssm_n_group, nv = cfg_.ssm_dt_rank;
   const size_t dk = cfg_.ssm_d_state, dv = cfg_.ssm_head_v_dim(), Kc = cfg_.ssm_conv_kernel;
   StatePool& st = cache_->states();
-  const auto verify_row = [](const SeqSpan& s) { return s.n_draft > 0 && s.n_tokens == s.n_draft + 1; };
   for (const SeqSpan& s : spans) {
-    if (single_tokens && verify_row(s)) {
+    if (single_tokens && is_verify_row(s)) {
       // A verify row (one token, then its drafts): its pieces' fused conv in one pass that
       // captures the window after each of its first n_draft tokens (Backend::conv_silu_l2_captured).
       be_->conv_silu_l2_captured(qkv + s.offset * C, C, s.n_tokens, lw.gdn.conv, Kc, st.conv(s.seq->slot, gl), 2 * nk,
@@ -370,14 +387,20 @@ void Qwen35Stage::gdn_pieces_one_by_one(const LayerWeights& lw, size_t gl, const
     be_->l2_norm_heads(conv, C, T, 2 * nk, dk, cfg_.rms_eps);
   }
   for (const SeqSpan& s : spans) {
-    if (verify_row(s)) {
+    if (is_verify_row(s)) {
       // A verify row (one token, then its drafts): one pass that captures the state after each
       // of its first n_draft tokens, the pieces' bits (Backend::gdn_captured).
       const float* q = conv + s.offset * C;
       const GdnShape shape{s.n_tokens, nk, nv, dk, dv, C, C};
-      be_->gdn_captured(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv,
-                        st.ssm(s.seq->slot, gl), o + s.offset * nv * dv, s.n_draft,
-                        st.capture_ssm_at(s.seq->slot, 0, gl), st.record_floats());
+      float* state = st.ssm(s.seq->slot, gl);
+      float* captures = st.capture_ssm_at(s.seq->slot, 0, gl);
+      if (g == nullptr) {
+        be_->gdn_captured(shape, q, q + nk * dk, q + 2 * nk * dk, raw_gate_rows(in.gates, s.offset), state,
+                          o + s.offset * nv * dv, s.n_draft, captures, st.record_floats());
+      } else {
+        be_->gdn_captured(shape, q, q + nk * dk, q + 2 * nk * dk, g + s.offset * nv, beta + s.offset * nv, state,
+                          o + s.offset * nv * dv, s.n_draft, captures, st.record_floats());
+      }
       continue;
     }
     for (const GdnPiece& p : gdn_pieces(s)) {
@@ -469,12 +492,14 @@ void Qwen35Stage::gdn_layer(const LayerWeights& lw, size_t local, const std::vec
   }
   if (single_tokens && one_row_per_span(spans)) {
     gdn_decode_all(lw, gl, spans, in, conv, o);
+  } else if (all_verify_rows(spans)) {  // speculation alone: the gates inside each row's recurrence launch
+    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, in, conv, nullptr, nullptr, o);
   } else {
     float* g = ws_.get(Slot::kGateG, T * nv);
     float* beta = ws_.get(Slot::kGateBeta, T * nv);
     const GdnRawGates& r = in.gates;
     be_->gdn_gates(r.alpha, r.alpha_stride, r.beta_raw, r.beta_stride, r.a, r.dt_bias, T, nv, g, beta);
-    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, in.qkv, conv, g, beta, o);
+    gdn_pieces_one_by_one(lw, gl, spans, T, single_tokens, in, conv, g, beta, o);
   }
   be_->gated_rms_norm(o, in.z, lw.gdn.ssm_norm, cfg_.rms_eps, T * nv, dv, y);
   float* mixed = ws_.get(Slot::kOut, T * D);

@@ -310,6 +310,42 @@ TEST_P(CudaGdnSlotsRawGates, MatchesCpuReference) {
   EXPECT_LE(rel_error(dstate.download(), want_state), 2e-5);
 }
 
+// A verify row of 1 + 3 tokens (row t of the layout = token t) with its gates computed inside the
+// captured recurrence's launch against gdn_gates then gdn_recurrent_captured: outputs, state and
+// captures bit-identical (memcmp).
+TEST_P(CudaGdnSlotsRawGates, CapturedRowEqualsGatesThenCapturedRow) {
+  DS_REQUIRE_GPU();
+  Rng rng(22);
+  const RawGateStep step(rng, GetParam(), {0, 1, 2, 3}, 30.0f);
+  const size_t T = step.n, n_cap = 3, state_floats = kNv * kDk * kDv, stride = state_floats + 40;
+  const GdnShape shape{T, kNk, kNv, kDk, kDv, kC, kC};
+  const std::vector<float> state0(step.states.begin(), step.states.begin() + state_floats), caps0 = rng.vec(3 * stride);
+  DeviceArray<float> dconv(step.conv), drows(step.rows), da(step.a), ddt(step.dt_bias), dg(T * kNv), dbeta(T * kNv);
+  DeviceArray<float> fused_state(state0), two_state(state0), fused_caps(caps0), two_caps(caps0);
+  DeviceArray<float> out_fused(T * kNv * kDv), out_two(T * kNv * kDv);
+  const float* q = dconv.get();
+  const GdnRawGates gates = step.gates(drows.get(), da.get(), ddt.get());
+  ASSERT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, gates, fused_state.get(),
+                                         out_fused.get(), n_cap, fused_caps.get(), stride, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(gdn_gates(gates.alpha, gates.alpha_stride, gates.beta_raw, gates.beta_stride, da.get(), ddt.get(), T, kNv,
+                      dg.get(), dbeta.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(),
+                                         two_state.get(), out_two.get(), n_cap, two_caps.get(), stride, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(same(out_fused.download(), out_two.download()));
+  EXPECT_TRUE(same(fused_state.download(), two_state.download()));
+  const std::vector<float> caps = fused_caps.download();
+  EXPECT_TRUE(same(caps, two_caps.download()));
+  EXPECT_FALSE(same(caps, caps0));
+  GdnRawGates no_a = gates;
+  no_a.a = nullptr;
+  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, no_a, fused_state.get(),
+                                         out_fused.get(), n_cap, fused_caps.get(), stride, nullptr),
+            cudaErrorInvalidValue);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaGdnSlotsRawGates, ::testing::ValuesIn(kLayouts),
                          [](const ::testing::TestParamInfo<GateLayout>& param_info) {
                            return std::string(param_info.param.name);

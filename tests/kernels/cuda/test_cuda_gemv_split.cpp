@@ -254,6 +254,52 @@ TEST(CudaGemvSplit, SwigluFoldedGivesTheBitsOfSwigluThenGemv) {
   }
 }
 
+// The tensor-core GEMV with its activations quantized once by their own launch (act_scratch; the
+// verify rows' down projection) gives the bits of the GEMV quantizing them itself: plain and SwiGLU
+// inputs, 1..8 tokens (8: two launches reusing the scratch), dependent launches, outliers, an
+// all-zero block and a non-finite token (which must stay non-finite and in its own rows).
+TEST(CudaGemvSplit, MmaActivationsQuantizedOnceGiveTheSameBits) {
+  DS_REQUIRE_GPU();
+  Rng rng(97);
+  for (const Shape& s : {Shape{1040, 12288}, Shape{300, 4096}, Shape{100, 17408}}) {
+    const SplitHost w = make_split(s.rows, s.cols, rng);
+    DeviceArray<uint8_t> dw(w.split);
+    std::vector<float> gate = rng.vec(8 * s.cols);
+    const std::vector<float> up = rng.vec(8 * s.cols);
+    for (size_t i = 0; i < gate.size(); i += 41) gate[i] *= 2000.0f;  // outliers
+    for (size_t i = 64; i < 96; ++i) gate[i] = 0.0f;                   // a zero block (token 0)
+    gate[3 * s.cols + 7] = std::numeric_limits<float>::quiet_NaN();    // token 3 not finite
+    DeviceArray<float> dgate(gate), dup(up), dy(8 * s.rows);
+    DeviceArray<uint8_t> acts(detail::gemv_q8_split_mma_act_bytes(s.cols));
+    const cpu::WeightView dev = w.device_view(dw.get());
+    const RowSegments out = RowSegments::whole(dy.get(), s.rows, s.rows);
+    for (const float* upp : {static_cast<const float*>(nullptr), static_cast<const float*>(dup.get())}) {
+      for (size_t n = 1; n <= 8; ++n) {
+        DS_CUDA_CHECK(detail::gemv_q8_split_mma(dev, dgate.get(), upp, s.cols, n, out, nullptr, false));
+        const std::vector<float> want = dy.download();
+        DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 8 * s.rows * sizeof(float)));
+        DS_CUDA_CHECK(detail::gemv_q8_split_mma(dev, dgate.get(), upp, s.cols, n, out, nullptr, n % 2 == 0, acts.get()));
+        const std::vector<float> got = dy.download();
+        const char* what = upp == nullptr ? "plain" : "swiglu";
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * s.rows * sizeof(float)), 0)
+            << s.rows << "x" << s.cols << " " << what << " n=" << n;
+        for (size_t t = 0; t < n; ++t) {
+          EXPECT_EQ(std::isfinite(got[t * s.rows]), t != 3) << what << " n=" << n << " token " << t;
+        }
+      }
+    }
+    TcGemmOptions tc;
+    tc.split_gemv_mma = true;
+    DS_CUDA_CHECK(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 3, dy.get(), s.rows, tc, nullptr));
+    const std::vector<float> want = dy.download();
+    DS_CUDA_CHECK(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 3, dy.get(), s.rows, tc, nullptr,
+                                       acts.get()));
+    EXPECT_EQ(std::memcmp(dy.download().data(), want.data(), 3 * s.rows * sizeof(float)), 0) << "matmul_swiglu_decode";
+    EXPECT_EQ(detail::gemv_q8_split_mma(dev, dgate.get(), nullptr, s.cols, 1, out, nullptr, false, acts.get() + 8),
+              cudaErrorMisalignedAddress);
+  }
+}
+
 // The GEMV of a stacked matrix to row segments (speculative verify rows over [q;k;v] etc.): every
 // row's bits are the whole product's at 1..4 tokens and across launches (8 tokens: two), with the
 // int8x3 (1024 columns) and the float dot (7168 columns: 14 slices); bad segment lists refused.
