@@ -93,7 +93,7 @@ struct Options {
   bool split_small = true;      // --no-split-small: 5..64-token split-rows products on the older paths
   bool split_small_int8 = false;  // --small-gemm int8: those products on the int8 small-batch GEMM
   // --decode-gemv: 1..4-token GEMVs on int8 tensor cores ("mma"), the dp4a GEMV ("dp4a"), or as a
-  // worker picks it ("auto": mma with --spec-k, else dp4a)
+  // worker picks it ("auto": mma with --spec-k or for models wider than 4096, else dp4a)
   std::string decode_gemv = "auto";
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r

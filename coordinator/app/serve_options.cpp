@@ -75,9 +75,10 @@ constexpr const char* kUsage =
     "  --bf16-weight-copy off|on|auto  cuda workers: persistent bf16 weight copies for prefill,\n"
     "                         paid from the pool budget (auto: only when the pools lose nothing)\n"
     "  --decode-gemv auto|dp4a|mma  cuda workers' GEMV of decode steps and verify rows: dp4a\n"
-    "                         (fastest at one token), mma (int8 tensor cores: a 1+3 verify row at\n"
-    "                         ~1.25x a decode step; 27B decode 13% faster, 9B ~6% slower); auto\n"
-    "                         (workers' default): mma when --spec-k > 0, else dp4a\n"
+    "                         (fastest at one token on 9B), mma (int8 tensor cores: a 1+3 verify\n"
+    "                         row at ~1.15x a decode step; 27B decode 13% faster, 9B ~6% slower);\n"
+    "                         auto (workers' default): mma when --spec-k > 0 or the model is wider\n"
+    "                         than 4096, else dp4a\n"
     "  --log-format text|json\n"
     "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
 

@@ -52,7 +52,7 @@ constexpr const char* kUsage =
     "                  only when the KV/state pools lose nothing to it)\n"
     "  --decode-gemv   cuda: GEMV of decode steps and verify rows: dp4a (fastest at one token), mma\n"
     "                  (int8 tensor cores: 1..4 tokens at one token's cost) or auto (default: mma\n"
-    "                  when the server speculates, else dp4a)\n"
+    "                  when the server speculates or the model is wider than 4096, else dp4a)\n"
     "  --busy-poll-us  after each message, poll this long without sleeping (default -1 = auto:\n"
     "                  5000 on cuda, 0 on cpu)\n"
     "Every option can also be set as DELTASERVE_WORKER_<NAME> (e.g. DELTASERVE_WORKER_RANK=1);\n"

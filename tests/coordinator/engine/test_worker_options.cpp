@@ -175,8 +175,8 @@ TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
   unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
 }
 
-// --decode-gemv: auto by default, which picks the tensor-core GEMV when the server speculates;
-// dp4a and mma are kept as given; other values are refused.
+// --decode-gemv: auto by default, which picks the tensor-core GEMV when the server speculates or
+// the model is wider than 4096; dp4a and mma are kept as given; other values are refused.
 TEST(WorkerOptions, DecodeGemvValuesAndWhatAutoPicks) {
   WorkerOptions o;
   std::string error;
@@ -184,7 +184,8 @@ TEST(WorkerOptions, DecodeGemvValuesAndWhatAutoPicks) {
   EXPECT_EQ(o.decode_gemv, "auto");
   EXPECT_FALSE(decode_gemv_is_mma(o.decode_gemv, 0, 4096)) << "9B, no speculation: dp4a";
   EXPECT_TRUE(decode_gemv_is_mma(o.decode_gemv, 3, 4096)) << "9B speculating: verify rows on tensor cores";
-  EXPECT_FALSE(decode_gemv_is_mma(o.decode_gemv, 0, 5120)) << "27B, no speculation: dp4a (for now)";
+  EXPECT_TRUE(decode_gemv_is_mma(o.decode_gemv, 0, 5120)) << "27B: tensor cores are the faster decode GEMV too";
+  EXPECT_FALSE(decode_gemv_is_mma(o.decode_gemv, 0, 2048)) << "narrow models, no speculation: dp4a";
   EXPECT_FALSE(decode_gemv_is_mma("dp4a", 3, 5120));
   EXPECT_TRUE(decode_gemv_is_mma("mma", 0, 1024));
   for (const char* v : {"dp4a", "mma"}) {

@@ -119,7 +119,9 @@ TEST(CudaLogitDigest, FinishMatchesCpuOnCpuCandidates) {  // runs without a GPU
 // Vocabulary sizes around the 2048-logit chunk, a tiny one below the digest size, and Qwen3.5's.
 TEST(CudaLogitDigest, MatchesCpuDigestWithTies) {
   DS_REQUIRE_GPU();
-  for (size_t n_vocab : {size_t{5}, size_t{2047}, size_t{2049}, size_t{4097}, size_t{248320}}) {
+  // 1000003: the merge reads the chunks' lists from global memory at top_k 40 and 64 (over
+  // logit_digest.cu's kMergeSmem), from shared memory at 16.
+  for (size_t n_vocab : {size_t{5}, size_t{2047}, size_t{2049}, size_t{4097}, size_t{248320}, size_t{1000003}}) {
     const size_t n_rows = 3;
     const std::vector<float> logits = tied_logits(n_rows, n_vocab, 100 + n_vocab);
     for (const SamplingRule& rule : rules()) {
