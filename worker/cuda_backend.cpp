@@ -773,7 +773,7 @@ void CudaBackend::attention_prep(const AttentionPrep& p) {
 // +inf, nothing finite) is downloaded whole and digested by the CPU code, whose order it follows.
 bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab,
                                      const DigestRequest* requests, LogitDigest* out) {
-  if (!device_digest_ || n_rows > 65535 || n_vocab == 0 || n_vocab > size_t{INT32_MAX}) return false;
+  if (!device_digest_ || n_rows > 65535 || n_vocab == 0 || n_vocab > cuda::kDigestMaxVocab) return false;
   uint32_t k = 1;
   for (size_t r = 0; r < n_rows; ++r) {
     if (!cuda::digest_on_device_applies(requests[r].rule)) return false;

@@ -1,14 +1,17 @@
 // Device logit digest (see logit_digest.h). Two launches per step, whatever the row count:
 //  1. digest_chunks: one block per (2048-logit chunk, row). The block's max and its sum of
-//     exp(x - max) in double; each warp finds its first k candidates in rule order among its
-//     256 logits (k rounds of "best element strictly after the previous pick", a shuffle tree per
-//     round, the candidates in registers), then warp 0 merges the warps' sorted lists.
+//     exp(x - max) in double; each warp its first k candidates in rule order among its 256
+//     logits, then warp 0 merges the 8 warps' lists.
 //  2. digest_merge: one block per row. logsumexp = M + log(sum_b s_b * exp(m_b - M)) with a
-//     fixed-shape tree (deterministic); warp 0 merges the chunks' sorted lists (staged in shared
-//     memory when they fit) into the row's first k.
-// A merge round is a shuffle tree over each list's first candidate after the previous pick: no
-// block barrier per round (the first version's k rounds of block-wide argmins, each re-reading the
-// candidates from global memory, measured 35 + 48 us a row on the H200; ncu, session 10).
+//     fixed-shape tree (deterministic); each warp merges up to 32 chunks' lists, then warp 0 the 8
+//     warps' lists: the row's first k.
+// Candidate selection is a chain of k dependent rounds, and one block per SM has only 8 warps to
+// hide it (the first version, k rounds of block-wide argmins, measured 35 + 48 us a row on the
+// H200; its per-warp rewrite still 45 + 37: ncu showed stalls on dependent instructions, not
+// throughput). So a round here is short: every lane holds its candidates sorted, best first (a
+// sorting network once, or a sorted list in shared memory), the warp's best head is two redux
+// instructions (the largest order key, then the lowest id among lanes holding it), and only the
+// winning lane advances.
 // Order is total except for NaN, which is never selected; rows with NaN or +inf are flagged
 // (the CPU's own order is ill-defined there) and digested on the host from the full row.
 #include "kernels/cuda/logit_digest.h"
@@ -46,73 +49,66 @@ ChunkScratch carve(void* scratch, size_t n_rows, size_t n_chunks, uint32_t k) {
   return s;
 }
 
-// a comes before b in rule order (logit descending, ties -> lower id); id < 0 = no candidate.
-__device__ __forceinline__ bool before(float av, int32_t ai, float bv, int32_t bi) {
-  if (ai < 0) return false;
-  if (bi < 0) return true;
-  return av > bv || (av == bv && ai < bi);
-}
+// A candidate as the rule orders it: key = the logit's bits mapped so that unsigned order is
+// float order (0: no candidate; NaN maps there, so it is never picked), ties -> the lower id.
+struct Cand {
+  uint32_t key, id;
+};
+constexpr Cand kNoCand{0u, 0xFFFFFFFFu};
 
-// (v, id) comes strictly after the previous pick. NaN never does, so it is never picked.
-__device__ __forceinline__ bool after(float v, int32_t id, float pv, int32_t pid) {
-  return v < pv || (v == pv && id > pid);
+__device__ __forceinline__ uint32_t order_key(float v) {
+  if (isnan(v)) return 0u;
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
 }
-
-// Warp-wide best (rule order) of every lane's (v, id); all lanes get it.
-__device__ __forceinline__ void warp_best(float& v, int32_t& id) {
-#pragma unroll
-  for (int off = detail::kWarp / 2; off > 0; off /= 2) {
-    const float ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
-    const int32_t oi = __shfl_xor_sync(0xFFFFFFFFu, id, off);
-    if (before(ov, oi, v, id)) v = ov, id = oi;
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) != 0 ? key & 0x7FFFFFFFu : ~key);
+}
+__device__ __forceinline__ bool before(const Cand& a, const Cand& b) {
+  return a.key > b.key || (a.key == b.key && a.id < b.id);
+}
+__device__ __forceinline__ void order_pair(Cand& a, Cand& b) {  // a, b -> best first
+  if (before(b, a)) {
+    const Cand t = a;
+    a = b;
+    b = t;
   }
 }
 
-// The first candidate of a list in rule order (ids < 0 end it) strictly after (pv, pid): the
-// list's first one not yet picked. None: id -1.
-__device__ __forceinline__ void list_head(const float* lv, const int32_t* lid, uint32_t n, float pv, int32_t pid,
-                                          float& v, int32_t& id) {
-  for (uint32_t i = 0; i < n; ++i) {
-    const int32_t ci = lid[i];
-    if (ci < 0) break;
-    if (after(lv[i], ci, pv, pid)) {
-      v = lv[i];
-      id = ci;
-      return;
-    }
-  }
-  v = 0.0f;
-  id = -1;
+// The warp's best of the lanes' heads, on every lane; *won: this lane holds it.
+__device__ __forceinline__ Cand warp_pick(const Cand& head, bool* won) {
+  const uint32_t key = __reduce_max_sync(0xFFFFFFFFu, head.key);
+  const uint32_t id = __reduce_min_sync(0xFFFFFFFFu, head.key == key ? head.id : 0xFFFFFFFFu);
+  *won = key != 0 && head.key == key && head.id == id;
+  return Cand{key, id};
 }
 
-// One warp merges n_lists candidate lists in rule order (list j at lv / lid + j * stride, up to k
-// each) into the first n_out in rule order (out_v / out_id; none: id -1, logit 0); only the
-// first k can be candidates. Every lane of the warp calls it.
-__device__ void warp_merge(const float* lv, const int32_t* lid, size_t n_lists, size_t stride, uint32_t k,
-                           uint32_t n_out, float* out_v, int32_t* out_id) {
-  const int lane = static_cast<int>(threadIdx.x % detail::kWarp);
-  float pv = INFINITY;  // the previous pick; (+inf, -1) comes before every finite logit
-  int32_t pid = -1;
-  bool exhausted = false;  // warp-uniform: every lane sees the same picks
+// Writes pick r of a list: (logit, id), or (0, -1) for none.
+__device__ __forceinline__ void put(float* out_v, int32_t* out_id, uint32_t r, const Cand& c) {
+  out_v[r] = c.key != 0 ? key_value(c.key) : 0.0f;
+  out_id[r] = c.key != 0 ? static_cast<int32_t>(c.id) : -1;
+}
+
+// Entry i of a candidate list in memory (logits / ids, id -1 past its end).
+__device__ __forceinline__ Cand list_entry(const float* lv, const int32_t* lid, uint32_t i, uint32_t n) {
+  if (lv == nullptr || i >= n) return kNoCand;
+  const int32_t id = lid[i];
+  return id < 0 ? kNoCand : Cand{order_key(lv[i]), static_cast<uint32_t>(id)};
+}
+
+// One warp merges the lanes' lists (lane's list at lv / lid, n entries in rule order; lv null: the
+// lane has none) into the first n_out picks in rule order, of which only the first k can be
+// candidates (the rest are none). Every lane of the warp calls it; lane 0 writes.
+__device__ void merge_lane_lists(const float* lv, const int32_t* lid, uint32_t n, uint32_t k, uint32_t n_out,
+                                 float* out_v, int32_t* out_id) {
+  const bool writer = threadIdx.x % detail::kWarp == 0;
+  uint32_t pos = 0;
+  Cand head = list_entry(lv, lid, 0, n);
   for (uint32_t r = 0; r < n_out; ++r) {
-    float bv = 0.0f;
-    int32_t bid = -1;
-    if (r < k && !exhausted) {
-      for (size_t j = lane; j < n_lists; j += detail::kWarp) {
-        float v;
-        int32_t id;
-        list_head(lv + j * stride, lid + j * stride, k, pv, pid, v, id);
-        if (before(v, id, bv, bid)) bv = v, bid = id;
-      }
-      warp_best(bv, bid);
-    }
-    if (lane == 0) {
-      out_v[r] = bv;
-      out_id[r] = bid;
-    }
-    exhausted = bid < 0;
-    pv = bv;
-    pid = bid;
+    bool won = false;
+    const Cand pick = r < k ? warp_pick(head, &won) : kNoCand;
+    if (writer) put(out_v, out_id, r, pick);
+    if (won) head = list_entry(lv, lid, ++pos, n);
   }
 }
 
@@ -145,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restric
                                                             uint32_t k, ChunkScratch out) {
   __shared__ float sv[kWarps + 1];
   __shared__ double sd[kWarps];
-  // The warps' candidate lists; a list shorter than k ends with id -1 (wid starts all -1).
+  // The warps' candidate lists (a list shorter than k ends with id -1).
   __shared__ float wv[kWarps][kDigestMaxCandidates];
   __shared__ int32_t wid[kWarps][kDigestMaxCandidates];
   detail::wait_for_previous_kernel();
@@ -168,38 +164,46 @@ __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restric
 
   double s = 0.0;
   if (chunk_max > -INFINITY) {  // all -inf: the chunk adds nothing
+    // Branch-free, so the 8 exps overlap: a NaN (past the end) adds exp(-inf) = +0, which leaves
+    // the non-negative sum's bits as they are.
+    double e[kPerThread];
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      if (!isnan(v[i])) s += exp(static_cast<double>(v[i]) - static_cast<double>(chunk_max));
+      e[i] = exp(isnan(v[i]) ? -static_cast<double>(INFINITY) : static_cast<double>(v[i]) - static_cast<double>(chunk_max));
     }
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) s += e[i];
   }
   const double chunk_sum = block_sum(s, sd);
 
-  // Each warp's first k among its 256 logits, then warp 0 merges the 8 lists.
+  // Each warp's first k among its 256 logits: the lane's 8 sorted best first (Batcher's
+  // odd-even merge network), then k rounds in which the winning lane shifts its list.
   const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
-  for (uint32_t r = lane; r < kDigestMaxCandidates; r += detail::kWarp) wid[warp][r] = -1;
-  __syncwarp();
-  float pv = INFINITY;
-  int32_t pid = -1;
-  bool exhausted = false;  // warp-uniform
-  for (uint32_t r = 0; r < k && !exhausted; ++r) {
-    float bv = 0.0f;
-    int32_t bid = -1;
+  Cand c[kPerThread];
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int32_t id = static_cast<int32_t>(base + static_cast<size_t>(i) * kThreads);
-      if (after(v[i], id, pv, pid) && before(v[i], id, bv, bid)) bv = v[i], bid = id;
+  for (int i = 0; i < kPerThread; ++i) {
+    c[i] = Cand{order_key(v[i]), static_cast<uint32_t>(base + static_cast<size_t>(i) * kThreads)};
+  }
+  constexpr int kNet[19][2] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {1, 2}, {5, 6},
+                               {0, 4}, {1, 5}, {2, 6}, {3, 7}, {2, 4}, {3, 5}, {1, 2}, {3, 4}, {5, 6}};
+#pragma unroll
+  for (int p = 0; p < 19; ++p) order_pair(c[kNet[p][0]], c[kNet[p][1]]);
+  for (uint32_t r = 0; r < k; ++r) {
+    bool won = false;
+    const Cand pick = warp_pick(c[0], &won);
+    if (lane == 0) put(wv[warp], wid[warp], r, pick);
+    if (won) {
+#pragma unroll
+      for (int i = 0; i + 1 < kPerThread; ++i) c[i] = c[i + 1];
+      c[kPerThread - 1] = kNoCand;
     }
-    warp_best(bv, bid);
-    if (lane == 0) wv[warp][r] = bv, wid[warp][r] = bid;
-    exhausted = bid < 0;
-    pv = bv;
-    pid = bid;
   }
   __syncthreads();
   const size_t cell = row * n_chunks + chunk;
-  if (warp == 0) warp_merge(&wv[0][0], &wid[0][0], kWarps, kDigestMaxCandidates, k, k, out.cand_v + cell * k,
-                            out.cand_id + cell * k);
+  if (warp == 0) {
+    merge_lane_lists(lane < kWarps ? wv[lane] : nullptr, wid[lane % kWarps], k, k, k, out.cand_v + cell * k,
+                     out.cand_id + cell * k);
+  }
   if (threadIdx.x == 0) {
     out.sums[cell] = chunk_sum;
     out.maxes[cell] = chunk_max;
@@ -207,33 +211,29 @@ __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restric
   }
 }
 
-// Dynamic shared memory: the row's candidate lists when they fit in kMergeSmem bytes (k = 64 up
-// to 192 chunks, k = 16 up to 768: vocabularies of 393K / 1.5M logits); else warp 0 reads them
-// from global memory, with the same result.
-constexpr size_t kMergeSmem = 96 * 1024;
-__host__ __device__ size_t merge_smem(size_t n_chunks, uint32_t k) {
-  const size_t bytes = n_chunks * k * (sizeof(float) + sizeof(int32_t));
-  return bytes <= kMergeSmem ? bytes : 0;
-}
+// The merge gives each lane of its 8 warps one chunk's list: up to kMaxChunks chunks a row.
+constexpr size_t kMaxChunks = size_t{kThreads};
+// Dynamic shared memory: the row's candidate lists (at most 256 chunks x 64 x 8 bytes).
+constexpr size_t kMergeSmemMax = kMaxChunks * kDigestMaxCandidates * (sizeof(float) + sizeof(int32_t));
+size_t merge_smem(size_t n_chunks, uint32_t k) { return n_chunks * k * (sizeof(float) + sizeof(int32_t)); }
 
 __global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_chunks, ChunkScratch in,
                                                            DigestRow* out) {
   extern __shared__ __align__(16) uint8_t staged[];
   __shared__ float sv[kWarps + 1];
   __shared__ double sd[kWarps];
+  __shared__ float wv[kWarps][kDigestMaxCandidates];
+  __shared__ int32_t wid[kWarps][kDigestMaxCandidates];
   detail::wait_for_previous_kernel();
   const size_t row = blockIdx.x;
   const size_t n_cand = n_chunks * k;
-  const float* cv = in.cand_v + row * n_cand;
-  const int32_t* ci = in.cand_id + row * n_cand;
-  DigestRow& dst = out[row];
-  if (merge_smem(n_chunks, k) > 0) {
-    auto* sv_cand = reinterpret_cast<float*>(staged);
-    auto* si_cand = reinterpret_cast<int32_t*>(sv_cand + n_cand);
-    for (size_t c = threadIdx.x; c < n_cand; c += kThreads) sv_cand[c] = cv[c], si_cand[c] = ci[c];
-    cv = sv_cand;
-    ci = si_cand;
+  auto* cv = reinterpret_cast<float*>(staged);
+  auto* ci = reinterpret_cast<int32_t*>(cv + n_cand);
+  for (size_t c = threadIdx.x; c < n_cand; c += kThreads) {
+    cv[c] = in.cand_v[row * n_cand + c];
+    ci[c] = in.cand_id[row * n_cand + c];
   }
+  DigestRow& dst = out[row];
 
   const double* sums = in.sums + row * n_chunks;
   const float* maxes = in.maxes + row * n_chunks;
@@ -255,10 +255,19 @@ __global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_ch
     dst.irregular = (irregular || !(row_max > -INFINITY)) ? 1 : 0;
     dst.pad = 0;
   }
-  if (threadIdx.x < detail::kWarp) warp_merge(cv, ci, n_chunks, k, k, kDigestMaxCandidates, dst.logits, dst.ids);
+  // Lane t of the block takes chunk t's list; each warp merges its 32, then warp 0 the 8.
+  const int warp = threadIdx.x / detail::kWarp, lane = threadIdx.x % detail::kWarp;
+  const size_t mine = threadIdx.x;
+  merge_lane_lists(mine < n_chunks ? cv + mine * k : nullptr, ci + mine * k, k, k, k, wv[warp], wid[warp]);
+  __syncthreads();
+  if (warp == 0) {
+    merge_lane_lists(lane < kWarps ? wv[lane] : nullptr, wid[lane % kWarps], k, k, kDigestMaxCandidates, dst.logits,
+                     dst.ids);
+  }
 }
 
 size_t chunks_of(size_t n_vocab) { return (n_vocab + kChunk - 1) / kChunk; }
+static_assert(kDigestMaxVocab <= kMaxChunks * kChunk, "the merge's lanes cover every chunk");
 
 }  // namespace
 
@@ -280,7 +289,7 @@ size_t logit_digest_scratch_bytes(size_t n_rows, size_t n_vocab, uint32_t k) {
 cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab, uint32_t k, void* scratch,
                               DigestRow* out, cudaStream_t stream) {
   if (n_rows == 0) return cudaSuccess;
-  if (n_vocab == 0 || n_vocab > size_t{INT32_MAX} || k == 0 || k > kDigestMaxCandidates || n_rows > 65535 ||
+  if (n_vocab == 0 || n_vocab > kDigestMaxVocab || k == 0 || k > kDigestMaxCandidates || n_rows > 65535 ||
       scratch == nullptr || out == nullptr || logits == nullptr) {
     return cudaErrorInvalidValue;
   }
@@ -295,7 +304,7 @@ cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab
       logits, n_vocab, k, s);
   if (e != cudaSuccess) return e;
   const size_t smem = merge_smem(n_chunks, k);
-  if (const cudaError_t e2 = detail::allow_dynamic_smem<digest_merge>(kMergeSmem); e2 != cudaSuccess) return e2;
+  if (const cudaError_t e2 = detail::allow_dynamic_smem<digest_merge>(kMergeSmemMax); e2 != cudaSuccess) return e2;
   return detail::launch_dependent_if_enabled(digest_merge, dim3(static_cast<unsigned>(n_rows)), dim3(kThreads), smem,
                                              stream, k, n_chunks, s, out);
 }

@@ -21,6 +21,9 @@
 namespace ds::cuda {
 
 inline constexpr uint32_t kDigestMaxCandidates = 64;
+// Vocabularies up to this size (every Qwen3.5 / 3.6 model: 248320); larger rows are digested on
+// the host (logit_digest_rows refuses them).
+inline constexpr size_t kDigestMaxVocab = 524288;
 
 // One row's device result (downloaded as is).
 struct DigestRow {

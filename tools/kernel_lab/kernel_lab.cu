@@ -363,6 +363,7 @@ int main(int argc, char** argv) {
   std::string model = "9b";      // --model 9b|27b: the --gemv-split step's shapes
   bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
   bool only_gemm_int8 = false;  // --gemm-int8: just the int8 vs the bf16 small-batch GEMM over split rows
+  bool only_decode_ops = false;  // --decode-ops: just decode_step_ops (digest, fused norms, stacked GEMVs)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
@@ -373,6 +374,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
     if (std::strcmp(argv[i], "--gemm-split") == 0) only_gemm_split = true;
     if (std::strcmp(argv[i], "--gemm-int8") == 0) only_gemm_int8 = true;
+    if (std::strcmp(argv[i], "--decode-ops") == 0) only_decode_ops = true;
   }
   cudaDeviceProp prop{};
   LAB_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -392,6 +394,10 @@ int main(int argc, char** argv) {
   }
   if (only_gemm_int8) {
     gemm_int8(reps);
+    return 0;
+  }
+  if (only_decode_ops) {
+    decode_step_ops(reps);
     return 0;
   }
   if (only_gemv_mma) {

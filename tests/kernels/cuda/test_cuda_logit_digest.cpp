@@ -89,6 +89,7 @@ TEST(CudaLogitDigest, RejectsBadArguments) {  // checked before any launch: runs
   void* scratch = reinterpret_cast<void*>(uintptr_t{256});
   EXPECT_EQ(logit_digest_rows(fake, 1, 0, 16, scratch, rows, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(logit_digest_rows(fake, 1, 100, 0, scratch, rows, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(logit_digest_rows(fake, 1, kDigestMaxVocab + 1, 16, scratch, rows, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(logit_digest_rows(fake, 1, 100, kDigestMaxCandidates + 1, scratch, rows, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(logit_digest_rows(nullptr, 1, 100, 16, scratch, rows, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(logit_digest_rows(fake, 1, 100, 16, nullptr, rows, nullptr), cudaErrorInvalidValue);
@@ -119,9 +120,8 @@ TEST(CudaLogitDigest, FinishMatchesCpuOnCpuCandidates) {  // runs without a GPU
 // Vocabulary sizes around the 2048-logit chunk, a tiny one below the digest size, and Qwen3.5's.
 TEST(CudaLogitDigest, MatchesCpuDigestWithTies) {
   DS_REQUIRE_GPU();
-  // 1000003: the merge reads the chunks' lists from global memory at top_k 40 and 64 (over
-  // logit_digest.cu's kMergeSmem), from shared memory at 16.
-  for (size_t n_vocab : {size_t{5}, size_t{2047}, size_t{2049}, size_t{4097}, size_t{248320}, size_t{1000003}}) {
+  // kDigestMaxVocab: every lane of the merge block holds a chunk's list.
+  for (size_t n_vocab : {size_t{5}, size_t{2047}, size_t{2049}, size_t{4097}, size_t{248320}, kDigestMaxVocab}) {
     const size_t n_rows = 3;
     const std::vector<float> logits = tied_logits(n_rows, n_vocab, 100 + n_vocab);
     for (const SamplingRule& rule : rules()) {
@@ -206,6 +206,10 @@ TEST(CudaLogitDigest, BackendDigestsAndFallsBack) {
   }
   const std::vector<DigestRequest> unsorted{{{0.7f, 0, 0.9f}, 0.5}};
   EXPECT_FALSE(be->digest_logits_rows(dev, 1, n_vocab, unsorted.data(), got.data()));
+  // A vocabulary over the device digest's limit: refused, the caller digests on the host.
+  float* wide = be->alloc(kDigestMaxVocab + 1);
+  EXPECT_FALSE(be->digest_logits_rows(wide, 1, kDigestMaxVocab + 1, req.data(), got.data()));
+  be->release(wide);
 
   std::unique_ptr<Backend> off = make_cuda_backend(0, CudaBackendOptions{.device_logit_digest = false});
   float* dev2 = off->alloc(n_vocab);
