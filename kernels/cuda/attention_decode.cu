@@ -23,6 +23,23 @@ constexpr size_t kMinKeysPerSplit = 32;  // below this a split costs more than i
 constexpr size_t kMaxSplits = 256;
 static_assert(kThreads >= static_cast<int>(kMaxAttentionHeadDim), "one thread per head dim in the V pass");
 
+// How many splits a query token with kv_len cache rows gets, and how many keys each: enough for
+// ~2 blocks per SM over the `pairs` (kv head, query token) of a launch, each split >= 32 keys.
+// Every query token is planned with pairs = n_kv_heads, as if it ran alone: a token's split
+// boundaries, hence its bits, are the same in a decode step of one sequence, in a batch, and as
+// one of a speculative verify row's tokens.
+struct SplitPlan {
+  size_t n_splits, chunk;
+};
+__host__ __device__ inline SplitPlan split_plan(size_t kv_len, size_t pairs, int sm_count) {
+  const size_t want = (2 * static_cast<size_t>(sm_count) + pairs - 1) / pairs;
+  const size_t most = (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  size_t n_splits = want < most ? want : most;
+  if (n_splits > kMaxSplits) n_splits = kMaxSplits;
+  if (n_splits < 1) n_splits = 1;
+  return SplitPlan{n_splits, (kv_len + n_splits - 1) / n_splits};
+}
+
 // Where the splits' partial results live: acc [item][H][its splits][d], then (max, sum) in the
 // same order, two floats each.
 struct Partials {
@@ -44,9 +61,10 @@ struct BatchSeq {
 struct Work {
   const float* q;
   float* out;
-  // one sequence
+  // one sequence: token z sees kv_len - n_q_tokens + z + 1 keys, planned by split_plan alone
   const int32_t* table;
-  size_t kv_len, n_q_tokens, q_token_stride, out_token_stride, chunk, n_splits;
+  size_t kv_len, n_q_tokens, q_token_stride, out_token_stride;
+  int sm_count;
   // batch
   const BatchSeq* seqs;
   const int32_t* tables;
@@ -60,10 +78,13 @@ struct Item {
   float* out;
 };
 
-__device__ Item item_of(const Work& w, size_t z, size_t n_heads) {
+__device__ Item item_of(const Work& w, size_t z, const cpu::AttentionShape& s) {
   if (w.seqs == nullptr) {
-    const size_t n_keys = w.kv_len - w.n_q_tokens + z + 1;  // causal
-    return Item{w.q + z * w.q_token_stride, w.table, n_keys, w.chunk, w.n_splits, z * n_heads * w.n_splits,
+    const size_t first_keys = w.kv_len - w.n_q_tokens + 1;  // causal: token z sees first_keys + z
+    size_t part = 0;  // the earlier tokens' partials
+    for (size_t t = 0; t < z; ++t) part += s.n_heads * split_plan(first_keys + t, s.n_kv_heads, w.sm_count).n_splits;
+    const SplitPlan plan = split_plan(first_keys + z, s.n_kv_heads, w.sm_count);
+    return Item{w.q + z * w.q_token_stride, w.table, first_keys + z, plan.chunk, plan.n_splits, part,
                 w.out + z * w.out_token_stride};
   }
   const BatchSeq& b = w.seqs[z];
@@ -140,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   __shared__ SplitState st;
   wait_for_previous_kernel();  // may run as a dependent launch (launch below)
   const size_t split = blockIdx.x, g = blockIdx.y;
-  const Item it = item_of(w, blockIdx.z, s.n_heads);
+  const Item it = item_of(w, blockIdx.z, s);
   if (split >= it.n_splits) return;  // a batch's grid has the most splits of any of its sequences
   const int group = static_cast<int>(s.n_heads / s.n_kv_heads);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
@@ -201,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
 __global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, Work w, Partials part) {
   wait_for_previous_kernel();  // may run as a dependent launch (launch below)
   const size_t h = blockIdx.x, dim = threadIdx.x;
-  const Item it = item_of(w, blockIdx.y, s.n_heads);
+  const Item it = item_of(w, blockIdx.y, s);
   const size_t base = it.part + h * it.n_splits;
   float m = -INFINITY;
   for (size_t k = 0; k < it.n_splits; ++k) m = fmaxf(m, part.ml[2 * (base + k)]);
@@ -214,19 +235,6 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(cpu::AttentionShape s, 
     if (dim < s.head_dim) o += part.acc[(base + k) * s.head_dim + dim] * wgt;
   }
   if (dim < s.head_dim) it.out[h * s.head_dim + dim] = o / sum;
-}
-
-// How many splits a query token with kv_len cache rows gets, and how many keys each: enough for
-// ~2 blocks per SM over all `pairs` (kv head, query token) of the launch, each split >= 32 keys.
-// A batched sequence is planned with pairs = n_kv_heads, exactly as if it ran alone.
-struct SplitPlan {
-  size_t n_splits, chunk;
-};
-SplitPlan split_plan(size_t kv_len, size_t pairs, int sm_count) {
-  const size_t want = (2 * static_cast<size_t>(sm_count) + pairs - 1) / pairs;
-  const size_t most = (kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-  const size_t n_splits = std::max<size_t>(1, std::min({want, most, kMaxSplits}));
-  return SplitPlan{n_splits, (kv_len + n_splits - 1) / n_splits};
 }
 
 // The split and merge launches over grid z-items [0, n_items) of `w`; `n_partials` partials. Both
@@ -257,7 +265,7 @@ bool attention_decode_applies(const cpu::AttentionShape& s) {
 
 cudaError_t attention_decode(const cpu::AttentionShape& s, const float* q, const cpu::KvPages& kv, float scale,
                              float* out, cudaStream_t stream) {
-  const SplitPlan plan = split_plan(s.kv_len, s.n_kv_heads * s.n_q_tokens, current_device_sm_count());
+  if (s.kv_len < s.n_q_tokens) return cudaErrorInvalidValue;  // the cache holds the query tokens too
   Work w{};
   w.q = q;
   w.out = out;
@@ -266,9 +274,14 @@ cudaError_t attention_decode(const cpu::AttentionShape& s, const float* q, const
   w.n_q_tokens = s.n_q_tokens;
   w.q_token_stride = s.q_token_stride;
   w.out_token_stride = s.out_token_stride;
-  w.chunk = plan.chunk;
-  w.n_splits = plan.n_splits;
-  return launch(s, w, kv, scale, s.n_q_tokens, plan.n_splits, s.n_q_tokens * s.n_heads * plan.n_splits, stream);
+  w.sm_count = current_device_sm_count();
+  // Each token planned alone (item_of): the grid has the last token's splits, the most.
+  size_t n_partials = 0;
+  for (size_t t = 0; t < s.n_q_tokens; ++t) {
+    n_partials += s.n_heads * split_plan(s.kv_len - s.n_q_tokens + 1 + t, s.n_kv_heads, w.sm_count).n_splits;
+  }
+  const size_t max_splits = split_plan(s.kv_len, s.n_kv_heads, w.sm_count).n_splits;
+  return launch(s, w, kv, scale, s.n_q_tokens, max_splits, n_partials, stream);
 }
 
 }  // namespace ds::cuda::detail

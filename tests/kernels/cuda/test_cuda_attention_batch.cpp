@@ -83,6 +83,37 @@ std::vector<float> batched(const DecodeBatchHost& b, const DeviceArray<float>& d
   return dout.download();
 }
 
+// A speculative verify row (one sequence, 1 + K query tokens in one attention_causal call): every
+// token's output memcmp-equal to a one-token call over its own causal prefix, i.e. to what plain
+// decoding computes for it. Lengths where the old plan (splits for 2 blocks per SM over all the
+// row's tokens) cut the keys differently from the one-token plan: 700, 3000 and 4096 keys.
+TEST(CudaAttentionVerifyRow, EveryTokenHasItsOneTokenBits) {
+  DS_REQUIRE_GPU();
+  const size_t H = 16, Hkv = 4, d = 256, bs = 16, row = Hkv * d;
+  Rng rng(31);
+  for (size_t kv_len : {size_t{9}, size_t{700}, size_t{3000}, size_t{4096}}) {  // >= T
+    for (size_t T : {size_t{2}, size_t{4}, size_t{8}}) {
+      const size_t n_blocks = (kv_len + bs - 1) / bs;
+      std::vector<int32_t> table(n_blocks);
+      for (size_t i = 0; i < n_blocks; ++i) table[i] = static_cast<int32_t>(n_blocks - 1 - i);  // reversed pages
+      DeviceArray<float> dk(rng.vec(n_blocks * bs * row)), dv(rng.vec(n_blocks * bs * row));
+      DeviceArray<float> dq(rng.vec(T * 2 * H * d)), dout(T * H * d), one(H * d);
+      DeviceArray<int32_t> dtable(table);
+      const KvPages kv{dk.get(), dv.get(), dtable.get(), bs};
+      const cpu::AttentionShape s{T, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+      ASSERT_EQ(cuda::attention_causal(s, dq.get(), kv, 0.0625f, dout.get(), nullptr), cudaSuccess);
+      const std::vector<float> all = dout.download();
+      for (size_t t = 0; t < T; ++t) {
+        const cpu::AttentionShape s1{1, kv_len - T + 1 + t, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
+        ASSERT_EQ(cuda::attention_causal(s1, dq.get() + t * 2 * H * d, kv, 0.0625f, one.get(), nullptr), cudaSuccess);
+        const std::vector<float> alone = one.download();
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + t * H * d, H * d * sizeof(float)), 0)
+            << "kv_len " << kv_len << " T " << T << " token " << t;
+      }
+    }
+  }
+}
+
 class CudaAttentionBatch : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(CudaAttentionBatch, BitIdenticalToOneByOneAndCloseToCpu) {
