@@ -6,6 +6,8 @@
 // keeps an online softmax per head (running max, sum, weighted V) over sub-chunks of keys, and
 // writes a partial (max, sum, acc[d]) per (token, head, split). A second kernel merges the
 // splits. Same math as kernels/cpu/attention.cpp in f32; only the summation order differs.
+// Every query token gets the split count and chunking it would get alone (a one-token call over
+// its causal prefix), so a verify row's token has plain decoding's bits.
 //
 // attention_decode_batch runs the same kernels over a whole decode step: the grid's third
 // dimension walks the sequences instead of one sequence's query tokens, and each sequence keeps
