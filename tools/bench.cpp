@@ -95,6 +95,7 @@ struct Options {
   // --decode-gemv: 1..4-token GEMVs on int8 tensor cores ("mma"), the dp4a GEMV ("dp4a"), or as a
   // worker picks it ("auto": mma with --spec-k or for models wider than 4096, else dp4a)
   std::string decode_gemv = "auto";
+  size_t mma_prequant_min = 2;  // --mma-prequant-min N: CudaBackendOptions::mma_prequant_min
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -122,7 +123,7 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--decode-gemv auto|dp4a|mma] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--decode-gemv auto|dp4a|mma] [--mma-prequant-min N] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] [--draft-vocab N] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
                             "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
@@ -273,6 +274,8 @@ Options parse(int argc, char** argv) {
         kUsage.fail("--decode-gemv must be auto, dp4a or mma, got '" + v + "'");
       }
       o.decode_gemv = v;
+    } else if (a == "--mma-prequant-min") {
+      o.mma_prequant_min = parse_number<size_t>(kUsage, a, args.value(), 1);
     } else if (a == "--no-split-small") {
       o.split_small = false;
     } else {
@@ -372,6 +375,7 @@ ds::CudaBackendOptions cuda_options(const Options& o, const ds::ModelConfig& cfg
   if (!o.split_small) c.split_small_max = 0;
   c.split_small_int8 = o.split_small_int8;
   c.split_gemv_mma = ds::decode_gemv_is_mma(o.decode_gemv, o.spec_k, cfg.n_embd);
+  c.mma_prequant_min = o.mma_prequant_min;
   return c;
 }
 #endif

@@ -26,7 +26,8 @@
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
 # occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
-# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv") picks what runs; every step has its
+# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "prequant": 9B decode / verify / tg128
+# with --mma-prequant-min 2 vs 1) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -318,6 +319,18 @@ if want verify_gemv; then
     done
     bench 60 -m $M9 --backend cuda -p 512,4096 -n 128 -r 2 --decode-gemv $g > "$O/vg_${g}_tg.log" 2>&1
     note "vg $g tg128 rc=$?: $(grep -E '^(512|4096) ' "$O/vg_${g}_tg.log" | awk '{printf "p%s tg %s; ", $1, $5}')"
+  done
+fi
+
+if want prequant; then
+  # Issue 10: the down projection's SwiGLU'd activations quantized once by their own launch from N tokens on
+  # (--mma-prequant-min; default 2) vs in every block of the tensor-core GEMV: decode step, verify 1+3, tg128.
+  echo "==== 9B --mma-prequant-min 2 vs 1 (tensor-core GEMV)"
+  for pq in 2 1; do
+    bench 60 -m $M9 --backend cuda -p 512 -n 0 -r 3 --spec-k 3 --decode-gemv mma --mma-prequant-min $pq > "$O/pq${pq}_k3.log" 2>&1
+    note "prequant-min $pq k=3 rc=$?: $(grep 'device digests' "$O/pq${pq}_k3.log" | head -1 | grep -oE 'decode [0-9.]+ ms \| verify 1\+[0-9] [0-9.]+ ms \([0-9.]+x\)')"
+    bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 --decode-gemv mma --mma-prequant-min $pq > "$O/pq${pq}_tg.log" 2>&1
+    note "prequant-min $pq tg128 rc=$?: $(grep -E '^512 ' "$O/pq${pq}_tg.log" | awk '{printf "tg %s tok/s", $5}')"
   done
 fi
 

@@ -138,7 +138,8 @@ class CudaBackend final : public Backend {
         decode_pdl_(options.decode_pdl),
         split_small_max_(options.split_small_max),
         split_small_int8_(options.split_small_int8),
-        split_gemv_mma_(options.split_gemv_mma) {
+        split_gemv_mma_(options.split_gemv_mma),
+        mma_prequant_min_(options.mma_prequant_min) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -416,6 +417,7 @@ class CudaBackend final : public Backend {
   size_t split_small_max_;           // split-rows batches up to this many tokens on gemm_q8_split_small
   bool split_small_int8_;            // ... or on its int8 twin
   bool split_gemv_mma_;              // 1..4-token GEMVs on int8 tensor cores
+  size_t mma_prequant_min_;          // ... their SwiGLU'd activations quantized once from this many tokens
   DeviceScratch digest_scratch_, digest_rows_;
   DeviceScratch gate_scratch_;  // g / beta of the unfused raw-gate gdn_decode_slots
   DeviceScratch act_scratch_;   // the down projection's activations quantized once (tensor-core GEMV)
@@ -590,6 +592,7 @@ cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
   tc.split_small_max = split_small_max_;
   tc.split_small_int8 = split_small_int8_;
   tc.split_gemv_mma = split_gemv_mma_;
+  tc.mma_prequant_min = mma_prequant_min_;
   // Not in the small-batch GEMM's range: it reads the Q8_0 rows (and stacks, whose first part shares
   // their data pointer, run only there, so a copy keyed by that pointer always has the part's shape).
   const bool small_gemm = w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_;

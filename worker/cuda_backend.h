@@ -73,6 +73,9 @@ struct CudaBackendOptions {
   // 1..4-token split-rows GEMVs (decode steps, verify rows) on int8 tensor cores
   // (TcGemmOptions::split_gemv_mma); false: the dp4a / float dot GEMV.
   bool split_gemv_mma = false;
+  // TcGemmOptions::mma_prequant_min: from this many tokens the down projection's activations are
+  // quantized once by their own launch (bench --mma-prequant-min).
+  size_t mma_prequant_min = 2;
   // Q8_0 matrices whose width is a multiple of 512 are uploaded in the split-rows layout
   // (common/q8_split.h: each row's quants, then its scales; same bytes) so the decode GEMV reads
   // them with coalesced 16-byte loads (kernels/cuda/gemv_q8_split.cu); every CUDA consumer reads

@@ -203,8 +203,7 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
       !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
     return cudaErrorNotSupported;
   }
-  // One token quantizes in the GEMV: a launch of its own would cost more than the one pass it saves.
-  void* acts = n_tokens >= 2 ? act_scratch : nullptr;
+  void* acts = n_tokens >= tc.mma_prequant_min ? act_scratch : nullptr;
   return detail::gemv_q8_split_swiglu_variant(split_gemv_variant(tc), w, gate, up, x_stride, n_tokens, y, y_stride,
                                               stream, dependent_launches(stream), acts);
 }

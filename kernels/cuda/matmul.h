@@ -96,6 +96,9 @@ struct TcGemmOptions {
   // 1 + 3 reads the weights at the cost of one token; activations as two int8 levels, 2^-16 of
   // their block's max) instead of the dp4a / float dot GEMV.
   bool split_gemv_mma = false;
+  // With it, matmul_swiglu_decode quantizes the down projection's SwiGLU'd activations once, by a
+  // launch of their own, from this many tokens on (given a scratch; same bits either way).
+  size_t mma_prequant_min = 2;
 };
 // The split-rows GEMV and the small-batch GEMMs are programmatic dependent launches (sm_90+: their
 // weight loads start while the previous kernel finishes; same bits) when the stream's switch is on
@@ -116,9 +119,9 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
 // y = W (silu(gate) * up) in one launch where matmul() would run the split-rows decode GEMV (1..4
 // tokens; gate / up rows at stride x_stride): the same bits as swiglu then matmul.
 // cudaErrorNotSupported elsewhere, and the caller runs the two ops. act_scratch (optional, 16-byte
-// aligned, matmul_swiglu_act_bytes(w.cols)): on the tensor-core GEMV (tc.split_gemv_mma) at 2+
-// tokens the SwiGLU'd activations are quantized once into it by a launch of their own instead of in
-// every block of the GEMV (the same bits).
+// aligned, matmul_swiglu_act_bytes(w.cols)): on the tensor-core GEMV (tc.split_gemv_mma) from
+// tc.mma_prequant_min tokens on, the SwiGLU'd activations are quantized once into it by a launch of
+// their own instead of in every block of the GEMV (the same bits).
 cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
                                  size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
                                  cudaStream_t stream, void* act_scratch = nullptr);
