@@ -27,7 +27,7 @@
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
 # occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
 # tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "prequant": 9B decode / verify / tg128
-# with --mma-prequant-min 2 vs 1) picks what runs; every step has its
+# with --mma-prequant-min 2 vs 1; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -179,7 +179,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
+if want 9b || want verify_gemv || want prequant || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -512,6 +512,19 @@ if want ttft; then
       note "serve ttft $mbt did not start"
     fi
     kill -TERM $spid; wait $spid
+  done
+fi
+
+if want 27b_spec; then
+  # Issue 10 on 27B: draft / verify 1+3 against its decode step (auto: mma on 27B), and tg128 with each GEMV.
+  echo "==== 27B MTP costs, tg128 dp4a vs mma"
+  rm -f $M9
+  timeout 90 "$B/bin/deltaserve-synth" --shape 27b --out $M27 > "$O/synth27.log" 2>&1 || tail -3 "$O/synth27.log"
+  bench 60 -m $M27 --backend cuda -p 512 -n 0 -r 2 --spec-k 3 > "$O/spec27_k3.log" 2>&1
+  note "spec27 k=3 rc=$?: $(grep 'device digests' "$O/spec27_k3.log" | head -1)"
+  for g in dp4a mma; do
+    bench 60 -m $M27 --backend cuda -p 512 -n 128 -r 1 --decode-gemv $g > "$O/tg27_$g.log" 2>&1
+    note "27B tg128 $g rc=$?: $(grep -E '^512 ' "$O/tg27_$g.log" | awk '{printf "tg %s tok/s", $5}')"
   done
 fi
 
