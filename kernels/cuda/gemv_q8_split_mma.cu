@@ -18,6 +18,9 @@
 // multiplies (the same in every tile) once into shared memory at the start: levels [32-col
 // block][8 columns][32 bytes], scales [32-col block][4 tokens]. With `up`, x is the FFN's
 // silu(gate) * up (the swiglu kernel's f32 expression), so ffn_down needs no SwiGLU launch.
+// Every block quantizes again what the others do; for a wide input at several tokens (the verify
+// row's down projection: silu, 12 passes a warp) the caller may instead pass a scratch that one
+// launch of its own (quantize_acts_kernel, the same quantize_eight) fills and the warps copy.
 //
 // Product per (row, token, block): the mma's two int32 sums ca = sum q a, cb = sum q b are exact
 // (|c| < 2^22; accumulators start at the bits of 1.5 * 2^23, so one FADD reads them as floats),
@@ -434,7 +437,8 @@ cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const f
     const float* xt = x + t0 * xs;
     const float* upt = up == nullptr ? nullptr : up + t0 * xs;
     if (acts != nullptr) {
-      const unsigned qgrid = static_cast<unsigned>((cols / kQ8Block * kTokens * 4 + kQuantizeThreads - 1) / kQuantizeThreads);
+      const int quad_threads = cols / kQ8Block * kTokens * 4;  // a quad of lanes per (token, 32 columns)
+      const auto qgrid = static_cast<unsigned>((quad_threads + kQuantizeThreads - 1) / kQuantizeThreads);
       if (const cudaError_t e = launch_maybe_dependent(quantize_acts_kernel, dim3(qgrid), dim3(kQuantizeThreads), 0,
                                                        stream, dependent, xt, upt, xs, nt, cols, acts);
           e != cudaSuccess) {

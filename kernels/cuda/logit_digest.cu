@@ -50,7 +50,8 @@ ChunkScratch carve(void* scratch, size_t n_rows, size_t n_chunks, uint32_t k) {
 }
 
 // A candidate as the rule orders it: key = the logit's bits mapped so that unsigned order is
-// float order (0: no candidate; NaN maps there, so it is never picked), ties -> the lower id.
+// float order (0: no candidate; NaN maps there, so it is never picked; -0 is taken as +0, which
+// float comparison ties with it), ties -> the lower id.
 struct Cand {
   uint32_t key, id;
 };
@@ -58,7 +59,7 @@ constexpr Cand kNoCand{0u, 0xFFFFFFFFu};
 
 __device__ __forceinline__ uint32_t order_key(float v) {
   if (isnan(v)) return 0u;
-  const uint32_t u = __float_as_uint(v);
+  const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
   return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
 }
 __device__ __forceinline__ float key_value(uint32_t key) {
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restric
     double e[kPerThread];
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      e[i] = exp(isnan(v[i]) ? -static_cast<double>(INFINITY) : static_cast<double>(v[i]) - static_cast<double>(chunk_max));
+      const double d = static_cast<double>(v[i]) - static_cast<double>(chunk_max);
+      e[i] = exp(isnan(v[i]) ? -static_cast<double>(INFINITY) : d);
     }
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) s += e[i];

@@ -175,7 +175,8 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   // The tensor-core GEMV with the activations quantized once by their own launch (act_scratch).
   uint8_t* acts = nullptr;
   LAB_CHECK(cudaMalloc(&acts, ds::cuda::detail::gemv_q8_split_mma_act_bytes(17408)));
-  const auto mma_pq = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv, size_t rows) {
+  const auto mma_pq = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv,
+                          size_t rows) {
     const ds::cuda::RowSegments out = ds::cuda::RowSegments::whole(yv, rows, rows);
     LAB_CHECK(ds::cuda::detail::gemv_q8_split_mma(v, xv, nullptr, cols, n, out, nullptr, false, acts));
   };
@@ -227,7 +228,8 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   }
   for (int k = 0; k < 5; ++k) {
     std::printf("gemv-split %s step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
-                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
+                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms | "
+                "mma pq %6.3f ms\n",
                 step_name, ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
                 mma_step[k] / mma_step[0], mma1_step[k], pq_step[k]);
   }

@@ -278,7 +278,8 @@ TEST(CudaGemvSplit, MmaActivationsQuantizedOnceGiveTheSameBits) {
         DS_CUDA_CHECK(detail::gemv_q8_split_mma(dev, dgate.get(), upp, s.cols, n, out, nullptr, false));
         const std::vector<float> want = dy.download();
         DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 8 * s.rows * sizeof(float)));
-        DS_CUDA_CHECK(detail::gemv_q8_split_mma(dev, dgate.get(), upp, s.cols, n, out, nullptr, n % 2 == 0, acts.get()));
+        const bool pdl = n % 2 == 0;
+        DS_CUDA_CHECK(detail::gemv_q8_split_mma(dev, dgate.get(), upp, s.cols, n, out, nullptr, pdl, acts.get()));
         const std::vector<float> got = dy.download();
         const char* what = upp == nullptr ? "plain" : "swiglu";
         EXPECT_EQ(std::memcmp(got.data(), want.data(), n * s.rows * sizeof(float)), 0)

@@ -144,6 +144,21 @@ TEST(CudaLogitDigest, MatchesCpuDigestWithTies) {
   }
 }
 
+// +0 and -0 compare equal, so they tie and go by id, as on the CPU (the device orders by the bits'
+// keys, which must not split them).
+TEST(CudaLogitDigest, SignedZerosTie) {
+  DS_REQUIRE_GPU();
+  const size_t n_vocab = 5000;
+  std::vector<float> logits(n_vocab, -1.0f);
+  for (size_t id : {size_t{10}, size_t{2100}, size_t{4999}}) logits[id] = 0.0f;
+  for (size_t id : {size_t{7}, size_t{3}, size_t{2050}}) logits[id] = -0.0f;
+  const SamplingRule greedy{0.0f, 0, 1.0f};
+  const std::vector<DigestRow> rows = device_rows(logits, 1, n_vocab, digest_candidates(greedy));
+  const LogitDigest want = digest_logits(logits.data(), n_vocab, greedy, 0.5);
+  expect_same_digest(finish_digest(rows[0], n_vocab, greedy, 0.5), want, "signed zeros");
+  EXPECT_EQ(want.top_ids[0], 3);
+}
+
 TEST(CudaLogitDigest, SameBitsEveryRun) {
   DS_REQUIRE_GPU();
   const size_t n_vocab = 248320;
