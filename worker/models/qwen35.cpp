@@ -91,7 +91,6 @@ std::vector<GdnPiece> gdn_pieces(const SeqSpan& s) {
   return out;
 }
 
-// Plain decode: every span is one token (no drafts) and span i sits at row i.
 // A speculative verify row: one token, then its drafts.
 bool is_verify_row(const SeqSpan& s) { return s.n_draft > 0 && s.n_tokens == s.n_draft + 1; }
 
@@ -108,6 +107,7 @@ GdnRawGates raw_gate_rows(const GdnRawGates& r, size_t first) {
                      r.beta_stride, r.a, r.dt_bias};
 }
 
+// Plain decode: every span is one token (no drafts) and span i sits at row i.
 bool one_row_per_span(const std::vector<SeqSpan>& spans) {
   for (size_t i = 0; i < spans.size(); ++i) {
     if (spans[i].n_tokens != 1 || spans[i].offset != i || spans[i].n_draft != 0) return false;
