@@ -41,79 +41,14 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/stream_signal.h"
 #include "kernels/cuda/swiglu_matmul.h"
+#include "worker/cuda_buffers.h"
 
 namespace ds {
 namespace {
 
-// A grow-only device buffer for a small host array, remembering what it last received so
-// identical uploads (the positions of every attention layer of a step) are queued only once.
-class ControlBuffer {
- public:
-  ~ControlBuffer() { cudaFree(dev_); }
-  // Device copy of `bytes` bytes at `host`, queued on `stream` (pageable async copies are staged
-  // by the driver, so `host` may change once this returns).
-  const void* put(const void* host, size_t bytes, cudaStream_t stream) {
-    const auto* src = static_cast<const uint8_t*>(host);
-    if (bytes == last_.size() && std::memcmp(src, last_.data(), bytes) == 0) return dev_;
-    if (bytes > cap_) {
-      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be read
-      DS_CUDA_CHECK(cudaFree(dev_));
-      dev_ = nullptr;
-      cap_ = 0;
-      DS_CUDA_CHECK(cudaMalloc(&dev_, bytes));
-      cap_ = bytes;
-    }
-    DS_CUDA_CHECK(cudaMemcpyAsync(dev_, src, bytes, cudaMemcpyHostToDevice, stream));
-    last_.assign(src, src + bytes);
-    return dev_;
-  }
-
- private:
-  void* dev_ = nullptr;
-  size_t cap_ = 0;
-  std::vector<uint8_t> last_;
-};
-
-// A grow-only device buffer (scratch of an op whose size varies with the step).
-class DeviceScratch {
- public:
-  ~DeviceScratch() { cudaFree(dev_); }
-  void* get(size_t bytes, cudaStream_t stream) {
-    if (bytes > cap_) {
-      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
-      DS_CUDA_CHECK(cudaFree(dev_));
-      dev_ = nullptr;
-      cap_ = 0;
-      DS_CUDA_CHECK(cudaMalloc(&dev_, bytes));
-      cap_ = bytes;
-    }
-    return dev_;
-  }
-
- private:
-  void* dev_ = nullptr;
-  size_t cap_ = 0;
-};
-
-// A grow-only pinned host buffer: device-to-host copies into it are true async DMA, no staging.
-class PinnedScratch {
- public:
-  ~PinnedScratch() { cudaFreeHost(host_); }
-  void* get(size_t bytes) {
-    if (bytes > cap_) {
-      DS_CUDA_CHECK(cudaFreeHost(host_));  // callers synchronize before reusing: nothing in flight
-      host_ = nullptr;
-      cap_ = 0;
-      DS_CUDA_CHECK(cudaMallocHost(&host_, bytes));
-      cap_ = bytes;
-    }
-    return host_;
-  }
-
- private:
-  void* host_ = nullptr;
-  size_t cap_ = 0;
-};
+using cuda_buffers::ControlBuffer;
+using cuda_buffers::DeviceScratch;
+using cuda_buffers::PinnedScratch;
 
 class CudaBackend final : public Backend {
  public:

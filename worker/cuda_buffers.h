@@ -1,0 +1,85 @@
+// Grow-only buffers of the CUDA backend (worker/cuda_backend.cpp): a step's scratch and its small
+// host control arrays grow to the largest step seen and are then reused, so the decode path
+// allocates nothing once they have grown.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/check.h"
+
+namespace ds::cuda_buffers {
+
+// A grow-only device buffer (scratch of an op whose size varies with the step).
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  ~DeviceScratch() { cudaFree(dev_); }
+  void* get(size_t bytes, cudaStream_t stream) {
+    if (bytes > cap_) {
+      DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
+      DS_CUDA_CHECK(cudaFree(dev_));
+      dev_ = nullptr;
+      cap_ = 0;
+      DS_CUDA_CHECK(cudaMalloc(&dev_, bytes));
+      cap_ = bytes;
+    }
+    return dev_;
+  }
+
+ private:
+  void* dev_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// A device copy of a small host array, remembering what it last received so identical uploads
+// (the positions of every attention layer of a step) are queued only once.
+class ControlBuffer {
+ public:
+  // Device copy of `bytes` bytes at `host`, queued on `stream` (pageable async copies are staged
+  // by the driver, so `host` may change once this returns).
+  const void* put(const void* host, size_t bytes, cudaStream_t stream) {
+    const auto* src = static_cast<const uint8_t*>(host);
+    if (bytes == last_.size() && std::memcmp(src, last_.data(), bytes) == 0) return dev_;
+    dev_ = buffer_.get(bytes, stream);
+    DS_CUDA_CHECK(cudaMemcpyAsync(dev_, src, bytes, cudaMemcpyHostToDevice, stream));
+    last_.assign(src, src + bytes);
+    return dev_;
+  }
+
+ private:
+  DeviceScratch buffer_;
+  void* dev_ = nullptr;
+  std::vector<uint8_t> last_;
+};
+
+// A grow-only pinned host buffer: device-to-host copies into it are true async DMA, no staging.
+class PinnedScratch {
+ public:
+  PinnedScratch() = default;
+  PinnedScratch(const PinnedScratch&) = delete;
+  PinnedScratch& operator=(const PinnedScratch&) = delete;
+  ~PinnedScratch() { cudaFreeHost(host_); }
+  void* get(size_t bytes) {
+    if (bytes > cap_) {
+      DS_CUDA_CHECK(cudaFreeHost(host_));  // callers synchronize before reusing: nothing in flight
+      host_ = nullptr;
+      cap_ = 0;
+      DS_CUDA_CHECK(cudaMallocHost(&host_, bytes));
+      cap_ = bytes;
+    }
+    return host_;
+  }
+
+ private:
+  void* host_ = nullptr;
+  size_t cap_ = 0;
+};
+
+}  // namespace ds::cuda_buffers
