@@ -128,8 +128,12 @@ __device__ __forceinline__ void quantize_eight(const float (&v)[8], bool present
   if (part == 0) scales[blk * kTokens + t] = finite != 0 ? int8x2::block_scale(m) : __int_as_float(0x7FC00000);
 }
 
-// The 32-column blocks of the warp's own stages (warp, warp + warps, ...: the same in every
-// tile) for the n tokens: a quad of lanes per block, kPassesInFlight blocks per quad with all
+// The warp's j-th own 32-column block: its stages are warp, warp + warps, ... (the same in every tile).
+__device__ __forceinline__ int own_block(int j, int warp, int warps) {
+  return (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks;
+}
+
+// The 32-column blocks of the warp's own stages (own_block) for the n tokens: a quad of lanes per block, kPassesInFlight blocks per quad with all
 // their loads issued first (one L2 round trip per 4 passes, not per pass). Only this warp reads
 // them, so a __syncwarp, not a block barrier, orders them before its mmas: no warp waits for
 // another's quantization. The columns of tokens n..3 are left as they are: an mma's output
@@ -141,7 +145,7 @@ __device__ __forceinline__ void quantize_own_activations(const float* __restrict
   const int warps = static_cast<int>(blockDim.x) / kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp, part = lane % 4, per_pass = kWarp / 4;
   const int my_blocks = my_stages * kStageBlocks, items = n * my_blocks;
-  const auto block_of = [&](int j) { return (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks; };
+  const auto block_of = [&](int j) { return own_block(j, warp, warps); };
   for (int base = 0; base < items; base += kPassesInFlight * per_pass) {
     float v[kPassesInFlight][8];
 #pragma unroll
@@ -194,7 +198,7 @@ __device__ __forceinline__ void copy_own_activations(const uint8_t* __restrict__
   const int items = my_stages * kStageBlocks * kChunks;
   for (int i = lane; i < items; i += kWarp) {
     const int j = i / kChunks, chunk = i % kChunks;
-    const int blk = (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks;
+    const int blk = own_block(j, warp, warps);
     if (chunk < kChunks - 1) {
       ptx::cp_async16(ptx::smem_u32(levels + static_cast<size_t>(blk) * kLevelBytes + 16 * chunk),
                       acts + static_cast<size_t>(blk) * kLevelBytes + 16 * chunk, true);
