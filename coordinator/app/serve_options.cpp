@@ -45,6 +45,9 @@ constexpr const char* kUsage =
     "  --max-body BYTES       request body limit (default 33554432)\n"
     "  --io-threads N         HTTP I/O threads (default 2)\n"
     "  --max-queue N          answer 429 while N requests wait in the engine (default 256, 0 = no limit)\n"
+    "  --request-threads N    threads that parse, render and tokenize requests (default 4)\n"
+    "  --shutdown-grace S     on SIGTERM, seconds running requests may still finish (default 30);\n"
+    "                         streams still open then end with an error event and [DONE]\n"
     "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9),\n"
     "                         split by layer count among workers on one GPU (--devices 0,0)\n"
     "  --memory-budget SIZE   each worker's KV/state pools at most SIZE, e.g. 8G (default: cpu\n"
@@ -155,6 +158,13 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
       {"max-body", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); }},
       {"io-threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); }},
       {"max-queue", [h](const std::string& v) { return parse_number(v, &h->max_queue); }},
+      {"request-threads", [h](const std::string& v) { return parse_positive(v, &h->request_threads) && h->request_threads <= 256; }},
+      {"shutdown-grace", [h](const std::string& v) {
+         uint32_t s = 0;
+         if (!parse_number(v, &s) || s > 3600) return false;
+         h->shutdown_grace = std::chrono::milliseconds(int64_t{s} * 1000);
+         return true;
+       }},
       {"gpu-memory-fraction", [e](const std::string& v) {
          double f = 0;
          if (!parse_number(v, &f) || f <= 0 || f > 1) return false;

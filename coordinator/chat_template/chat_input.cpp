@@ -81,11 +81,21 @@ struct Conversion {
     if (name == nullptr || !name->IsString()) bad(path + ".function.name must be a string");
     Value f = jinja::value_from_json(*fn);
     if (const rapidjson::Value* args = member(*fn, "arguments"); args != nullptr && args->IsString()) {
+      // Templates render arguments key by key, so they must be an object; the string form is
+      // the OpenAI one. An empty string (some clients' "no arguments") is {}.
+      const std::string text = str_of(*args);
       rapidjson::Document parsed;
-      parsed.Parse<rapidjson::kParseFullPrecisionFlag>(args->GetString(), args->GetStringLength());
-      if (!parsed.HasParseError() && parsed.IsObject()) {
-        f.as_dict().set(Text::trusted("arguments"), jinja::value_from_json(parsed));
+      if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+        parsed.SetObject();
+      } else {
+        parsed.Parse<rapidjson::kParseFullPrecisionFlag>(text.data(), text.size());
       }
+      if (parsed.HasParseError() || !parsed.IsObject()) {
+        bad(path + ".function.arguments must be a JSON object or a string holding one (" +
+            (parsed.HasParseError() ? std::string("the string is not JSON") : std::string("it holds another JSON value")) +
+            ")");
+      }
+      f.as_dict().set(Text::trusted("arguments"), jinja::value_from_json(parsed));
     } else if (args != nullptr && !args->IsObject()) {
       bad(path + ".function.arguments must be a JSON object or a string");
     }

@@ -27,7 +27,7 @@ namespace ds {
 //   collected in image_urls).
 // - role "developer" is treated as "system"; `reasoning` is accepted for `reasoning_content`.
 // - tool_calls[].function.arguments given as a JSON string is parsed into an object (the
-//   template iterates argument items); a string that is not a JSON object is kept as is.
+//   template iterates argument items); "" is {}; a string that is not a JSON object is refused.
 // - add_generation_prompt: optional top-level bool, default true.
 ChatRequestInput chat_input_from_request(const rapidjson::Value& request);
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -79,6 +80,15 @@ struct PipelineEngine::Impl {
   // The DropSequences in flight, if any.
   uint64_t pending_drop = 0;
   std::vector<bool> drop_acked;
+  // Each rank's readiness and last contact as of the last pump, for serving_workers().
+  struct Pulse {
+    bool ready = false;
+    int64_t last_seen_ms = 0;
+  };
+  mutable std::mutex pulse_mu;
+  std::vector<Pulse> pulses;
+  int64_t pulses_at_ms = -1000;
+  void publish_pulses();
 
   explicit Impl(EngineOptions o) : opt(std::move(o)) {}
 
@@ -362,6 +372,21 @@ void PipelineEngine::Impl::pump_once(int timeout_ms) {
     handle(msg);
   }
   check_liveness();
+  publish_pulses();
+}
+
+// At most every 10 ms: a busy-polling step wait pumps continuously.
+void PipelineEngine::Impl::publish_pulses() {
+  const int64_t t = now_ms();
+  if (t - pulses_at_ms < 10) return;
+  pulses_at_ms = t;
+  std::vector<Pulse> now(opt.n_workers);
+  for (uint32_t r = 0; registry && r < opt.n_workers; ++r) {
+    const WorkerEntry& e = registry->at(r);
+    now[r] = {e.state == WorkerState::kReady && e.instance_id != 0, e.last_seen_ms};
+  }
+  std::lock_guard<std::mutex> lock(pulse_mu);
+  pulses.swap(now);
 }
 
 bool PipelineEngine::Impl::wait_until(const std::function<bool()>& done, int timeout_ms, bool step) {
@@ -642,6 +667,18 @@ const std::vector<StageRange>& PipelineEngine::layout() const { return impl_->la
 uint32_t PipelineEngine::n_vocab() const { return impl_->config.n_vocab; }
 uint32_t PipelineEngine::n_layer() const { return impl_->config.n_layer; }
 const std::string& PipelineEngine::control_endpoint() const { return impl_->endpoint; }
+
+WorkerPulse PipelineEngine::serving_workers() const {
+  const Impl& m = *impl_;
+  WorkerPulse p;
+  p.total = m.opt.n_workers;
+  const int64_t now = now_ms();
+  std::lock_guard<std::mutex> lock(m.pulse_mu);
+  for (const Impl::Pulse& w : m.pulses) {
+    p.serving += w.ready && now - w.last_seen_ms <= 2 * int64_t{m.opt.heartbeat_interval_ms};
+  }
+  return p;
+}
 
 std::vector<WorkerInfo> PipelineEngine::workers() const {
   const Impl& m = *impl_;

@@ -66,6 +66,9 @@ struct EngineOptions {
   // start it fails start()) or "off". Workers on GPUs of their own never need it.
   std::string mps = "auto";
   int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
+  // The workers' heartbeat period: a worker not heard from for two of them is reported as not
+  // serving (serving_workers(), /ready) long before it is declared dead.
+  int heartbeat_interval_ms = 200;
   int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
   int step_timeout_ms = 600000;         // no result for this long = the step is lost
   uint64_t memory_budget_bytes = 0;     // per worker, 0 = no limit
@@ -135,6 +138,12 @@ struct StepOutcome {
   std::vector<StageTime> timings;     // per stage
   uint64_t wall_us = 0;               // send to result, as seen by the coordinator
   uint32_t n_plans = 1;               // plans the step went out as (> 1: micro-batches, EngineOptions::micro_batches)
+};
+
+// Thread-safe view of the workers for readiness probes.
+struct WorkerPulse {
+  uint32_t total = 0;
+  uint32_t serving = 0;  // Ready and heard from within two heartbeat periods
 };
 
 struct WorkerInfo {
@@ -213,6 +222,10 @@ class PipelineEngine {
   const CacheGeometry& cache_geometry() const;
   const std::vector<StageRange>& layout() const;
   std::vector<WorkerInfo> workers() const;
+  // May be called from any thread. What the engine loop last learned of each worker, aged by
+  // the clock: a stopped (SIGSTOP) or dead worker, or an engine loop that stopped listening,
+  // counts as not serving within two heartbeat periods, whether a step is in flight or not.
+  WorkerPulse serving_workers() const;
   uint32_t n_vocab() const;
   uint32_t n_layer() const;
   const std::string& control_endpoint() const;

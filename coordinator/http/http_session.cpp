@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "coordinator/http/api_error.h"
+#include "coordinator/http/framing.h"
 
 namespace ds::http_detail {
 
@@ -141,6 +142,15 @@ void HttpSession::start_read() {
 void HttpSession::on_header(beast::error_code ec, size_t) {
   if (ec) return on_read_error(ec);
   if (closed_) return;
+  const auto& header = parser_->get();
+  std::vector<std::string_view> transfer_encodings;
+  for (auto [it, end] = header.equal_range(http::field::transfer_encoding); it != end; ++it) {
+    transfer_encodings.emplace_back(it->value().data(), it->value().size());
+  }
+  const bool has_length = header.find(http::field::content_length) != header.end();
+  if (const auto bad = http_rules::check_request_framing(transfer_encodings, has_length)) {
+    return reject_framing(bad->status, bad->message);
+  }
   if (!busy_) {
     arm_deadline(ctx_.options->read_timeout);
     // curl waits (1 s) for this before sending a large body.
@@ -195,6 +205,18 @@ void HttpSession::on_read_error(beast::error_code ec) {
   }
 }
 
+void HttpSession::reject_framing(int status, const std::string& message) {
+  reading_ = false;
+  read_broken_ = true;
+  parser_.reset();
+  if (busy_) {
+    keep_alive_ = false;  // finish the current reply, then close; nothing after it is read
+    return;
+  }
+  disarm_deadline();
+  send_error_and_close(status, message);
+}
+
 void HttpSession::dispatch(HttpRequest request) {
   busy_ = true;
   reply_complete_ = false;
@@ -240,6 +262,7 @@ void HttpSession::begin_stream(uint64_t gen, int status, const std::string& cont
   if (gen != reply_gen_ || closed_ || !busy_ || reply_complete_ || stream_open_) return;
   if (shutting_down_) keep_alive_ = false;
   stream_open_ = true;
+  stream_is_sse_ = content_type.rfind("text/event-stream", 0) == 0;
   // X-Accel-Buffering: reverse proxies (nginx) must not batch events.
   enqueue(header_block(status, content_type,
                        {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}},
@@ -370,7 +393,37 @@ void HttpSession::begin_shutdown() {
   if (!busy_ && !writing_) close();
 }
 
-void HttpSession::force_close() { client_gone(); }
+// The grace period is over. A reply still in progress is ended properly rather than cut: a
+// stream gets an error event and [DONE] (SSE) and its terminating chunk, a reply not yet
+// started gets a 503; then the request is cancelled and the connection closes.
+void HttpSession::force_close() {
+  if (closed_) return;
+  if (!busy_ || reply_complete_) return client_gone();
+  const std::string message = "The server is shutting down; the request was stopped";
+  DisconnectHook hook = std::move(on_disconnect_);
+  on_disconnect_ = nullptr;
+  keep_alive_ = false;
+  if (stream_open_) {
+    if (stream_is_sse_) {
+      const std::string events = "data: " + error_json(message, "server_error", {}, "server_shutdown") +
+                                 "\n\ndata: [DONE]\n\n";
+      enqueue(hex(events.size()) + "\r\n" + events + "\r\n");
+    }
+    reply_complete_ = true;
+    close_after_write_ = true;
+    enqueue("0\r\n\r\n");
+  } else {
+    send_error_and_close(503, message);
+    reply_complete_ = true;
+  }
+  if (hook) {
+    try {
+      hook();
+    } catch (...) {
+      // The reply is already on its way; a failing cancel changes nothing for the client.
+    }
+  }
+}
 
 void HttpSession::arm_deadline(std::chrono::milliseconds timeout) {
   const uint64_t gen = ++deadline_gen_;

@@ -75,6 +75,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_header(beast::error_code ec, size_t bytes);
   void on_read(beast::error_code ec, size_t bytes);
   void on_read_error(beast::error_code ec);
+  // A header whose framing cannot be trusted (http_rules::check_request_framing): reply and
+  // close without reading anything more from the connection.
+  void reject_framing(int status, const std::string& message);
   void dispatch(HttpRequest request);
   void send_error_and_close(int status, const std::string& message);
   void enqueue(std::string bytes);
@@ -104,6 +107,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool busy_ = false;                // a request is being answered
   bool reply_complete_ = false;      // its last bytes are queued
   bool stream_open_ = false;         // a chunked reply was started
+  bool stream_is_sse_ = false;       // ... as text/event-stream
   bool keep_alive_ = true;           // of the request being answered
   bool reading_ = false;             // a read is pending
   bool read_broken_ = false;         // the read side failed; no further requests

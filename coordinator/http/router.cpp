@@ -5,6 +5,7 @@
 
 #include "coordinator/http/api_error.h"
 #include "coordinator/http/auth.h"
+#include "coordinator/http/framing.h"
 
 namespace ds {
 
@@ -74,6 +75,15 @@ DisconnectHook Router::handle(HttpRequest request, std::shared_ptr<ResponseChann
     HttpResponse r = error_response(401, "Invalid or missing API key (Authorization: Bearer ...)",
                                     {}, "invalid_api_key");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    tracked->respond(std::move(r));
+    return {};
+  }
+  if (request.method == "POST" && !http_rules::is_json_media_type(request.header("content-type"))) {
+    const std::string_view got = request.header("content-type");
+    HttpResponse r = error_response(415, "Content-Type must be application/json (got " +
+                                             (got.empty() ? std::string("none") : "'" + std::string(got) + "'") + ")",
+                                    {}, "unsupported_media_type");
+    r.headers.emplace_back("Accept", "application/json");
     tracked->respond(std::move(r));
     return {};
   }

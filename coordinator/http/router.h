@@ -1,5 +1,6 @@
 // Routes requests by (method, path) to handlers, with the cross-cutting rules in one place:
-// 404 / 405 JSON errors, API-key check (except public routes such as /health), per-status
+// 404 / 405 JSON errors, API-key check (except public routes such as /health), POST bodies
+// only as application/json (415: no cross-origin "simple request" reaches a handler), per-status
 // metrics, and a last-resort catch so a throwing handler becomes a 500, never a crash.
 #pragma once
 

@@ -23,6 +23,9 @@ struct ServerOptions {
   // On SIGTERM/SIGINT: how long in-flight requests may still run before they are cancelled.
   std::chrono::milliseconds shutdown_grace{30'000};
   unsigned io_threads = 2;
+  // Threads that parse, render and tokenize generation requests (and /tokenize): that work is
+  // proportional to the body, so it never runs on the I/O threads that answer /health.
+  uint32_t request_threads = 4;
   // Admission control: generation requests are answered 429 (Retry-After: 1) while this many
   // requests already wait in the engine's queue. 0: no limit.
   uint32_t max_queue = 256;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/utf8.h"
 #include "coordinator/http/api_error.h"
 
 namespace ds::openai {
@@ -114,9 +115,31 @@ size_t nesting_depth(const std::string& body) {
 
 constexpr size_t kMaxJsonDepth = 64;
 
+// RapidJSON reads a lone low-surrogate escape ("\udc00") into the bytes of U+DC00, which is not
+// UTF-8 (a lone high one it refuses). With raw bytes already validated, a string that is not
+// valid UTF-8 after the parse can only come from such an escape.
+bool strings_are_utf8(const rapidjson::Value& v) {
+  if (v.IsString()) return utf8::is_valid({v.GetString(), v.GetStringLength()});
+  if (v.IsArray()) {
+    for (const auto& item : v.GetArray()) {
+      if (!strings_are_utf8(item)) return false;
+    }
+  } else if (v.IsObject()) {
+    for (const auto& m : v.GetObject()) {
+      if (!strings_are_utf8(m.name) || !strings_are_utf8(m.value)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 rapidjson::Document parse_body(const std::string& body) {
+  // RapidJSON's in-memory stream reads NUL as the end of input, so "{...}\0garbage" would
+  // parse as the object; a raw NUL is never valid JSON anywhere.
+  if (const size_t nul = body.find('\0'); nul != std::string::npos) {
+    throw ApiError(400, "Invalid JSON body: a NUL byte at byte " + std::to_string(nul));
+  }
   if (nesting_depth(body) > kMaxJsonDepth) {
     throw ApiError(400, "JSON body nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
@@ -127,6 +150,9 @@ rapidjson::Document parse_body(const std::string& body) {
   if (doc.HasParseError()) {
     throw ApiError(400, std::string("Invalid JSON body: ") + rapidjson::GetParseError_En(doc.GetParseError()) +
                             " (at byte " + std::to_string(doc.GetErrorOffset()) + ")");
+  }
+  if (!strings_are_utf8(doc)) {
+    throw ApiError(400, "Invalid JSON body: a string holds an unpaired UTF-16 surrogate escape");
   }
   if (!doc.IsObject()) throw ApiError(400, "The request body must be a JSON object");
   return doc;

@@ -34,12 +34,6 @@ bool prompt_opens_thinking(const std::string& prompt) {
   return ends_with(prompt, "<think>\n") || ends_with(prompt, "<think>");
 }
 
-// Admission control: the engine's queue is full. Checked before any parsing, rendering or
-// tokenizing, so an overloaded server sheds load cheaply.
-bool queue_full(const Engine& engine, const ServerOptions& options) {
-  return options.max_queue > 0 && engine.health().queue_depth >= options.max_queue;
-}
-
 HttpResponse queue_full_response() {
   HttpResponse r = error_response(ApiError(429, "The server is overloaded: too many requests are waiting; retry later",
                                            {}, "rate_limit_exceeded", "rate_limit_error"));
@@ -47,17 +41,16 @@ HttpResponse queue_full_response() {
   return r;
 }
 
-// The common start of both generation routes: shed load first (429), then parse the body
-// and fold `extra_body` into it. Returns nothing when the request was already answered.
-std::optional<rapidjson::Document> admit(const Engine& engine, const ServerOptions& options, const HttpRequest& request,
-                                         ResponseChannel& channel) {
-  if (queue_full(engine, options)) {
-    channel.respond(queue_full_response());
-    return std::nullopt;
-  }
-  std::optional<rapidjson::Document> doc(parse_body(request.body));
-  merge_extra_body(*doc);
+// The body, with `extra_body` folded into it.
+rapidjson::Document parse_request(const HttpRequest& request) {
+  rapidjson::Document doc = parse_body(request.body);
+  merge_extra_body(doc);
   return doc;
+}
+
+std::string context_exceeded(uint32_t context, size_t at_least) {
+  return "This model's maximum context length is " + std::to_string(context) + " tokens, but the prompt has at least " +
+         std::to_string(at_least) + " tokens";
 }
 
 }  // namespace
@@ -70,17 +63,24 @@ OpenAIService::OpenAIService(const ServerOptions& options, Engine& engine, const
       chat_template_(chat_template),
       metrics_(metrics),
       router_(options.api_key, &metrics),
-      id_salt_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()) {
+      id_salt_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()),
+      request_threads_(std::make_unique<TaskThread>(options.request_threads)) {
   add_routes();
 }
 
 OpenAIService::~OpenAIService() = default;
 
 void OpenAIService::add_routes() {
-  router_.add("POST", "/v1/chat/completions",
-              [this](HttpRequest& r, Channel c) { return chat_completions(r, std::move(c)); });
-  router_.add("POST", "/v1/completions",
-              [this](HttpRequest& r, Channel c) { return completions(r, std::move(c)); });
+  router_.add("POST", "/v1/chat/completions", [this](HttpRequest& r, Channel c) {
+    return offload(r, std::move(c), true, [this](const HttpRequest& req, const Channel& ch, Clock::time_point t) {
+      return chat_completions(req, ch, t);
+    });
+  });
+  router_.add("POST", "/v1/completions", [this](HttpRequest& r, Channel c) {
+    return offload(r, std::move(c), true, [this](const HttpRequest& req, const Channel& ch, Clock::time_point t) {
+      return completions(req, ch, t);
+    });
+  });
   router_.add("GET", "/v1/models", [this](HttpRequest&, Channel c) {
     list_models(std::move(c));
     return DisconnectHook{};
@@ -98,13 +98,46 @@ void OpenAIService::add_routes() {
     return DisconnectHook{};
   });
   router_.add("POST", "/tokenize", [this](HttpRequest& r, Channel c) {
-    tokenize(r, std::move(c));
-    return DisconnectHook{};
+    return offload(r, std::move(c), false, [this](const HttpRequest& req, const Channel& ch, Clock::time_point) {
+      tokenize(req, ch);
+      return DisconnectHook{};
+    });
   });
   router_.add("POST", "/detokenize", [this](HttpRequest& r, Channel c) {
-    detokenize(r, std::move(c));
-    return DisconnectHook{};
+    return offload(r, std::move(c), false, [this](const HttpRequest& req, const Channel& ch, Clock::time_point) {
+      detokenize(req, ch);
+      return DisconnectHook{};
+    });
   });
+}
+
+DisconnectHook OpenAIService::offload(HttpRequest& request, Channel channel, bool admitted, Work work) {
+  const Clock::time_point arrival = Clock::now();
+  std::shared_ptr<void> ticket;
+  if (admitted) {
+    // Shed load first and cheaply: nothing is parsed for a request that cannot wait.
+    ticket = admission_.try_enter(engine_.health().queue_depth, options_.max_queue);
+    if (!ticket) {
+      channel->respond(queue_full_response());
+      return {};
+    }
+  }
+  auto deferred = std::make_shared<DeferredHook>();
+  request_threads_->post([deferred, ticket, arrival, request = std::move(request), channel = std::move(channel),
+                          work = std::move(work)]() mutable {
+    if (!deferred->wanted()) return;  // the client left while the request waited for a thread
+    try {
+      deferred->set(work(request, channel, arrival));
+    } catch (const ApiError& e) {
+      channel->respond(error_response(e));  // the router's channel ignores a second reply
+    } catch (const std::exception& e) {
+      channel->respond(error_response(500, std::string("Internal error: ") + e.what()));
+    } catch (...) {
+      channel->respond(error_response(500, "Internal error"));
+    }
+    ticket.reset();  // submitted (the engine counts it now) or answered
+  });
+  return DeferredHook::make(deferred);
 }
 
 void OpenAIService::check_model(const std::string& model) const {
@@ -124,6 +157,22 @@ PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
     if (!input.image_urls.empty()) {
       throw ApiError(400, "Image inputs are not supported by this server", "messages");
     }
+    // Every template renders the users' text (directives already stripped), so its bytes bound
+    // the prompt's tokens from below.
+    size_t user_bytes = 0;
+    for (const jinja::Value& m : input.messages.as_list()) {
+      const jinja::Value* role = m.as_dict().find("role");
+      const jinja::Value* content = m.as_dict().find("content");
+      if (role != nullptr && content != nullptr && role->is_string() && content->is_string() &&
+          role->as_text().str() == "user") {
+        user_bytes += content->as_text().size();
+      }
+    }
+    const size_t budget = prompt_budget();
+    if (budget != Tokenizer::kNoBudget && tokenizer_.min_tokens(user_bytes) > budget) {
+      throw ApiError(400, context_exceeded(engine_.health().max_context, tokenizer_.min_tokens(user_bytes)), "messages",
+                     "context_length_exceeded");
+    }
     return chat_template_.render(input);
   } catch (const RequestError& e) {
     throw ApiError(400, e.what(), "messages");
@@ -132,6 +181,30 @@ PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
   } catch (const TemplateError& e) {
     // Usually request data the template cannot handle (e.g. odd tool arguments).
     throw ApiError(400, std::string("Chat template error: ") + e.what(), "messages");
+  }
+}
+
+size_t OpenAIService::prompt_budget() const {
+  const uint32_t context = engine_.health().max_context;
+  return context == 0 ? Tokenizer::kNoBudget : context - 1;  // a prompt must leave room for a token
+}
+
+std::vector<int32_t> OpenAIService::encode_prompt(const PromptText& prompt, const char* prompt_param) const {
+  try {
+    return tokenizer_.encode(prompt, prompt_budget());
+  } catch (const TokenBudgetExceeded& e) {
+    throw ApiError(400, context_exceeded(engine_.health().max_context, e.at_least()), prompt_param,
+                   "context_length_exceeded");
+  }
+}
+
+std::vector<int32_t> OpenAIService::encode_prompt(const std::string& text, size_t budget,
+                                                  const char* prompt_param) const {
+  try {
+    return tokenizer_.encode(text, /*parse_control=*/true, budget);
+  } catch (const TokenBudgetExceeded& e) {
+    throw ApiError(400, context_exceeded(engine_.health().max_context, e.at_least()), prompt_param,
+                   "context_length_exceeded");
   }
 }
 
@@ -249,15 +322,12 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
   return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
 }
 
-DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel) {
-  const auto arrival = std::chrono::steady_clock::now();
-  std::optional<rapidjson::Document> admitted = admit(engine_, options_, request, *channel);
-  if (!admitted) return {};
-  rapidjson::Document& doc = *admitted;
+DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel, Clock::time_point arrival) {
+  rapidjson::Document doc = parse_request(request);
   ChatParams params = parse_chat_params(doc);
   check_model(params.model);
   const PromptText prompt = render_chat(doc);
-  std::vector<int32_t> ids = tokenizer_.encode(prompt);
+  std::vector<int32_t> ids = encode_prompt(prompt, "messages");
 
   OutputParserOptions parser;
   parser.thinking_open = prompt_opens_thinking(prompt.text);
@@ -267,11 +337,8 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
                   arrival);
 }
 
-DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel) {
-  const auto arrival = std::chrono::steady_clock::now();
-  std::optional<rapidjson::Document> admitted = admit(engine_, options_, request, *channel);
-  if (!admitted) return {};
-  rapidjson::Document& doc = *admitted;
+DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel, Clock::time_point arrival) {
+  rapidjson::Document doc = parse_request(request);
   CompletionParams params = parse_completion_params(doc);
   check_model(params.model);
 
@@ -279,7 +346,10 @@ DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel ch
   if (params.prompt_text) {
     // Raw completion prompts may spell control tokens (the caller owns the whole prompt).
     if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
-    const std::vector<int32_t> text_ids = tokenizer_.encode(*params.prompt_text, /*parse_control=*/true);
+    const size_t budget = prompt_budget();
+    const std::vector<int32_t> text_ids =
+        encode_prompt(*params.prompt_text, budget == Tokenizer::kNoBudget ? budget : budget - std::min(budget, ids.size()),
+                      "prompt");
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());
   } else {
     ids = std::move(params.prompt_ids);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "coordinator/http/metrics.h"
 #include "coordinator/http/router.h"
 #include "coordinator/http/server_options.h"
+#include "coordinator/openai/admission.h"
 #include "coordinator/openai/request.h"
 #include "coordinator/openai/task_thread.h"
 #include "coordinator/output_parser/output_parser.h"
@@ -47,10 +49,15 @@ class OpenAIService {
 
  private:
   using Channel = std::shared_ptr<ResponseChannel>;
+  using Clock = std::chrono::steady_clock;
+  using Work = std::function<DisconnectHook(const HttpRequest&, const Channel&, Clock::time_point arrival)>;
 
   void add_routes();
-  DisconnectHook chat_completions(const HttpRequest& request, Channel channel);
-  DisconnectHook completions(const HttpRequest& request, Channel channel);
+  // Runs on the I/O thread: admission (429 when full, if `admitted`), then `work` on a request
+  // thread. Nothing proportional to the body's size runs on the I/O threads.
+  DisconnectHook offload(HttpRequest& request, Channel channel, bool admitted, Work work);
+  DisconnectHook chat_completions(const HttpRequest& request, Channel channel, Clock::time_point arrival);
+  DisconnectHook completions(const HttpRequest& request, Channel channel, Clock::time_point arrival);
   void list_models(Channel channel);
   void ready(Channel channel);
   void prometheus(Channel channel);
@@ -59,8 +66,15 @@ class OpenAIService {
 
   // Shared by both generation routes.
   void check_model(const std::string& model) const;
+  // Converts, checks the user text against the context (before rendering: that is the costly
+  // part of an oversized request), renders.
   PromptText render_chat(const rapidjson::Value& request) const;
   uint32_t resolve_max_tokens(const CommonParams& params, size_t prompt_tokens, const char* prompt_param) const;
+  // The most prompt tokens the context leaves room for (Tokenizer::kNoBudget when unknown).
+  size_t prompt_budget() const;
+  // Budgeted tokenization; a prompt over the budget is a 400 naming the context.
+  std::vector<int32_t> encode_prompt(const PromptText& prompt, const char* prompt_param) const;
+  std::vector<int32_t> encode_prompt(const std::string& text, size_t budget, const char* prompt_param) const;
   std::string new_request_id(const char* prefix);
   int64_t now_unix() const;
   // The common tail of both generation routes: builds the GenerationRequest (taking
@@ -77,9 +91,12 @@ class OpenAIService {
   Router router_;
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_salt_;
+  AdmissionGate admission_;
   // Engine cancels requested from engine callbacks. Shared (weakly) with in-flight responders
   // so a callback arriving after the service is gone does nothing.
   std::shared_ptr<TaskThread> deferred_ = std::make_shared<TaskThread>();
+  // Parse, render, tokenize, submit (declared last: joined first, while the rest still exists).
+  std::unique_ptr<TaskThread> request_threads_;
 };
 
 }  // namespace ds::openai

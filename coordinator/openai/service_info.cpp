@@ -73,6 +73,7 @@ void OpenAIService::prometheus(Channel channel) {
 }
 
 // vLLM's shape: {"prompt": ...} or {"messages": ...} → {"count","max_model_len","tokens","token_strs"}.
+// Text longer than the context is refused like a prompt (the work stays bounded).
 void OpenAIService::tokenize(const HttpRequest& request, Channel channel) {
   rapidjson::Document doc = parse_body(request.body);
   merge_extra_body(doc);
@@ -80,14 +81,14 @@ void OpenAIService::tokenize(const HttpRequest& request, Channel channel) {
   std::vector<int32_t> ids;
   if (field(doc, "messages") != nullptr) {
     if (!field(doc, "messages")->IsArray()) throw ApiError(400, "'messages' must be an array", "messages");
-    ids = tokenizer_.encode(render_chat(doc));
+    ids = encode_prompt(render_chat(doc), "messages");
   } else {
     const auto prompt = get_string(doc, "prompt");
     if (!prompt) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
     if (get_bool(doc, "add_special_tokens").value_or(true) && tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) {
       ids.push_back(tokenizer_.bos_id());
     }
-    const auto text_ids = tokenizer_.encode(*prompt, /*parse_control=*/true);
+    const auto text_ids = encode_prompt(*prompt, prompt_budget(), "prompt");
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());
   }
   const bool with_strs = get_bool(doc, "return_token_strs").value_or(false);

@@ -1,8 +1,12 @@
 #include "coordinator/openai/task_thread.h"
 
+#include <algorithm>
+
 namespace ds::openai {
 
-TaskThread::TaskThread() : thread_([this] { run(); }) {}
+TaskThread::TaskThread(unsigned threads) {
+  for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { run(); });
+}
 
 TaskThread::~TaskThread() {
   {
@@ -10,7 +14,7 @@ TaskThread::~TaskThread() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 void TaskThread::post(std::function<void()> task) {
@@ -34,7 +38,7 @@ void TaskThread::run() {
     try {
       task();
     } catch (...) {
-      // A failed cancel only means the request ends on its own (max_tokens).
+      // Tasks report their own errors; a failed cancel only means the request ends on its own.
     }
   }
 }

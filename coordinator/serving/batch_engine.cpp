@@ -112,7 +112,12 @@ EngineHealth BatchEngine::health() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineHealth h = health_;
   // Submissions not yet taken by the loop wait too (admission control counts them).
-  h.queue_depth += static_cast<uint32_t>(inbox_.size());
+  h.queue_depth += static_cast<uint32_t>(inbox_.size()) + taking_;
+  // Readiness is read live, not from the loop's last update: while a step waits on a stopped
+  // worker, or a recovery runs, the loop updates nothing.
+  const WorkerPulse pulse = pipeline_.serving_workers();
+  h.workers_ready = pulse.serving;
+  h.ready = pulse.total > 0 && pulse.serving == pulse.total;
   return h;
 }
 
@@ -141,6 +146,7 @@ void BatchEngine::update_health() {
   h.step_wait_seconds = wait_seconds_;
   std::lock_guard<std::mutex> lock(mu_);
   health_ = h;
+  taking_ = 0;
 }
 
 void BatchEngine::finish(const std::string& id, FinishReason reason, const std::string& error) {
@@ -159,6 +165,7 @@ void BatchEngine::take_inbox() {
     std::lock_guard<std::mutex> lock(mu_);
     inbox.swap(inbox_);
     cancels.swap(cancels_);
+    taking_ = static_cast<uint32_t>(inbox.size());
   }
   for (auto& [req, sink] : inbox) {
     if (active_.count(req.request_id)) {

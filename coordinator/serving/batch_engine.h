@@ -118,6 +118,9 @@ class BatchEngine final : public Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<GenerationRequest, std::shared_ptr<GenerationSink>>> inbox_;
+  // Submissions the loop took from the inbox and has not yet counted in health_ (between the
+  // swap and update_health): without them health() would count those requests nowhere.
+  uint32_t taking_ = 0;
   std::vector<std::string> cancels_;
   bool stopping_ = false;
   EngineHealth health_;

@@ -107,7 +107,7 @@ PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
 bool PreTokenizer::jit() const { return impl_->jit; }
 
-void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
+bool PreTokenizer::split(std::string_view text, std::vector<Span>& out, size_t max_spans) const {
   MatchScratch& s = scratch();
   size_t covered = 0;  // bytes already assigned to pieces
   size_t pos = 0;      // next match start
@@ -127,8 +127,10 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
     if (b > covered) out.push_back({covered, b});  // unmatched gap
     out.push_back({b, e});
     covered = pos = e;
+    if (out.size() > max_spans) return false;
   }
   if (covered < text.size()) out.push_back({covered, text.size()});
+  return out.size() <= max_spans;
 }
 
 }  // namespace tok

@@ -3,6 +3,8 @@
 // never matches) is kept as its own piece, so the pieces always cover the whole input.
 #pragma once
 
+#include <cstdint>
+
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -38,7 +40,8 @@ class PreTokenizer {
   bool jit() const;
   // Appends the pieces of `text` to `out` in order; together they cover every byte.
   // Thread-safe (match buffers are per thread). Throws std::runtime_error on a PCRE2 error.
-  void split(std::string_view text, std::vector<Span>& out) const;
+  // Stops early (returning false) once `out` holds more than `max_spans` spans.
+  bool split(std::string_view text, std::vector<Span>& out, size_t max_spans = SIZE_MAX) const;
 
  private:
   struct Impl;

@@ -91,6 +91,7 @@ struct Tokenizer::Impl {
   bool add_bos = false;
   bool add_eos = false;
   std::vector<int32_t> eog;
+  size_t max_token_bytes = 1;
 
   Impl(const GgufFile& gguf, const TokenizerOptions& options, PreTokenizerKind kind)
       : vocab(gguf),
@@ -110,6 +111,13 @@ struct Tokenizer::Impl {
     }
     std::sort(eog.begin(), eog.end());
     eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+    for (int32_t id = 0; id < vocab.size(); ++id) max_token_bytes = std::max(max_token_bytes, vocab.bytes(id).size());
+  }
+
+  // At least this many tokens in `bytes` bytes of text (before NFC: see Tokenizer::min_tokens).
+  size_t min_tokens(size_t bytes, bool before_nfc = false) const {
+    const size_t per_token = max_token_bytes * (before_nfc && nfc ? 3 : 1);
+    return (bytes + per_token - 1) / per_token;
   }
 
   void check_id(int32_t id) const {
@@ -119,26 +127,37 @@ struct Tokenizer::Impl {
     }
   }
 
-  // Pre-tokenizes one raw fragment and BPE-encodes each piece (memoised).
+  // Pre-tokenizes one raw fragment and BPE-encodes each piece (memoised), within `max_tokens`.
   void encode_raw(std::string_view text, std::vector<tok::Span>& spans, tok::BpeScratch& scratch,
-                  std::vector<int32_t>& out) const {
+                  std::vector<int32_t>& out, size_t max_tokens) const {
     spans.clear();
-    pre.split(text, spans);
+    const size_t left = max_tokens - out.size();
+    if (!pre.split(text, spans, left)) throw TokenBudgetExceeded(out.size() + spans.size());
     for (const tok::Span& s : spans) {
       const std::string_view piece = text.substr(s.begin, s.end - s.begin);
       const bool cacheable = piece.size() <= tok::PieceCache::kMaxPieceBytes;
       if (cacheable && cache->lookup(piece, out)) continue;
+      // A long piece is the expensive case (BPE is O(n log n) in its bytes): refuse it before
+      // the work when its bytes alone need more tokens than the budget has left.
+      if (max_tokens != Tokenizer::kNoBudget && out.size() + min_tokens(piece.size()) > max_tokens) {
+        throw TokenBudgetExceeded(out.size() + min_tokens(piece.size()));
+      }
       const size_t before = out.size();
       bpe.encode_piece(piece, scratch, out);
       if (cacheable) cache->insert(piece, out.data() + before, out.size() - before);
     }
+    if (out.size() > max_tokens) throw TokenBudgetExceeded(out.size());
   }
 
-  std::vector<int32_t> encode(std::string_view text, bool parse_control, std::span<const ByteRange> untrusted) const {
+  std::vector<int32_t> encode(std::string_view text, bool parse_control, std::span<const ByteRange> untrusted,
+                              size_t max_tokens) const {
+    if (max_tokens != Tokenizer::kNoBudget && min_tokens(text.size(), true) > max_tokens) {
+      throw TokenBudgetExceeded(min_tokens(text.size(), true));
+    }
     std::vector<tok::Fragment> fragments;
     specials.split(text, parse_control, untrusted, fragments);
     std::vector<int32_t> out;
-    out.reserve(text.size() / 3 + 4);
+    out.reserve(std::min(text.size() / 3, max_tokens) + 4);
     std::vector<tok::Span> spans;
     tok::BpeScratch scratch;
     std::string normalized;
@@ -147,11 +166,12 @@ struct Tokenizer::Impl {
     for (const tok::Fragment& f : fragments) {
       if (f.token >= 0) {
         out.push_back(f.token);
+        if (out.size() > max_tokens) throw TokenBudgetExceeded(out.size());
       } else {
         const std::string_view raw = text.substr(f.begin, f.end - f.begin);
         // Normalised after the added-token split, as HF does (added tokens match raw text).
         const bool changed = nfc && tok::nfc_normalize(raw, normalized);
-        encode_raw(changed ? std::string_view(normalized) : raw, spans, scratch, out);
+        encode_raw(changed ? std::string_view(normalized) : raw, spans, scratch, out, max_tokens);
       }
     }
     return out;
@@ -178,14 +198,17 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_control) const {
-  return impl_->encode(text, parse_control, {});
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_control, size_t max_tokens) const {
+  return impl_->encode(text, parse_control, {}, max_tokens);
 }
 
-std::vector<int32_t> Tokenizer::encode(const PromptText& prompt) const {
+std::vector<int32_t> Tokenizer::encode(const PromptText& prompt, size_t max_tokens) const {
   const std::vector<ByteRange> untrusted = normalize_ranges(prompt.untrusted, prompt.text.size());
-  return impl_->encode(prompt.text, true, untrusted);
+  return impl_->encode(prompt.text, true, untrusted, max_tokens);
 }
+
+size_t Tokenizer::max_token_bytes() const { return impl_->max_token_bytes; }
+size_t Tokenizer::min_tokens(size_t bytes) const { return impl_->min_tokens(bytes, true); }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_control) const {
   std::string raw;

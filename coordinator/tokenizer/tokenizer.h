@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,8 +32,25 @@ struct TokenizerOptions {
   size_t cache_capacity = 1 << 16;
 };
 
+// A budgeted encode found more than its `max_tokens` tokens. It stops as soon as that is
+// certain: before any work when the text is longer than max_tokens of the vocabulary's longest
+// tokens, before a piece whose bytes alone would overrun the budget, or when the pieces of a
+// fragment outnumber what is left (each piece is at least one token). So the work a request can
+// cause is bounded by its budget, not by its size.
+class TokenBudgetExceeded : public std::length_error {
+ public:
+  explicit TokenBudgetExceeded(size_t at_least)
+      : std::length_error("the text has at least " + std::to_string(at_least) + " tokens"), at_least_(at_least) {}
+  size_t at_least() const { return at_least_; }
+
+ private:
+  size_t at_least_;
+};
+
 class Tokenizer {
  public:
+  static constexpr size_t kNoBudget = std::numeric_limits<size_t>::max();
+
   // Reads the tokenizer.ggml.* keys. Throws ds::ConfigError naming the key and value for an
   // unsupported model or pre-tokenizer, or inconsistent tables (and ds::FormatError from the
   // GGUF reader for missing / mistyped keys).
@@ -43,10 +62,17 @@ class Tokenizer {
 
   // ---- encoding (never adds BOS/EOS; callers consult add_bos()/add_eos()) ----------------
   // USER_DEFINED tokens always match; CONTROL tokens only when `parse_control`.
-  std::vector<int32_t> encode(std::string_view text, bool parse_control) const;
+  // Budgeted (max_tokens < kNoBudget): throws TokenBudgetExceeded rather than produce more.
+  std::vector<int32_t> encode(std::string_view text, bool parse_control, size_t max_tokens = kNoBudget) const;
   // Chat prompts: CONTROL tokens match only where they lie entirely outside
   // prompt.untrusted; USER_DEFINED tokens match everywhere.
-  std::vector<int32_t> encode(const PromptText& prompt) const;
+  std::vector<int32_t> encode(const PromptText& prompt, size_t max_tokens = kNoBudget) const;
+  // Bytes of the longest token text (added tokens included).
+  size_t max_token_bytes() const;
+  // The fewest tokens a text of `bytes` bytes can encode to: ceil(bytes / max_token_bytes()),
+  // a third of that with NFC (composition shortens UTF-8 at most 3x: Hangul L+V+T jamo, 9
+  // bytes, become one 3-byte syllable). A cheap bound to refuse oversized text before any work.
+  size_t min_tokens(size_t bytes) const;
 
   // ---- decoding ------------------------------------------------------------------------
   // Concatenated token bytes as valid UTF-8 (invalid sequences become U+FFFD). CONTROL,

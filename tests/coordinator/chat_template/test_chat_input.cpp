@@ -95,19 +95,34 @@ TEST(ChatInput, ContentParts) {
 TEST(ChatInput, ToolCallArguments) {
   ChatRequestInput in = convert(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[
       {"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\": 1, \"b\": [2]}"}},
-      {"type":"function","function":{"name":"g","arguments":"not json"}},
+      {"type":"function","function":{"name":"g","arguments":" "}},
       {"type":"function","function":{"name":"h","arguments":{"x":"y"}}}]}]})");
   const jinja::List& calls = msg_field(in, 1, "tool_calls").as_list();
   ASSERT_EQ(calls.size(), 3u);
   auto args = [&](size_t i) { return *calls[i].as_dict().find("function")->as_dict().find("arguments"); };
   EXPECT_TRUE(args(0).is_dict());
   EXPECT_EQ(args(0).as_dict().find("a")->as_int(), 1);
-  EXPECT_TRUE(args(1).is_string());
+  EXPECT_TRUE(args(1).is_dict());  // an empty string is "no arguments"
+  EXPECT_TRUE(args(1).as_dict().entries.empty());
   EXPECT_TRUE(args(2).is_dict());
   EXPECT_TRUE(msg_field(in, 1, "content").is_none());
   const PromptText p = ChatTemplate::builtin().render(in);
   EXPECT_NE(p.text.find("<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n[2]\n</parameter>\n</function>"),
             std::string::npos);
+}
+
+// Arguments that are not an object are the request's fault and are named as such, never
+// passed on to fail inside the template with its internals in the message.
+TEST(ChatInput, ToolCallArgumentsThatAreNotAnObjectAreRefused) {
+  const std::string head = R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[)";
+  EXPECT_EQ(request_error(head + R"({"function":{"name":"g","arguments":"not json"}}]}]})"),
+            "messages[1].tool_calls[0].function.arguments must be a JSON object or a string holding one (the "
+            "string is not JSON)");
+  EXPECT_EQ(request_error(head + R"({"function":{"name":"g","arguments":"[1, 2]"}}]}]})"),
+            "messages[1].tool_calls[0].function.arguments must be a JSON object or a string holding one (it holds "
+            "another JSON value)");
+  EXPECT_EQ(request_error(head + R"({"function":{"name":"g","arguments":7}}]}]})"),
+            "messages[1].tool_calls[0].function.arguments must be a JSON object or a string");
 }
 
 TEST(ChatInput, MiscFields) {

@@ -1,139 +1,9 @@
 // The Beast server over real sockets on an ephemeral port: keep-alive, pipelining, SSE
 // framing, limits, timeouts, client disconnects and graceful shutdown.
-#include <gtest/gtest.h>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/write.hpp>
-#include <csignal>
-#include <future>
-#include <thread>
-
-#include "coordinator/http/http_server.h"
-#include "coordinator/openai/openai_server.h"
-#include "coordinator/openai/service.h"
-#include "tests/coordinator/openai/fake_engine.h"
-#include "tests/coordinator/openai/recording_channel.h"
-#include "tests/coordinator/openai/service_fixture.h"
+#include "tests/coordinator/http/http_test_client.h"
 
 namespace ds::test {
 namespace {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using Response = http::response<http::string_body>;
-
-const std::string kChat = R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}})";
-const std::string kStreamChat =
-    R"({"messages":[{"role":"user","content":"hi"}],"stream":true,"chat_template_kwargs":{"enable_thinking":false}})";
-
-// A blocking HTTP/1.1 client on one connection.
-class Client {
- public:
-  explicit Client(uint16_t port) { socket_.connect({net::ip::make_address("127.0.0.1"), port}); }
-
-  void send(const std::string& method, const std::string& target, const std::string& body = "",
-            bool keep_alive = true) {
-    http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::content_type, "application/json");
-    req.keep_alive(keep_alive);
-    req.body() = body;
-    req.prepare_payload();
-    http::write(socket_, req);
-  }
-  Response receive() {
-    Response res;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(socket_, buffer_, parser);
-    return parser.release();
-  }
-  Response request(const std::string& method, const std::string& target, const std::string& body = "") {
-    send(method, target, body);
-    return receive();
-  }
-  void send_raw(const std::string& bytes) { net::write(socket_, net::buffer(bytes)); }
-  // Raw bytes until `needle` has been seen (or the connection ends).
-  std::string read_until(const std::string& needle) {
-    std::string got;
-    char buf[4096];
-    beast::error_code ec;
-    while (got.find(needle) == std::string::npos) {
-      const size_t n = socket_.read_some(net::buffer(buf), ec);
-      if (ec) break;
-      got.append(buf, n);
-    }
-    return got;
-  }
-  // True when the server has closed the connection (EOF or reset) within `timeout`.
-  bool closed_by_server(std::chrono::milliseconds timeout) {
-    socket_.non_blocking(true);
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    char c;
-    while (std::chrono::steady_clock::now() < until) {
-      beast::error_code ec;
-      socket_.read_some(net::buffer(&c, 1), ec);
-      if (ec == net::error::would_block) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        continue;
-      }
-      return static_cast<bool>(ec);
-    }
-    return false;
-  }
-  void close() {
-    beast::error_code ec;
-    socket_.close(ec);
-  }
-
- private:
-  net::io_context ioc_;
-  tcp::socket socket_{ioc_};
-  beast::flat_buffer buffer_;
-};
-
-class HttpServerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    options_.port = 0;
-    options_.served_model_name = "tiny";
-    options_.max_body_bytes = 4096;
-    options_.shutdown_grace = std::chrono::milliseconds(5000);
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-    engine_.join();
-    server_.reset();
-    service_.reset();
-  }
-  void start() {
-    service_ = std::make_unique<openai::OpenAIService>(options_, engine_, ModelFixture::get().tokenizer,
-                                                       ModelFixture::get().chat_template, metrics_);
-    server_ = std::make_unique<HttpServer>(options_, service_->handler(), &metrics_);
-    server_->start();
-    ASSERT_NE(server_->port(), 0);
-  }
-  void script(const std::string& text, std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
-    FakeScript s;
-    s.tokens = ModelFixture::get().tokenizer.encode(text, true);
-    s.delay = delay;
-    engine_.set_script(s);
-  }
-
-  ServerOptions options_;
-  FakeEngine engine_;
-  ServerMetrics metrics_;
-  std::unique_ptr<openai::OpenAIService> service_;
-  std::unique_ptr<HttpServer> server_;
-};
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   start();
@@ -281,10 +151,19 @@ TEST_F(HttpServerTest, StopCancelsRequestsThatOutliveTheGrace) {
   Client c(server_->port());
   c.send("POST", "/v1/chat/completions", kStreamChat);
   c.read_until("data: ");
+  c.set_read_timeout(std::chrono::milliseconds(10000));
   const auto t0 = std::chrono::steady_clock::now();
-  server_->stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2000));
+  std::thread stopper([this] { server_->stop(); });
+  const std::string tail = c.read_all();
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(5000));
   EXPECT_TRUE(engine_.wait_for_cancel(std::chrono::milliseconds(2000)));
+  // The stream is ended, not cut: an error event, [DONE], then the last chunk.
+  const size_t error = tail.find("\"code\":\"server_shutdown\"");
+  ASSERT_NE(error, std::string::npos) << tail;
+  const size_t done = tail.find("data: [DONE]\n\n", error);
+  ASSERT_NE(done, std::string::npos) << tail;
+  EXPECT_EQ(tail.substr(tail.size() - 5), "0\r\n\r\n") << tail;
 }
 
 TEST_F(HttpServerTest, SigtermStopsRunHttpServerGracefully) {

@@ -40,10 +40,29 @@ class FakeEngine : public Engine {
     health_ = h;
   }
 
+  // While held, submit() blocks: the requests it holds stand for ones the engine has not taken
+  // yet (they are not in health().queue_depth), so tests can keep the request threads busy.
+  void hold_submits(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+    cv_.notify_all();
+  }
+  // Waits until `n` submits are blocked by hold_submits (false on timeout).
+  bool wait_held(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return held_ >= n; });
+  }
+
   void submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) override {
     FakeScript script;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (hold_) {
+        ++held_;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return !hold_; });
+        --held_;
+      }
       script = script_;
       if (script.reject) throw std::invalid_argument("fake engine rejects this request");
       submitted_.push_back(request);
@@ -133,6 +152,8 @@ class FakeEngine : public Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   FakeScript script_;
+  bool hold_ = false;
+  size_t held_ = 0;
   EngineHealth health_{true, 1, 1, 0, 0, 0, 4096};
   std::vector<GenerationRequest> submitted_;
   std::set<std::string> cancelled_;

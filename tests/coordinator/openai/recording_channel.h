@@ -46,6 +46,10 @@ class RecordingChannel : public ResponseChannel {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
+  bool done() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
   std::string body() const {
     std::lock_guard<std::mutex> lock(mu_);
     return body_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ class ServiceTest : public ::testing::Test {
     r.path = path;
     r.body = body;
     r.headers = std::move(headers);
+    // POST bodies are JSON (the router answers 415 otherwise); tests of that pass their own.
+    const bool has_type = std::any_of(r.headers.begin(), r.headers.end(), [](const auto& h) { return h.first == "content-type"; });
+    if (method == "POST" && !has_type) r.headers.emplace_back("content-type", "application/json");
     last_hook_ = service_->handler().handle(std::move(r), channel);
     EXPECT_TRUE(channel->wait()) << method << " " << path << " did not complete";
     return channel;

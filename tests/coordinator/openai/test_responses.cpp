@@ -306,7 +306,7 @@ TEST_F(ServiceTest, DisconnectCancelsTheEngineRequest) {
   s.delay = std::chrono::milliseconds(50);
   engine_.set_script(s);
   auto channel = std::make_shared<RecordingChannel>();
-  HttpRequest req{"POST", "/v1/chat/completions", "", {}, chat(R"("stream":true)")};
+  HttpRequest req{"POST", "/v1/chat/completions", "", {{"content-type", "application/json"}}, chat(R"("stream":true)")};
   DisconnectHook hook = service_->handler().handle(req, channel);
   ASSERT_TRUE(hook);
   std::this_thread::sleep_for(std::chrono::milliseconds(80));
