@@ -675,7 +675,7 @@ WorkerPulse PipelineEngine::serving_workers() const {
   const int64_t now = now_ms();
   std::lock_guard<std::mutex> lock(m.pulse_mu);
   for (const Impl::Pulse& w : m.pulses) {
-    p.serving += w.ready && now - w.last_seen_ms <= 2 * int64_t{m.opt.heartbeat_interval_ms};
+    p.serving += w.ready && 2 * (now - w.last_seen_ms) <= 3 * int64_t{m.opt.heartbeat_interval_ms};
   }
   return p;
 }

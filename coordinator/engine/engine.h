@@ -66,8 +66,9 @@ struct EngineOptions {
   // start it fails start()) or "off". Workers on GPUs of their own never need it.
   std::string mps = "auto";
   int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
-  // The workers' heartbeat period: a worker not heard from for two of them is reported as not
-  // serving (serving_workers(), /ready) long before it is declared dead.
+  // The workers' heartbeat period: a worker not heard from for one and a half of them (one
+  // heartbeat missed, with room for jitter) is reported as not serving (serving_workers(),
+  // /ready), long before it is declared dead.
   int heartbeat_interval_ms = 200;
   int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
   int step_timeout_ms = 600000;         // no result for this long = the step is lost
@@ -143,7 +144,7 @@ struct StepOutcome {
 // Thread-safe view of the workers for readiness probes.
 struct WorkerPulse {
   uint32_t total = 0;
-  uint32_t serving = 0;  // Ready and heard from within two heartbeat periods
+  uint32_t serving = 0;  // Ready and heard from within 1.5 heartbeat periods
 };
 
 struct WorkerInfo {
@@ -224,7 +225,7 @@ class PipelineEngine {
   std::vector<WorkerInfo> workers() const;
   // May be called from any thread. What the engine loop last learned of each worker, aged by
   // the clock: a stopped (SIGSTOP) or dead worker, or an engine loop that stopped listening,
-  // counts as not serving within two heartbeat periods, whether a step is in flight or not.
+  // counts as not serving within 1.5 heartbeat periods, whether a step is in flight or not.
   WorkerPulse serving_workers() const;
   uint32_t n_vocab() const;
   uint32_t n_layer() const;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
-#include "common/utf8.h"
 #include "coordinator/http/api_error.h"
 
 namespace ds::openai {
@@ -92,18 +92,19 @@ namespace {
 // JSON recursively, so absurd nesting is refused up front instead of risking the stack.
 size_t nesting_depth(const std::string& body) {
   size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (c == '"') {
+      // Skip the string with memchr (request bodies are mostly long strings): its end is the
+      // first quote after an even run of backslashes.
+      for (size_t q = i + 1;; q = i + 1) {
+        const void* hit = std::memchr(body.data() + q, '"', body.size() - q);
+        if (hit == nullptr) return deepest;  // unterminated: the parser will say so
+        i = static_cast<size_t>(static_cast<const char*>(hit) - body.data());
+        size_t slashes = 0;
+        while (slashes < i - q + 1 && body[i - 1 - slashes] == '\\') ++slashes;
+        if (slashes % 2 == 0) break;
       }
-    } else if (c == '"') {
-      in_string = true;
     } else if (c == '[' || c == '{') {
       deepest = std::max(deepest, ++depth);
     } else if ((c == ']' || c == '}') && depth > 0) {
@@ -115,11 +116,18 @@ size_t nesting_depth(const std::string& body) {
 
 constexpr size_t kMaxJsonDepth = 64;
 
-// RapidJSON reads a lone low-surrogate escape ("\udc00") into the bytes of U+DC00, which is not
-// UTF-8 (a lone high one it refuses). With raw bytes already validated, a string that is not
-// valid UTF-8 after the parse can only come from such an escape.
+// RapidJSON reads a lone low-surrogate escape ("\udc00") into the bytes of U+DC00, ED B0 80,
+// which are not UTF-8 (a lone high one it refuses). With raw bytes already validated, such a
+// string is the only way those bytes (ED A0..BF) can appear.
+bool holds_surrogate(const char* s, size_t n) {
+  for (const char* p = s; (p = static_cast<const char*>(std::memchr(p, '\xED', n - (p - s)))) != nullptr; ++p) {
+    if (p + 1 < s + n && (static_cast<unsigned char>(p[1]) & 0xE0) == 0xA0) return true;
+  }
+  return false;
+}
+
 bool strings_are_utf8(const rapidjson::Value& v) {
-  if (v.IsString()) return utf8::is_valid({v.GetString(), v.GetStringLength()});
+  if (v.IsString()) return !holds_surrogate(v.GetString(), v.GetStringLength());
   if (v.IsArray()) {
     for (const auto& item : v.GetArray()) {
       if (!strings_are_utf8(item)) return false;
