@@ -1,5 +1,5 @@
-// `name = value` option files (`#` comments, blank lines ignored), shared by the coordinator's
-// and the worker's option parsers so both processes read config files the same way.
+// `name = value` option files (`#` comments, blank lines ignored) for the layered option parser
+// (common/options.h), so every process reads config files the same way.
 #pragma once
 
 #include <functional>

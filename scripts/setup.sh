@@ -8,11 +8,11 @@ PACKAGES=(
   # protobuf contract and ZeroMQ transport
   libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev
   # HTTP server, options
-  libboost-dev libboost-program-options-dev
+  libboost-dev
   # JSON, tokenizer regexes
   rapidjson-dev libpcre2-dev
-  # tests and fuzzing (libFuzzer ships with clang's runtime)
-  libgtest-dev libgmock-dev clang libclang-rt-14-dev
+  # tests and fuzzing (libFuzzer ships with clang's runtime); the format check; the size report
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format python3
   # systemd-analyze (unit checks); curl for the demo
   systemd curl
 )

@@ -11,5 +11,9 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDELTASERVE_WERROR=ON
 fi
 cmake --build "$BUILD" -j "$JOBS"
+# House rules, checked on every run: sources formatted (.clang-format), no file over 800 lines;
+# the largest files and functions are printed so growth shows.
+"$ROOT/scripts/check_format.sh"
+(cd "$ROOT" && python3 tools/code_size_report.py)
 cd "$BUILD"
 ctest --output-on-failure -j "$JOBS" "$@"

@@ -5,15 +5,18 @@
 //                    [-n|--gen 128] [-b|--batch N] [-r|--repeat 3] [-t|--threads T] [--workers N]
 //                    [--devices a,b,...] [--prefill-precision bf16|f32] [-o|--output table|json]
 //                    [--no-warmup] [--spec-k K] [--parallel 1,8,32,64] [--peak-gbps G]
+//                    [--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...]
 //   deltaserve-bench --http URL [deltaserve-bench-http flags]   (a running server; see bench_http.h)
 //
 // Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
-// per step, llama-bench's ubatch; --chunk is the old name), timed from submission to logits on
+// per step, llama-bench's ubatch), timed from submission to logits on
 // the host; decode: --gen greedy steps of one token right after the prompt (so "tg128 at
 // context n"; --gen 0 skips it). Every forward ends by downloading logits (on cuda, decode steps
-// download a greedy digest computed on the device instead; --host-digest: the full logits), which waits for the
+// download a greedy digest computed on the device instead; --ablate device-digest: the full logits), which waits for the
 // device stream, so host wall time is device time plus the host's share. A short warm-up run
 // goes first (module load, first allocations).
+// --ablate NAME,... (cuda, in-process): switch production choices of the backend off, one name
+// each (kAblations below; an unknown name is an error listing the valid ones).
 // Each table figure is the best of --repeat runs (METHOD.md: report best-of with the spread);
 // -o json prints llama-bench-style rows instead, with mean and stddev (tools/bench_report.h).
 // --spec-k K (in-process only): after each prompt, one line with the cost of MTP speculation's
@@ -52,6 +55,7 @@
 
 #include "common/gguf.h"
 #include "common/model_config.h"
+#include "common/stage_footprint.h"
 #include "coordinator/engine/engine.h"
 #include "tools/bench_http.h"
 #include "tools/bench_report.h"
@@ -77,25 +81,12 @@ struct Options {
   int repeat = 3;
   int threads = 2;
   std::string backend = "cpu";
-  bool bf16_prefill = true;  // cuda prefill products on bf16 tensor cores; --f32-prefill: f32 SIMT
-  bool mma_gemm = false;      // --prefill-gemm mma: our mma.sync kernel instead of cuBLASLt
+  bool bf16_prefill = true;  // --prefill-precision f32: cuda prefill products on f32 SIMT (not bf16 tensor cores)
   bool bf16_weights = false;  // --bf16-weights: persistent bf16 weight copies (no per-call dequant)
-  bool gdn_prep_v3 = true;    // --gdn-prep v2: the chunked GDN prefill's previous prep kernel
-  bool gdn_tc = true;         // --gdn-math f32: the chunked GDN prep + state pass in f32 also in bf16 prefill mode
-  bool dequant_v2 = true;     // --dequant v1: the previous Q8_0 -> bf16 kernel
-  bool prefill_fusions = true;  // --prefill-fusion off: SwiGLU + down projection, GDN head norms unfused
-  bool device_digest = true;  // --host-digest: decode downloads full logits (no device digest)
-  bool fused_ops = true;      // --no-fused-ops: residual add + RMSNorm, conv + L2 as separate launches
-  bool stacked = true;        // --no-stacked-weights: alpha/beta, qkv/gate, gate/up as separate GEMVs
-  bool small_batch_mma = true;  // --no-small-batch-mma: 2..64-token products on the f32 GEMV / prefill paths
-  bool q8_split = true;         // --q8-gguf-order: Q8_0 weights on the device in GGUF order (no split rows)
-  bool pdl = true;              // --no-pdl: the decode GEMV as an ordinary launch (not a dependent one)
-  bool split_small = true;      // --no-split-small: 5..64-token split-rows products on the older paths
-  bool split_small_int8 = false;  // --small-gemm int8: those products on the int8 small-batch GEMM
   // --decode-gemv: 1..4-token GEMVs on int8 tensor cores ("mma"), the dp4a GEMV ("dp4a"), or as a
   // worker picks it ("auto": mma with --spec-k or for models wider than 4096, else dp4a)
   std::string decode_gemv = "auto";
-  size_t mma_prequant_min = 2;  // --mma-prequant-min N: CudaBackendOptions::mma_prequant_min
+  std::vector<std::string> ablate;  // --ablate a,b,...: production choices of the CUDA backend switched off (kAblations)
   int device = 0;
   std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
@@ -114,6 +105,36 @@ struct Options {
   double peak_gbps = 0;        // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
 };
 
+// --ablate names: each switches one production choice of the in-process CUDA stage off
+// (ds::CudaAblations, worker/cuda_backend.h, says what each choice is).
+struct Ablation {
+  const char* name;
+  const char* effect;
+};
+constexpr Ablation kAblations[] = {
+    {"cublaslt", "bf16 prefill products on our mma.sync GEMM instead of cuBLASLt"},
+    {"device-digest", "decode downloads the full logits (no device digest)"},
+    {"fused-decode-ops", "residual add + RMSNorm, conv + L2, batched GDN / attention as separate launches"},
+    {"stacked-weights", "alpha/beta, qkv/gate, gate/up as separate matrices"},
+    {"gdn-tensor-cores", "the chunked GDN prep + state pass in f32 also in bf16 prefill mode"},
+    {"prefill-fusions", "SwiGLU + down projection, GDN head norms unfused"},
+    {"split-small", "5..64-token split-rows products off the small-batch GEMM (GEMV / SIMT / prefill GEMM)"},
+    {"q8-split", "Q8_0 weights on the device in GGUF order (no split rows)"},
+    {"pdl", "decode kernels as ordinary launches (no programmatic dependent launches)"},
+};
+
+static_assert(sizeof(kAblations) / sizeof(kAblations[0]) == 9, "kUsage lists the --ablate names: keep it in step");
+
+std::string ablation_names() {
+  std::string names;
+  for (const Ablation& a : kAblations) names += std::string(names.empty() ? "" : ", ") + a.name;
+  return names;
+}
+
+[[maybe_unused]] bool ablated(const std::vector<std::string>& list, const char* name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
 // Sane upper bound for --parallel (the server's batches are far smaller; a typo like 6400 should fail fast).
 constexpr size_t kMaxParallel = 1024;
 // The H200's measured copy bandwidth (docs/PERFORMANCE.md), the cuda default for --peak-gbps.
@@ -123,10 +144,12 @@ using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-bench",
                             "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--f32-prefill] [--prefill-gemm cublaslt|mma] [--bf16-weights] [--gdn-prep v3|v2] [--gdn-math tc|f32] [--dequant v2|v1] [--prefill-fusion on|off] [--host-digest] [--no-fused-ops] [--no-stacked-weights] [--no-small-batch-mma] [--q8-gguf-order] [--no-pdl] [--no-split-small] [--small-gemm bf16|int8] [--decode-gemv auto|dp4a|mma] [--mma-prequant-min N] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
+                            "[--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
                             "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] [--draft-vocab N] "
                             "[--parallel 1,8,32,64] [--peak-gbps G] "
-                            "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags])"};
+                            "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags]; --ablate names: "
+                            "cublaslt, device-digest, fused-decode-ops, stacked-weights, gdn-tensor-cores, "
+                            "prefill-fusions, split-small, q8-split, pdl)"};
 
 // -o table | json; anything else is a usage error.
 bool parse_output_format(const std::string& v) {
@@ -134,10 +157,26 @@ bool parse_output_format(const std::string& v) {
   return v == "json";
 }
 
-// --prefill-precision bf16 | f32: true for bf16 (tensor cores), like --bf16-prefill / --f32-prefill.
+// --prefill-precision bf16 | f32: true for bf16 (tensor cores).
 bool parse_prefill_precision(const std::string& v) {
   if (v != "bf16" && v != "f32") kUsage.fail("--prefill-precision must be bf16 or f32, got '" + v + "'");
   return v == "bf16";
+}
+
+// --ablate a,b,...: every name must be one of kAblations.
+std::vector<std::string> parse_ablations(const std::string& v) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    const std::string name = v.substr(start, end - start);
+    const bool known = std::any_of(std::begin(kAblations), std::end(kAblations),
+                                   [&](const Ablation& a) { return name == a.name; });
+    if (!known) kUsage.fail("--ablate: unknown name '" + name + "' (valid: " + ablation_names() + ")");
+    names.push_back(name);
+    start = end + 1;
+  }
+  return names;
 }
 
 bool wants_single(const Options& o) {
@@ -175,7 +214,7 @@ Options parse(int argc, char** argv) {
       o.prompts = ds::cli::parse_list<size_t>(kUsage, a, args.value(), 1);
     } else if (a == "--gen" || a == "-n") {
       o.gen = parse_number<size_t>(kUsage, a, args.value(), 0);
-    } else if (a == "--batch" || a == "-b" || a == "--chunk") {
+    } else if (a == "--batch" || a == "-b") {
       o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
     } else if (a == "--repeat" || a == "-r") {
       o.repeat = parse_number<int>(kUsage, a, args.value(), 1);
@@ -224,60 +263,16 @@ Options parse(int argc, char** argv) {
       o.profile_decode = true;
     } else if (a == "--profile-prefill") {
       o.profile_prefill = true;
-    } else if (a == "--bf16-prefill") {  // the default now; kept so older scripts still run
-      o.bf16_prefill = true;
-    } else if (a == "--f32-prefill") {
-      o.bf16_prefill = false;
-    } else if (a == "--prefill-gemm") {
-      const std::string v = args.value();
-      if (v != "cublaslt" && v != "mma") kUsage.fail("--prefill-gemm must be cublaslt or mma, got '" + v + "'");
-      o.mma_gemm = v == "mma";
     } else if (a == "--bf16-weights") {
       o.bf16_weights = true;
-    } else if (a == "--gdn-prep") {
-      const std::string v = args.value();
-      if (v != "v2" && v != "v3") kUsage.fail("--gdn-prep must be v2 or v3, got '" + v + "'");
-      o.gdn_prep_v3 = v == "v3";
-    } else if (a == "--gdn-math") {
-      const std::string v = args.value();
-      if (v != "tc" && v != "f32") kUsage.fail("--gdn-math must be tc or f32, got '" + v + "'");
-      o.gdn_tc = v == "tc";
-    } else if (a == "--dequant") {
-      const std::string v = args.value();
-      if (v != "v1" && v != "v2") kUsage.fail("--dequant must be v1 or v2, got '" + v + "'");
-      o.dequant_v2 = v == "v2";
-    } else if (a == "--prefill-fusion") {
-      const std::string v = args.value();
-      if (v != "on" && v != "off") kUsage.fail("--prefill-fusion must be on or off, got '" + v + "'");
-      o.prefill_fusions = v == "on";
-    } else if (a == "--host-digest") {
-      o.device_digest = false;
-    } else if (a == "--no-fused-ops") {
-      o.fused_ops = false;
-    } else if (a == "--no-stacked-weights") {
-      o.stacked = false;
-    } else if (a == "--no-small-batch-mma") {
-      o.small_batch_mma = false;
-    } else if (a == "--q8-gguf-order") {
-      o.q8_split = false;
-    } else if (a == "--pdl") {  // the default now; kept so older scripts still run
-      o.pdl = true;
-    } else if (a == "--no-pdl") {
-      o.pdl = false;
-    } else if (a == "--small-gemm") {
-      const std::string v = args.value();
-      if (v != "bf16" && v != "int8") kUsage.fail("--small-gemm must be bf16 or int8, got '" + v + "'");
-      o.split_small_int8 = v == "int8";
     } else if (a == "--decode-gemv") {
       const std::string v = args.value();
       if (v != "auto" && v != "dp4a" && v != "mma") {
         kUsage.fail("--decode-gemv must be auto, dp4a or mma, got '" + v + "'");
       }
       o.decode_gemv = v;
-    } else if (a == "--mma-prequant-min") {
-      o.mma_prequant_min = parse_number<size_t>(kUsage, a, args.value(), 1);
-    } else if (a == "--no-split-small") {
-      o.split_small = false;
+    } else if (a == "--ablate") {
+      o.ablate = parse_ablations(args.value());
     } else {
       args.unknown();
     }
@@ -287,6 +282,9 @@ Options parse(int argc, char** argv) {
   if (o.decode_groups > 1 && o.workers == 0) kUsage.fail("--decode-groups splits batched decode over worker processes: give --workers N");
   check_devices(o);
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
+  if (!o.ablate.empty() && (o.backend != "cuda" || o.workers > 0)) {
+    kUsage.fail("--ablate switches the in-process CUDA stage's kernels: give --backend cuda, without --workers");
+  }
   check_parallel(o);
 #ifndef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
@@ -304,15 +302,12 @@ struct ModelCost {
   double state_bytes = 0;          // f32 GDN conv + recurrent state of one sequence
 };
 
-bool in_main_stack(const std::string& name, uint32_t n_layer) {
-  if (name.rfind("blk.", 0) != 0) return false;
-  return std::strtoul(name.c_str() + 4, nullptr, 10) < n_layer;  // MTP blocks are not executed
-}
-
+// Per decode step and token from the stage footprint (common/stage_footprint.h) of the whole main
+// stack: the MTP block runs only when speculating, so neither its tensors nor its KV count here.
 ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c) {
   ModelCost m;
   for (const ds::GgufTensor& t : g.tensors()) {
-    if (!in_main_stack(t.name, c.n_layer)) continue;
+    if (ds::tensor_place(t.name, c).role != ds::TensorRole::kLayer) continue;
     m.decode_weight_bytes += static_cast<double>(t.nbytes);
     if (t.n_dims == 2 && t.type != ds::GgmlType::F32) m.matrix_params += static_cast<double>(t.n_elements());
   }
@@ -320,11 +315,10 @@ ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c) {
   const ds::GgufTensor& embd = g.tensor("token_embd.weight");
   m.head_params = static_cast<double>(head.n_elements());
   m.decode_weight_bytes += static_cast<double>(head.nbytes + embd.row_bytes() + g.tensor("output_norm.weight").nbytes);
-  m.kv_bytes_per_pos = 4.0 * c.n_attention_layers() * 2 * c.n_head_kv * c.head_dim;
-  const double gdn_layers = c.n_layer - c.n_attention_layers();
-  const double per_layer = (c.ssm_conv_kernel - 1.0) * c.ssm_conv_channels() +
-                           static_cast<double>(c.ssm_dt_rank) * c.ssm_d_state * c.ssm_head_v_dim();
-  m.state_bytes = 4.0 * gdn_layers * per_layer;
+  const ds::CacheShapes s = ds::stage_cache_shapes(c, ds::StageRange{0, c.n_layer});
+  const double attention_layers = static_cast<double>(s.n_attention_layers) - (c.n_nextn > 0 ? 1.0 : 0.0);
+  m.kv_bytes_per_pos = 4.0 * attention_layers * 2 * static_cast<double>(s.kv_row_floats);
+  m.state_bytes = 4.0 * static_cast<double>(s.n_gdn_layers) * static_cast<double>(s.conv_floats + s.ssm_floats);
   return m;
 }
 
@@ -355,28 +349,29 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 #ifdef DELTASERVE_HAVE_CUDA
-// The backend switches of the command line (--decode-gemv auto also looks at the model's width).
+// The backend's decisions from the command line (--decode-gemv auto also looks at the model's width).
 ds::CudaBackendOptions cuda_options(const Options& o, const ds::ModelConfig& cfg) {
   ds::CudaBackendOptions c;
   c.bf16_prefill = o.bf16_prefill;
-  c.prefill_gemm = o.mma_gemm ? ds::CudaBackendOptions::PrefillGemm::kMmaSync
-                              : ds::CudaBackendOptions::PrefillGemm::kCublasLt;
   c.bf16_weight_copy = o.bf16_weights;
-  c.gdn_prep_v3 = o.gdn_prep_v3;
-  c.gdn_tensor_cores = o.gdn_tc;
-  c.dequant_v2 = o.dequant_v2;
-  c.prefill_fusions = o.prefill_fusions;
-  c.device_logit_digest = o.device_digest;
-  c.fused_decode_ops = o.fused_ops;
-  c.stacked_weights = o.stacked;
-  c.small_batch_mma = o.small_batch_mma;
-  c.q8_split = o.q8_split;
-  c.decode_pdl = o.pdl;
-  if (!o.split_small) c.split_small_max = 0;
-  c.split_small_int8 = o.split_small_int8;
   c.split_gemv_mma = ds::decode_gemv_is_mma(o.decode_gemv, o.spec_k, cfg.n_embd);
-  c.mma_prequant_min = o.mma_prequant_min;
   return c;
+}
+
+// --ablate: the production choices switched off.
+ds::CudaAblations cuda_ablations(const Options& o) {
+  const auto on = [&](const char* name) { return !ablated(o.ablate, name); };
+  ds::CudaAblations a;
+  a.prefill_gemm = on("cublaslt") ? ds::CudaAblations::PrefillGemm::kCublasLt : ds::CudaAblations::PrefillGemm::kMmaSync;
+  a.device_logit_digest = on("device-digest");
+  a.fused_decode_ops = on("fused-decode-ops");
+  a.stacked_weights = on("stacked-weights");
+  a.gdn_tensor_cores = on("gdn-tensor-cores");
+  a.prefill_fusions = on("prefill-fusions");
+  a.split_small = on("split-small");
+  a.q8_split = on("q8-split");
+  a.decode_pdl = on("pdl");
+  return a;
 }
 #endif
 
@@ -387,7 +382,7 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   so.draft_vocab = o.draft_vocab;
 #ifdef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") {
-    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg)));
+    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg), cuda_ablations(o)));
   }
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);

@@ -149,12 +149,16 @@ void add_stage_compute(const StepOutcome& out, RunStats* r) {
 class PipelineRunner final : public BenchRunner {
  public:
   PipelineRunner(const EngineOptions& options, uint32_t pipeline_depth, uint32_t decode_groups)
-      : engine_(options), depth_(pipeline_depth), groups_(std::max<uint32_t>(decode_groups, 1)) {
+      : engine_(options),
+        // 0: enough plans to keep every stage busy, within the workers' 4 ring slots (serve's
+        // --pipeline-depth default).
+        window_(pipeline_depth != 0 ? pipeline_depth : std::min<uint32_t>(options.n_workers + 1, 4)),
+        groups_(std::max<uint32_t>(decode_groups, 1)) {
     engine_.start();
   }
   ~PipelineRunner() override { engine_.shutdown(); }
 
-  // The chunks go out pipelined (PipelineEngine::step_pipelined, issue 12): stage k computes
+  // The chunks go out pipelined, up to the window in flight (submit/collect): stage k computes
   // chunk i+1 while stage k+1 computes chunk i; the results equal sequential steps bit for bit.
   RunStats prefill(uint64_t seq, const std::vector<int32_t>& ids, size_t batch) override {
     RunStats r;
@@ -170,10 +174,13 @@ class PipelineRunner final : public BenchRunner {
       r.tokens += q.tokens.size();
       steps.push_back({std::move(q)});
     }
-    const std::vector<StepOutcome> outs = engine_.step_pipelined(steps, depth_);
+    size_t sent = 0;
+    for (size_t done = 0; done < steps.size(); ++done) {
+      for (; sent < steps.size() && sent - done < window_; ++sent) engine_.submit(steps[sent]);
+      add_stage_compute(engine_.collect(), &r);
+    }
     r.seconds = seconds_since(t0);
-    r.steps = outs.size();
-    for (const StepOutcome& out : outs) add_stage_compute(out, &r);
+    r.steps = steps.size();
     return r;
   }
 
@@ -250,7 +257,7 @@ class PipelineRunner final : public BenchRunner {
   }
 
   PipelineEngine engine_;
-  uint32_t depth_;
+  uint32_t window_;  // prefill chunks in flight at once
   uint32_t groups_;
 };
 

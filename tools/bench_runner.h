@@ -47,7 +47,8 @@ std::unique_ptr<BenchRunner> make_stage_runner(StageModel& model, size_t n_vocab
 // Starts options.n_workers worker processes (PipelineEngine::start) and runs through them;
 // the last stage samples greedily, so only the token comes back. Throws std::runtime_error
 // when the workers do not start.
-// `pipeline_depth`: prefill chunks in flight at once (0 = all of them, 1 = one after the other).
+// `pipeline_depth`: prefill chunks in flight at once (0 = min(workers + 1, 4), like serve's
+// --pipeline-depth; 1 = one after the other).
 // `decode_groups` > 1: decode_batch splits the sequences into that many groups, each its own
 // step, all in flight at once; a group's next step goes out as soon as its result is in (the
 // server's --decode-groups). A "step" of the stats is then one round over the groups.

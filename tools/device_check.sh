@@ -26,8 +26,7 @@
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
 # occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
-# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "prequant": 9B decode / verify / tg128
-# with --mma-prequant-min 2 vs 1; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma) picks what runs; every step has its
+# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -98,7 +97,7 @@ kill_rank_under_load() {
 
 if want tests; then
   echo "==== CUDA tests"
-  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_mma test_cuda_gemv_split test_cuda_gemm_int8 test_cuda_dependent_launch test_cuda_model test_cuda_speculation}; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_split test_cuda_dependent_launch test_cuda_model test_cuda_speculation}; do
     timeout 150 "$B/bin/$t" > "$O/$t.log" 2>&1
     note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$O/$t.log" | head -10
@@ -179,7 +178,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want verify_gemv || want prequant || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
+if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -187,12 +186,12 @@ if want 9b; then
   echo "==== 9B bench"
   bench 120 -m $M9 --backend cuda -p 512,2048,8192,16384 -n 128 -r 2 > "$O/bench9.log" 2>&1; note "bench9 rc=$?"
   bench 60 -m $M9 --backend cuda --bf16-weights -p 512,2048,8192 -n 8 -r 2 > "$O/bench9_bf16w.log" 2>&1; note "bench9 bf16-weights rc=$?"
-  # Ablations: the round-2 decode and prefill paths switched off (each has a CudaBackendOptions field).
-  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 2 ${DECODE_OFF:---host-digest --no-fused-ops --no-stacked-weights} \
+  # Ablations: the round-2 decode and prefill paths switched off (each has a CudaAblations field).
+  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 2 ${DECODE_OFF:---ablate device-digest,fused-decode-ops,stacked-weights} \
     > "$O/bench9_decode_off.log" 2>&1; note "bench9 decode paths off rc=$?"
-  bench 60 -m $M9 --backend cuda -p 2048,8192 -n 0 -r 2 --gdn-prep v2 --dequant v1 --prefill-fusion off \
+  bench 60 -m $M9 --backend cuda -p 2048,8192 -n 0 -r 2 --ablate prefill-fusions \
     > "$O/bench9_prefill_off.log" 2>&1; note "bench9 prefill paths off rc=$?"
-  bench 60 -m $M9 --backend cuda -p 512,8192 -n 128 -r 2 --q8-gguf-order > "$O/bench9_gguf_order.log" 2>&1
+  bench 60 -m $M9 --backend cuda -p 512,8192 -n 128 -r 2 --ablate q8-split > "$O/bench9_gguf_order.log" 2>&1
   note "bench9 Q8_0 in GGUF order (no split rows) rc=$?"
 fi
 
@@ -200,12 +199,6 @@ if want lab && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
   echo "==== kernel lab: split-rows GEMV vs GGUF order, small-batch GEMM vs today's paths"
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemv-split --reps 10 > "$O/lab_gemv_split.log" 2>&1; note "lab gemv-split rc=$?"
   timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-split --reps 10 > "$O/lab_gemm_split.log" 2>&1; note "lab gemm-split rc=$?"
-  # The int8 small-batch GEMM (not yet dispatched): its parity tests when bundled, then its table.
-  if [ -x "$B/bin/test_cuda_gemm_int8" ]; then
-    timeout 150 "$B/bin/test_cuda_gemm_int8" > "$O/test_cuda_gemm_int8.log" 2>&1
-    note "test_cuda_gemm_int8 rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/test_cuda_gemm_int8.log" | tr '\n' ' ')"
-  fi
-  timeout 200 "$B/bin/deltaserve-kernel-lab" --gemm-int8 --reps 10 > "$O/lab_gemm_int8.log" 2>&1; note "lab gemm-int8 rc=$?"
   # Chunked GDN layer: f32 state pass vs tensor cores (9B and 27B heads), with tc's error vs f32.
   timeout 120 "$B/bin/deltaserve-kernel-lab" --prefill-ops --reps 10 > "$O/lab_prefill_ops.log" 2>&1; note "lab prefill-ops rc=$?"
 fi
@@ -215,16 +208,14 @@ if want batched; then
   bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel ${PARALLEL:-1,8,32,64} > "$O/batched9.log" 2>&1
   note "batched9 rc=$?"
   if [ -z "${PARALLEL:-}" ]; then
-    bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --no-split-small \
-      > "$O/batched9_nosmall.log" 2>&1; note "batched9 --no-split-small rc=$?"
-    bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --small-gemm int8 \
-      > "$O/batched9_int8.log" 2>&1; note "batched9 --small-gemm int8 rc=$?"
+    bench 200 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64 --ablate split-small \
+      > "$O/batched9_nosmall.log" 2>&1; note "batched9 --ablate split-small rc=$?"
   fi
 fi
 
 if want pdl; then
   echo "==== 9B tg128: decode GEMV as a programmatic dependent launch"
-  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 --no-pdl > "$O/pdl_off.log" 2>&1; note "pdl off rc=$?"
+  bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 --ablate pdl > "$O/pdl_off.log" 2>&1; note "pdl off rc=$?"
   bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 > "$O/pdl_on.log" 2>&1; note "pdl on rc=$?"
 fi
 
@@ -322,18 +313,6 @@ if want verify_gemv; then
   done
 fi
 
-if want prequant; then
-  # Issue 10: the down projection's SwiGLU'd activations quantized once by their own launch from N tokens on
-  # (--mma-prequant-min; default 2) vs in every block of the tensor-core GEMV: decode step, verify 1+3, tg128.
-  echo "==== 9B --mma-prequant-min 2 vs 1 (tensor-core GEMV)"
-  for pq in 2 1; do
-    bench 60 -m $M9 --backend cuda -p 512 -n 0 -r 3 --spec-k 3 --decode-gemv mma --mma-prequant-min $pq > "$O/pq${pq}_k3.log" 2>&1
-    note "prequant-min $pq k=3 rc=$?: $(grep 'device digests' "$O/pq${pq}_k3.log" | head -1 | grep -oE 'decode [0-9.]+ ms \| verify 1\+[0-9] [0-9.]+ ms \([0-9.]+x\)')"
-    bench 60 -m $M9 --backend cuda -p 512 -n 128 -r 3 --decode-gemv mma --mma-prequant-min $pq > "$O/pq${pq}_tg.log" 2>&1
-    note "prequant-min $pq tg128 rc=$?: $(grep -E '^512 ' "$O/pq${pq}_tg.log" | awk '{printf "tg %s tok/s", $5}')"
-  done
-fi
-
 if want lab27 && [ -x "$B/bin/deltaserve-kernel-lab" ]; then
   # Whether --decode-gemv auto should pick the tensor-core GEMV for wide models without speculation: the
   # 27B step's GEMVs, dp4a vs mma, per matrix and queued (the mma kernel's 17408-wide ring-2 path first
@@ -404,7 +383,7 @@ if want handoff_host; then
   # Issue 12: is the plain pair's cost the device-side wait (stage 1's queued work blocked on
   # stage 0's copy, in another process's context) or the context switch itself? --early-handoff
   # host keeps stage 1's work off the device until the rows landed. And is the MPS worker's own
-  # cost the dependent launches (in-process bench, --no-pdl)?
+  # cost the dependent launches (in-process bench, --ablate pdl)?
   echo "==== 9B: 2 workers on one GPU, early hand-off waited on the device vs on the host"
   ho2() { local tag=$1; shift; pair_bench "$tag" 2048 "$@"; }
   inproc() {  # $1 = tag, then bench flags: one process, no workers, decode at 512
@@ -419,13 +398,13 @@ if want handoff_host; then
     ho2 hh_w1_again --workers 1 --devices 0
     ho2 hh_w2_host_again --workers 2 --devices 0,0 --early-handoff host
     ho2 hh_w2_on_again --workers 2 --devices 0,0
-    inproc hh_inproc; inproc hh_inproc_nopdl --no-pdl
+    inproc hh_inproc; inproc hh_inproc_nopdl --ablate pdl
   else  # HH_PLAIN=0: the plain single worker only (the reference), then MPS with busy polling on / off
     ho2 hh_w1 --workers 1 --devices 0
   fi
   if mps_start; then
     if [ "${HH_PLAIN:-1}" = 1 ]; then
-      inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --no-pdl
+      inproc hh_inproc_mps; inproc hh_inproc_nopdl_mps --ablate pdl
     fi
     for poll in ${HH_MPS_POLL:-off}; do
       ho2 hh_w1_mps_poll$poll --workers 1 --devices 0 --busy-poll $poll
@@ -543,10 +522,8 @@ echo "==== summary"
 cat "$SUMMARY"
 [ -f "$O/lab_gemv_split.log" ] && { echo "---- lab_gemv_split"; grep -E "step|n=1 " "$O/lab_gemv_split.log"; }
 [ -f "$O/lab_gemm_split.log" ] && { echo "---- lab_gemm_split"; grep -E "step" "$O/lab_gemm_split.log"; }
-[ -f "$O/test_cuda_gemm_int8.log" ] && { echo "---- test_cuda_gemm_int8"; grep -E "FAILED|worst|max \|error\|" "$O/test_cuda_gemm_int8.log" | head -20; }
-[ -f "$O/lab_gemm_int8.log" ] && { echo "---- lab_gemm_int8"; grep -E "step|accuracy" "$O/lab_gemm_int8.log"; }
 [ -f "$O/lab_prefill_ops.log" ] && { echo "---- lab_prefill_ops"; grep -E "gdn layer" "$O/lab_prefill_ops.log"; }
-for f in batched9 batched9_nosmall batched9_int8 wb1 wb2 wb2_g2 wb1_mps wb2_mps wb2_g2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in batched9 batched9_nosmall wb1 wb2 wb2_g2 wb1_mps wb2_mps wb2_g2_mps; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in pdl_off pdl_on; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_order prefill9 prefill9_bf16w w1 w2 w2_seq w2_mps w1_mps bench27 prefill27; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -9 "$O/$f.log"; }; done
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done

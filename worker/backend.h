@@ -22,6 +22,7 @@
 namespace ds {
 
 struct GgufTensor;
+class StatePool;
 using cpu::AttentionPrep;
 using cpu::AttentionShape;
 using cpu::DecodeAttentionBatch;
@@ -30,6 +31,37 @@ using cpu::GdnRawGates;
 using cpu::GdnShape;
 using cpu::KvPages;
 using cpu::WeightView;
+
+// One sequence's rows of a Gated DeltaNet step (Backend::gdn_mix).
+struct GdnSeq {
+  size_t offset = 0;     // first row in the step
+  size_t n_tokens = 0;
+  uint32_t n_draft = 0;  // trailing drafts: a speculative verify row when n_tokens == n_draft + 1
+  uint32_t slot = 0;     // its state slot
+};
+
+// One Gated DeltaNet layer's token mixing over a step: causal conv + SiLU and the q/k L2 norms
+// (`conv_out` = [q | k | v] rows), the gates, and the delta-rule recurrence on every sequence's
+// state slot into `out`, with the per-token state captures a speculative verify row needs for
+// rollback; any mix of prefill chunks, decode tokens and verify rows.
+struct GdnBatch {
+  const GdnSeq* seqs = nullptr;
+  const uint32_t* slots = nullptr;       // host: seqs[i].slot
+  size_t n_seqs = 0;
+  size_t n_tokens = 0;                   // rows of the step
+  GdnShape shape;                        // heads and dims; n_tokens unused
+  size_t conv_kernel = 0;
+  float eps = 0;                         // of the L2 norms
+  const float* qkv = nullptr;            // [T, C] the raw conv input (C = shape.qk_token_stride)
+  GdnRawGates gates;                     // row t: token t's alpha / beta_raw, and a, dt_bias
+  const float* conv_weight = nullptr;    // [C][Kc]
+  StatePool* states = nullptr;           // the stage's state slots
+  size_t layer = 0;                      // the layer's place in a slot
+  float* conv_out = nullptr;             // [T, C]
+  float* g = nullptr;                    // [T, nv] scratch for the gates
+  float* beta = nullptr;                 // [T, nv] scratch for the gates
+  float* out = nullptr;                  // [T, nv * dv]
+};
 
 class Backend {
  public:
@@ -196,6 +228,29 @@ class Backend {
               s.n_v_heads, g.get(), beta);
     gdn_decode_slots(s, q, k, v, g.get(), beta, state0, slot_stride, host_slots, n_seqs, out);
   }
+  // ---- composite ops: one per concept, the dispatch by batch shape in one place ---------------
+  // (defaults in worker/backend_composite.cpp, over the backend's own ops)
+  // One input times several matrices that share it (`n` parts of rows[i] rows each, outputs
+  // outs[i] with row stride rows[i]); `stack` is the parts stacked row-wise (data == nullptr:
+  // none). At one token with a stack: its single GEMV into `joined` (room for the sum of the
+  // rows), and the parts' outputs are consecutive slices of it; with a stack, `multi_token` and
+  // Backend::stacks_multi_token(T): one pass writing each part's rows (matmul_rows); otherwise one
+  // product per part. Returns where each part's rows are in `where`.
+  struct ProjectionPart {
+    const WeightView* w;
+    size_t rows;
+    float* out;
+  };
+  virtual void project(const WeightView& stack, const ProjectionPart* parts, size_t n, const float* x, size_t x_stride,
+                       size_t n_tokens, float* joined, bool multi_token, float** where);
+  // Gated DeltaNet token mixing (GdnBatch). Default (worker/backend_composite.cpp): a plain decode
+  // step runs every sequence in one launch of each fused op (conv_silu_l2_slots, gdn_decode_slots
+  // with the gates inside); verify rows alone compute their gates inside each recurrence launch;
+  // anything else computes the gates once, then runs conv and recurrence piece by piece
+  // (prefill chunks, verify rows with their captures). Each path keeps a token's bits
+  // independent of the batch, and the CPU backend's fallbacks are the token-by-token reference.
+  virtual void gdn_mix(const GdnBatch& b);
+
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;

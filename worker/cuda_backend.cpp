@@ -52,29 +52,23 @@ using cuda_buffers::PinnedScratch;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const CudaBackendOptions& options)
+  CudaBackend(int device, const CudaBackendOptions& options, const CudaAblations& ablations)
       : device_(device),
         precision_(options.bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32),
-        tc_kernel_(options.prefill_gemm == CudaBackendOptions::PrefillGemm::kCublasLt ? cuda::TcGemmKernel::kCublasLt
-                                                                                       : cuda::TcGemmKernel::kMmaSync),
+        tc_{.kernel = ablations.prefill_gemm == CudaAblations::PrefillGemm::kCublasLt ? cuda::TcGemmKernel::kCublasLt
+                                                                                    : cuda::TcGemmKernel::kMmaSync,
+            .bf16_weights = nullptr,
+            .split_small = ablations.split_small,
+            .split_gemv_mma = options.split_gemv_mma},
         bf16_weight_copy_(options.bf16_weight_copy),
-        device_digest_(options.device_logit_digest),
-        fused_ops_(options.fused_decode_ops),
-        stacked_weights_(options.stacked_weights),
-        gdn_prep_(options.gdn_prep_v3 ? cuda::GdnPrep::kV3 : cuda::GdnPrep::kV2),
-        gdn_math_(options.bf16_prefill && options.gdn_tensor_cores ? cuda::GdnMath::kTensorCores
-                                                                   : cuda::GdnMath::kF32),
-        dequant_v2_(options.dequant_v2),
-        prefill_fusions_(options.prefill_fusions),
-        small_batch_mma_(options.small_batch_mma),
-        mma_min_(options.small_batch_mma_min),
-        mma_max_(options.small_batch_mma_max),
-        q8_split_(options.q8_split),
-        decode_pdl_(options.decode_pdl),
-        split_small_max_(options.split_small_max),
-        split_small_int8_(options.split_small_int8),
-        split_gemv_mma_(options.split_gemv_mma),
-        mma_prequant_min_(options.mma_prequant_min) {
+        device_digest_(ablations.device_logit_digest),
+        fused_ops_(ablations.fused_decode_ops),
+        stacked_weights_(ablations.stacked_weights),
+        gdn_math_(options.bf16_prefill && ablations.gdn_tensor_cores ? cuda::GdnMath::kTensorCores
+                                                                     : cuda::GdnMath::kF32),
+        prefill_fusions_(ablations.prefill_fusions),
+        q8_split_(ablations.q8_split),
+        decode_pdl_(ablations.decode_pdl) {
     const int n = cuda::device_count();
     if (device < 0 || device >= n) {
       throw std::runtime_error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
@@ -86,7 +80,7 @@ class CudaBackend final : public Backend {
     // follow the GEMV's switch (kernels/cuda/dependent_launch.h).
     cuda::set_dependent_launches(stream_, decode_pdl_);
     // The GEMM library's handle and workspace now, not inside the first prefill step.
-    if (precision_ == cuda::MatmulPrecision::kBf16TensorCores && tc_kernel_ == cuda::TcGemmKernel::kCublasLt) {
+    if (precision_ == cuda::MatmulPrecision::kBf16TensorCores && tc_.kernel == cuda::TcGemmKernel::kCublasLt) {
       DS_CUDA_CHECK(cuda::prepare_tc_gemm(stream_));
     }
   }
@@ -156,8 +150,8 @@ class CudaBackend final : public Backend {
     // GEMV in fewer launches (H200, 9B verify 1+3 without it: 193 GEMV launches a step, 97 at 1 token).
     if (n <= cuda::detail::kGemvSplitBestTokens) return q8_split_ && n >= 2;
     if (precision_ != cuda::MatmulPrecision::kBf16TensorCores) return false;
-    const bool small_batch = q8_split_ && n <= std::min(split_small_max_, kStackMaxTokens);
-    return small_batch || n > std::max(split_small_max_, cuda::kTcMinTokens - 1);
+    const bool small_batch = q8_split_ && tc_.split_small && n <= kStackMaxTokens;
+    return small_batch || n > (tc_.split_small ? cuda::detail::kSplitSmallMaxTokens : cuda::kTcMinTokens - 1);
   }
   void rms_norm(const float* x, size_t xs, const float* w, float eps, size_t rows, size_t dim, float* y,
                 size_t ys) override {
@@ -215,7 +209,7 @@ class CudaBackend final : public Backend {
     // Decode steps: the SwiGLU folded into the split-rows GEMV's activation loads (same bits).
     if (fused_ops_) {
       on_device();
-      void* acts = split_gemv_mma_ ? act_scratch_.get(cuda::matmul_swiglu_act_bytes(w.cols), stream_) : nullptr;
+      void* acts = tc_.split_gemv_mma ? act_scratch_.get(cuda::matmul_swiglu_act_bytes(w.cols), stream_) : nullptr;
       const cudaError_t e =
           cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_, acts);
       if (e != cudaErrorNotSupported) {
@@ -223,11 +217,10 @@ class CudaBackend final : public Backend {
         return;
       }
     }
-    // In the small-batch kernel's range the unfused ops win: the down projection then streams
+    // In the small-batch GEMM's range the unfused ops win: the down projection then streams
     // Q8_0 on that kernel instead of a bf16 dequantization pass.
     if (!prefill_fusions_ || precision_ != cuda::MatmulPrecision::kBf16TensorCores ||
-        !cuda::swiglu_matmul_applies(w, n) || (small_batch_mma_ && n >= mma_min_ && n <= mma_max_) ||
-        (w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_)) {
+        !cuda::swiglu_matmul_applies(w, n) || takes_split_small(w, n)) {
       Backend::swiglu_matmul(gate, up, n, w, y, ys);
       return;
     }
@@ -333,26 +326,22 @@ class CudaBackend final : public Backend {
   void upload_split(const GgufTensor& t, uint8_t* dev);
   const void* bf16_weights(const WeightView& w);
   cuda::TcGemmOptions tc_options(const WeightView& w, size_t n);
+  // Whether an n-token product with w runs on the small-batch GEMM over split rows (bf16 mode).
+  bool takes_split_small(const WeightView& w, size_t n) const {
+    return tc_.split_small && w.type == GgmlType::Q8_0_SPLIT && n <= cuda::detail::kSplitSmallMaxTokens;
+  }
 
   int device_;
   cuda::MatmulPrecision precision_;  // how prefill products run (bf16 tensor cores unless f32 asked for)
-  cuda::TcGemmKernel tc_kernel_;     // which GEMM runs the bf16 products
+  cuda::TcGemmOptions tc_;           // the products' options, built once (bf16_weights set per call)
   bool bf16_weight_copy_;            // keep persistent bf16 copies of the prefill weights
   bool device_digest_;               // digest logits on the device when a step asks for digests
   bool fused_ops_;                   // add_rms_norm, conv_silu_l2_token as one kernel each
   bool stacked_weights_;             // weight_stack uploads stacked matrices
-  cuda::GdnPrep gdn_prep_;           // which prep kernel the chunked GDN prefill runs
-  cuda::GdnMath gdn_math_;           // its state pass: tensor cores only in bf16 prefill mode
-  bool dequant_v2_;                  // Q8_0 -> bf16 with the coalesced v2 kernel
+  cuda::GdnMath gdn_math_;           // the chunked GDN's state pass: tensor cores only in bf16 prefill mode
   bool prefill_fusions_;             // swiglu_matmul and l2_norm_heads fused (else the default ops)
-  bool small_batch_mma_;             // mma_min_..mma_max_-token Q8_0 products on the small-batch tensor-core kernel
-  size_t mma_min_, mma_max_;
   bool q8_split_;                    // eligible Q8_0 matrices uploaded in the split-rows layout
   bool decode_pdl_;                  // decode GEMV and small decode ops as programmatic dependent launches
-  size_t split_small_max_;           // split-rows batches up to this many tokens on gemm_q8_split_small
-  bool split_small_int8_;            // ... or on its int8 twin
-  bool split_gemv_mma_;              // 1..4-token GEMVs on int8 tensor cores
-  size_t mma_prequant_min_;          // ... their SwiGLU'd activations quantized once from this many tokens
   DeviceScratch digest_scratch_, digest_rows_;
   DeviceScratch gate_scratch_;  // g / beta of the unfused raw-gate gdn_decode_slots
   DeviceScratch act_scratch_;   // the down projection's activations quantized once (tensor-core GEMV)
@@ -520,17 +509,10 @@ void CudaBackend::embed_rows(const WeightView& table, const int32_t* host_ids, s
 
 // The tensor-core GEMM's options for an n-token product with w (its persistent bf16 copy when on).
 cuda::TcGemmOptions CudaBackend::tc_options(const WeightView& w, size_t n) {
-  cuda::TcGemmOptions tc{tc_kernel_, nullptr, dequant_v2_};
-  tc.small_batch_mma = small_batch_mma_;
-  tc.small_batch_mma_min = mma_min_;
-  tc.small_batch_mma_max = mma_max_;
-  tc.split_small_max = split_small_max_;
-  tc.split_small_int8 = split_small_int8_;
-  tc.split_gemv_mma = split_gemv_mma_;
-  tc.mma_prequant_min = mma_prequant_min_;
+  cuda::TcGemmOptions tc = tc_;
   // Not in the small-batch GEMM's range: it reads the Q8_0 rows (and stacks, whose first part shares
   // their data pointer, run only there, so a copy keyed by that pointer always has the part's shape).
-  const bool small_gemm = w.type == GgmlType::Q8_0_SPLIT && n <= split_small_max_;
+  const bool small_gemm = takes_split_small(w, n);
   if (bf16_weight_copy_ && precision_ == cuda::MatmulPrecision::kBf16TensorCores &&
       (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q8_0_SPLIT) && w.cols % 32 == 0 && n >= cuda::kTcMinTokens &&
       !small_gemm) {
@@ -583,7 +565,7 @@ const void* CudaBackend::bf16_weights(const WeightView& w) {
     return nullptr;
   }
   bf16_weights_.emplace(w.data, dev);
-  DS_CUDA_CHECK(cuda::dequantize_q8_to_bf16(w, dev, stream_, dequant_v2_));
+  DS_CUDA_CHECK(cuda::dequantize_q8_to_bf16(w, dev, stream_));
   return dev;
 }
 
@@ -605,9 +587,9 @@ void CudaBackend::gdn(const GdnShape& s, const float* q, const float* k, const f
                       const float* beta, float* state, float* out) {
   on_device();
   if (s.n_tokens >= kGdnChunkedMinTokens && cuda::gdn_chunked_applies(s)) {
-    // Tensor-core mode: both halves on tensor cores (the prep option only picks among f32 preps).
+    // Tensor-core mode: both halves on tensor cores; f32: the v3 prep (v2 where v3 does not apply).
     const bool tc = gdn_math_ == cuda::GdnMath::kTensorCores;
-    const cuda::GdnChunkedConfig config{tc ? cuda::GdnPrep::kTensorCores : gdn_prep_, gdn_math_, 0};
+    const cuda::GdnChunkedConfig config{tc ? cuda::GdnPrep::kTensorCores : cuda::GdnPrep::kV3, gdn_math_, 0};
     DS_CUDA_CHECK(cuda::gdn_chunked_configured(config, s, q, k, v, g, beta, state, out, stream_));
   } else if (s.n_tokens >= 2) {
     DS_CUDA_CHECK(cuda::gdn_prefill(s, q, k, v, g, beta, state, out, stream_));
@@ -748,8 +730,8 @@ void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options) {
-  return std::make_unique<CudaBackend>(device, options);
+std::unique_ptr<Backend> make_cuda_backend(int device, CudaBackendOptions options, CudaAblations ablations) {
+  return std::make_unique<CudaBackend>(device, options, ablations);
 }
 
 }  // namespace ds

@@ -14,12 +14,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/host_signal.h"  // HostSignal
+#include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
 #include "common/sampling.h"     // DigestRequest, LogitDigest
 
 namespace ds {
@@ -46,17 +48,6 @@ struct SeqStep {
   uint32_t n_draft = 0;
   bool rewind = false;
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
-};
-
-// Where the scheduler placed one sequence of a step (managed memory). Order of operations in
-// a step: set up every is_new row's slot (zero, or load_snapshot), compute, then save.
-struct SeqCache {
-  uint32_t state_slot = 0;                // GDN state slot (< max_seqs)
-  bool is_new = false;                    // first step of this placement: block_ids is the whole table
-  std::optional<uint32_t> load_snapshot;  // is_new only: the slot starts from this snapshot (else zero);
-                                          // the snapshot must hold exactly start_pos positions
-  std::optional<uint32_t> save_snapshot;  // after the step: snapshot <- the slot's state
-  std::vector<uint32_t> block_ids;        // is_new: the whole block table; else blocks appended since
 };
 
 struct StepInput {
@@ -100,24 +91,10 @@ struct StepOutput {
   uint32_t digest_n_vocab = 0;
 };
 
-struct StageRange {
-  uint32_t first_layer = 0;
-  uint32_t last_layer = 0;  // exclusive
-};
-
-// Pool sizes, fixed when the stage is created (the coordinator sends them in Assign and
-// configures its scheduler with the same numbers, so it never plans memory the workers lack).
-struct CacheGeometry {
-  uint32_t block_size = 16;    // KV rows per block
-  uint32_t num_blocks = 0;     // KV blocks per attention layer; 0 = self-managed (pools grow)
-  uint32_t max_seqs = 0;       // GDN state slots (managed)
-  uint32_t num_snapshots = 0;  // GDN state snapshot buffers (managed; 0 = no prefix cache)
-  // Speculation (worker side, from Assign.spec_k): GDN rollback records per state slot,
-  // allocated with the pools (managed); 0 = grown on first use, as tools without a budget do.
-  uint32_t captures_per_slot = 0;
-  bool managed() const { return num_blocks > 0; }
-  bool operator==(const CacheGeometry&) const = default;
-};
+// Debugging: called with every named intermediate the blocks produce ("blk.3.attn_out",
+// "blk.3.ffn_out", "blk.3.out", ...) as host rows [T, width], when StageOptions::tap is set.
+// Bringing up an architecture against a reference compares these op by op.
+using BlockTap = std::function<void(const std::string& name, const std::vector<float>& rows, size_t width)>;
 
 struct StageOptions {
   int n_threads = 1;              // CPU backend worker threads
@@ -127,6 +104,7 @@ struct StageOptions {
   // MTP drafts (forward_mtp_last) pick among ids [0, draft_vocab) only: the LM head's first rows.
   // 0 or the vocabulary size or more: every id. forward_mtp always gives the whole vocabulary.
   uint32_t draft_vocab = 0;
+  BlockTap tap;                   // debugging: named intermediates (slow: each is downloaded)
 };
 
 class StageModel {
@@ -179,12 +157,14 @@ inline bool StageModel::forward_mtp_last(uint64_t seq_id, uint32_t start_pos, co
 
 class Backend;
 
-// Loads one stage of a qwen35 model on `backend` (weights resident on its device).
+// Loads one stage of the model on `backend` (weights resident on its device), with the
+// architecture's loader (worker/models/registry.h); ConfigError for an architecture no model
+// file implements.
 std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
                                        StageRange range, const StageOptions& options,
                                        std::unique_ptr<Backend> backend);
 
-// Loads one stage of a qwen35 model on the CPU backend (weights used straight from the mmap).
+// Loads one stage on the CPU backend (weights used straight from the mmap).
 std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
                                            StageRange range, const StageOptions& options);
 

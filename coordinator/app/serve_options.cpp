@@ -1,89 +1,19 @@
-// Option parsing of `deltaserve serve` (see serve_options.h). One table of named setters is
-// shared by the config file, the environment and the command line, so every option is
-// settable all three ways with the same validation.
+// Option parsing of `deltaserve serve` (see serve_options.h). One table (common/options.h) gives
+// the flags, DELTASERVE_* variables, the config file, --help and describe(), so every option is
+// settable all three ways with the same validation and shows in the start-up line.
 #include "coordinator/app/serve_options.h"
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <functional>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "common/byte_size.h"
-#include "common/option_file.h"
-
-extern char** environ;
+#include "common/options.h"
 
 namespace ds {
 namespace {
-
-constexpr const char* kUsage =
-    "usage: deltaserve serve --model F.gguf [options]\n"
-    "  --config FILE          read `name = value` lines (lowest precedence after defaults)\n"
-    "  --model F.gguf         the GGUF model (qwen35)\n"
-    "  --workers N            pipeline stages, one worker process each (default 1)\n"
-    "  --backend cpu|cuda     worker backend (default cpu)\n"
-    "  --threads T            compute threads per CPU worker (default 1)\n"
-    "  --layer-split a,b,...  layers per stage (default: balanced by weight bytes)\n"
-    "  --devices a,b,...      cuda: GPU of each local worker (default: worker r on GPU r)\n"
-    "  --external-workers     do not start workers (systemd starts them); needs --control-endpoint\n"
-    "  --control-endpoint EP  ipc://PATH or tcp://HOST:PORT the workers connect to\n"
-    "  --max-context N        tokens per sequence, prompt + output (default min(model, 32768))\n"
-    "  --max-batch-tokens N   token budget of one step (default 2048)\n"
-    "  --max-seqs N           concurrent sequences (default 32)\n"
-    "  --block-size N         KV cache block size in tokens (default 16)\n"
-    "  --kv-blocks N          KV blocks (default: max-seqs full contexts)\n"
-    "  --prefix-cache-snapshots N  GDN state snapshots for the prefix cache (default 2 x max-seqs, 0 = off)\n"
-    "  --spec-k K             MTP speculative decoding: drafts verified per step, 0..4 (default 0 = off)\n"
-    "  --draft-vocab N        drafts pick among token ids below N only (a draft reads that part of the\n"
-    "                         LM head); 0 = all (default). Output is unchanged, acceptance may drop\n"
-    "  --host H / --port P    HTTP address (default 127.0.0.1:8000)\n"
-    "  --api-key KEY          require `Authorization: Bearer KEY` (all routes but /health)\n"
-    "  --served-model-name S  model id in the API (default: the GGUF file name)\n"
-    "  --max-body BYTES       request body limit (default 33554432)\n"
-    "  --io-threads N         HTTP I/O threads (default 2)\n"
-    "  --max-queue N          answer 429 while N requests wait in the engine (default 256, 0 = no limit)\n"
-    "  --request-threads N    threads that parse, render and tokenize requests (default 4)\n"
-    "  --shutdown-grace S     on SIGTERM, seconds running requests may still finish (default 30);\n"
-    "                         streams still open then end with an error event and [DONE]\n"
-    "  --gpu-memory-fraction F  cuda workers: share of GPU memory for weights + pools (default 0.9),\n"
-    "                         split by layer count among workers on one GPU (--devices 0,0)\n"
-    "  --memory-budget SIZE   each worker's KV/state pools at most SIZE, e.g. 8G (default: cpu\n"
-    "                         min(4G, RAM/4); cuda: what the GPU share leaves after the weights)\n"
-    "  --startup-timeout S    seconds to wait for every worker to be Ready (default 120)\n"
-    "  --hidden-transport auto|inline  hidden states between same-host workers: shared-memory ring\n"
-    "                         (auto, default; tcp:// stays inline) or always inline in the message\n"
-    "  --early-handoff on|host|off  stage 0 hands a ring chunk to stage 1 before its rows land\n"
-    "                         (its GPU marks the slot; default on: stage 1's GPU waits on the mark;\n"
-    "                         host: stage 1's host waits, then queues its kernels)\n"
-    "  --busy-poll auto|on|off  wait for step results without sleeping (default auto: on with cuda\n"
-    "                         workers, costing one busy core while serving; off with cpu workers)\n"
-    "  --mps off|auto|on      cuda workers sharing a GPU run under a private CUDA MPS daemon that\n"
-    "                         serve starts and stops (one GPU context: no context switch per hop);\n"
-    "                         default auto: when no MPS daemon serves this process already; on:\n"
-    "                         always; a daemon left by a killed server is quit at the next start\n"
-    "  --micro-batches N      cut each batched step into up to N micro-batches in flight across the\n"
-    "                         stages (default 1 = off; for stages on different GPUs)\n"
-    "  --pipeline-depth N     plans in flight at once, so a long prompt's chunks pipeline over the\n"
-    "                         workers (default 0 = min(workers + 1, 4); 1 = off)\n"
-    "  --decode-groups N|auto running sequences decode in N groups that take turns, so workers on\n"
-    "                         different devices decode at once (auto: 2 for cuda workers on two\n"
-    "                         or more GPUs, or cpu workers whose threads fit the cores; else 1 =\n"
-    "                         off; at most 8)\n"
-    "  --prefill-precision bf16|f32  cuda workers' prefill products + attention: bf16 tensor cores\n"
-    "                         (the workers' default) or f32 SIMT; cpu workers always compute f32\n"
-    "  --prefill-gemm cublaslt|mma  cuda workers' bf16 prefill GEMM (workers' default: cublaslt)\n"
-    "  --bf16-weight-copy off|on|auto  cuda workers: persistent bf16 weight copies for prefill,\n"
-    "                         paid from the pool budget (auto: only when the pools lose nothing)\n"
-    "  --decode-gemv auto|dp4a|mma  cuda workers' GEMV of decode steps and verify rows: dp4a\n"
-    "                         (fastest at one token on 9B), mma (int8 tensor cores: a 1+3 verify\n"
-    "                         row at ~1.15x a decode step; 27B decode 13% faster, 9B ~6% slower);\n"
-    "                         auto (workers' default): mma when --spec-k > 0 or the model is wider\n"
-    "                         than 4096, else dp4a\n"
-    "  --log-format text|json\n"
-    "Every option can also be set as DELTASERVE_<NAME> (e.g. DELTASERVE_API_KEY) or in --config.\n";
 
 template <typename T>
 bool parse_number(const std::string& s, T* out) {
@@ -94,6 +24,13 @@ bool parse_number(const std::string& s, T* out) {
 template <typename T>
 bool parse_positive(const std::string& s, T* out) {
   return parse_number(s, out) && *out > 0;
+}
+
+template <typename T>
+std::string shown(const T& v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
 }
 
 bool parse_counts(const std::string& s, std::vector<uint32_t>* out) {
@@ -114,18 +51,57 @@ bool parse_bool(const std::string& s, bool* out) {
   return false;
 }
 
-using Setter = std::function<bool(const std::string&)>;
+template <typename T>
+std::string joined(const std::vector<T>& v, const std::string& none) {
+  if (v.empty()) return none;
+  std::string out;
+  for (const T& x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
 
-std::map<std::string, Setter> setters(ServeOptions* o) {
+std::string value_name_of(const std::vector<std::string>& allowed) {
+  std::string out;
+  for (const std::string& a : allowed) out += (out.empty() ? "" : "|") + a;
+  return out;
+}
+
+bool allowed_value(const std::vector<std::string>& allowed, const std::string& v) {
+  return std::find(allowed.begin(), allowed.end(), v) != allowed.end();
+}
+
+// A string option that takes one of `allowed`.
+OptionSpec choice(const std::string& name, std::string* field, std::vector<std::string> allowed, const std::string& help) {
+  return {name, value_name_of(allowed), help,
+          [field, allowed](const std::string& v) { *field = v; return allowed_value(allowed, v); },
+          [field] { return *field; }};
+}
+
+// A cuda worker setting serve validates and passes on (parse_serve_options); unset, the workers
+// keep their own default.
+OptionSpec worker_choice(const std::string& name, std::optional<std::string>* field, std::vector<std::string> allowed,
+                         const std::string& help) {
+  return {name, value_name_of(allowed), help,
+          [field, allowed](const std::string& v) { *field = v; return allowed_value(allowed, v); },
+          [field] { return field->value_or("(worker default)"); }, "-"};
+}
+
+// Every option of `deltaserve serve`, bound to `o`. The order is the help's and describe()'s.
+OptionTable serve_table(ServeOptions* o) {
   EngineOptions* e = &o->engine;
   ServerOptions* h = &o->http;
   return {
-      {"model", [e](const std::string& v) { e->model_path = v; return !v.empty(); }},
-      {"workers", [e](const std::string& v) { return parse_positive(v, &e->n_workers); }},
-      {"backend", [e](const std::string& v) { e->backend = v; return v == "cpu" || v == "cuda"; }},
-      {"threads", [e](const std::string& v) { return parse_positive(v, &e->threads_per_worker); }},
-      {"layer-split", [e](const std::string& v) { return parse_counts(v, &e->layer_split); }},
-      {"devices", [e](const std::string& v) {  // e.g. 0,0: two workers sharing GPU 0
+      {"model", "F.gguf", "the GGUF model (qwen35; required)",
+       [e](const std::string& v) { e->model_path = v; return !v.empty(); }, [e] { return e->model_path; }, "-"},
+      {"workers", "N", "pipeline stages, one worker process each",
+       [e](const std::string& v) { return parse_positive(v, &e->n_workers); }, [e] { return shown(e->n_workers); }},
+      choice("backend", &e->backend, {"cpu", "cuda"}, "worker backend"),
+      {"threads", "T", "compute threads per CPU worker",
+       [e](const std::string& v) { return parse_positive(v, &e->threads_per_worker); },
+       [e] { return shown(e->threads_per_worker); }},
+      {"layer-split", "a,b,...", "layers per stage", [e](const std::string& v) { return parse_counts(v, &e->layer_split); },
+       [e] { return joined(e->layer_split, "balanced"); }, "balanced by weight bytes"},
+      {"devices", "a,b,...", "cuda: GPU of each local worker (0,0: two workers sharing GPU 0)",
+       [e](const std::string& v) {
          e->devices.clear();
          std::stringstream in(v);
          for (std::string item; std::getline(in, item, ',');) {
@@ -134,152 +110,160 @@ std::map<std::string, Setter> setters(ServeOptions* o) {
            e->devices.push_back(d);
          }
          return !e->devices.empty();
-       }},
-      {"external-workers", [e](const std::string& v) { return parse_bool(v, &e->external_workers); }},
-      {"control-endpoint", [e](const std::string& v) { e->control_endpoint = v; return !v.empty(); }},
-      {"max-context", [e](const std::string& v) { return parse_positive(v, &e->max_context); }},
-      {"max-batch-tokens", [o](const std::string& v) { return parse_positive(v, &o->max_batch_tokens); }},
-      {"max-seqs", [o](const std::string& v) { return parse_positive(v, &o->max_seqs); }},
-      {"block-size", [o](const std::string& v) { return parse_positive(v, &o->block_size); }},
-      {"kv-blocks", [o](const std::string& v) { return parse_positive(v, &o->kv_blocks); }},
-      {"prefix-cache-snapshots",
+       },
+       [e] { return joined(e->devices, "auto"); }, "worker r on GPU r"},
+      {"external-workers", "", "do not start workers (systemd starts them); needs --control-endpoint",
+       [e](const std::string& v) { return parse_bool(v, &e->external_workers); },
+       [e] { return std::string(e->external_workers ? "yes" : "no"); }},
+      {"control-endpoint", "EP", "ipc://PATH or tcp://HOST:PORT the workers connect to",
+       [e](const std::string& v) { e->control_endpoint = v; return !v.empty(); },
+       [e] { return e->control_endpoint.empty() ? std::string("(private ipc)") : e->control_endpoint; },
+       "a private ipc:// directory"},
+      {"max-context", "N", "tokens per sequence, prompt + output",
+       [e](const std::string& v) { return parse_positive(v, &e->max_context); },
+       [e] { return e->max_context ? shown(e->max_context) : std::string("auto"); }, "min(model, 32768)"},
+      {"max-batch-tokens", "N", "token budget of one step (decode rows + prefill chunks)",
+       [o](const std::string& v) { return parse_positive(v, &o->max_batch_tokens); },
+       [o] { return shown(o->max_batch_tokens); }},
+      {"max-seqs", "N", "concurrent sequences", [o](const std::string& v) { return parse_positive(v, &o->max_seqs); },
+       [o] { return shown(o->max_seqs); }},
+      {"block-size", "N", "KV cache block size in tokens",
+       [o](const std::string& v) { return parse_positive(v, &o->block_size); }, [o] { return shown(o->block_size); }},
+      {"kv-blocks", "N", "KV blocks", [o](const std::string& v) { return parse_positive(v, &o->kv_blocks); },
+       [o] { return o->kv_blocks ? shown(o->kv_blocks) : std::string("auto"); }, "max-seqs full contexts"},
+      {"prefix-cache-snapshots", "N", "GDN state snapshots for the prefix cache (0 = off)",
        [o](const std::string& v) {
          uint32_t n = 0;
          if (!parse_number(v, &n)) return false;
          o->prefix_cache_snapshots = n;
          return true;
-       }},
-      {"spec-k", [o](const std::string& v) { return parse_number(v, &o->spec_k) && o->spec_k <= 4; }},
-      {"draft-vocab", [o](const std::string& v) { return parse_number(v, &o->draft_vocab); }},
-      {"host", [h](const std::string& v) { h->host = v; return !v.empty(); }},
-      {"port", [h](const std::string& v) { return parse_number(v, &h->port); }},
-      {"api-key", [h](const std::string& v) { h->api_key = v; return true; }},
-      {"served-model-name", [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }},
-      {"max-body", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); }},
-      {"io-threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); }},
-      {"max-queue", [h](const std::string& v) { return parse_number(v, &h->max_queue); }},
-      {"request-threads", [h](const std::string& v) { return parse_positive(v, &h->request_threads) && h->request_threads <= 256; }},
-      {"shutdown-grace", [h](const std::string& v) {
+       },
+       [o] { return o->prefix_cache_snapshots ? shown(*o->prefix_cache_snapshots) : std::string("auto"); },
+       "2 x max-seqs"},
+      {"spec-k", "K", "MTP speculative decoding: drafts verified per step, 0..4 (0 = off)",
+       [o](const std::string& v) { return parse_number(v, &o->spec_k) && o->spec_k <= 4; },
+       [o] { return shown(o->spec_k); }},
+      {"draft-vocab", "N",
+       "drafts pick among token ids below N only (a draft reads that part of the LM head);\n"
+       "0 = all. Output is unchanged, acceptance may drop",
+       [o](const std::string& v) { return parse_number(v, &o->draft_vocab); }, [o] { return shown(o->draft_vocab); }},
+      {"host", "H", "HTTP address", [h](const std::string& v) { h->host = v; return !v.empty(); },
+       [h] { return h->host; }},
+      {"port", "P", "HTTP port (0: an ephemeral one)", [h](const std::string& v) { return parse_number(v, &h->port); },
+       [h] { return shown(h->port); }},
+      {"api-key", "KEY", "require `Authorization: Bearer KEY` (all routes but /health)",
+       [h](const std::string& v) { h->api_key = v; return true; },
+       [h] { return h->api_key.empty() ? std::string("(none)") : h->api_key; }, "none", /*secret=*/true},
+      {"served-model-name", "S", "model id in the API",
+       [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }, [h] { return h->served_model_name; },
+       "the GGUF file name"},
+      {"max-body", "BYTES", "request body limit", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); },
+       [h] { return shown(h->max_body_bytes); }},
+      {"io-threads", "N", "HTTP I/O threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); },
+       [h] { return shown(h->io_threads); }},
+      {"max-queue", "N", "answer 429 while N requests wait in the engine (0 = no limit)",
+       [h](const std::string& v) { return parse_number(v, &h->max_queue); }, [h] { return shown(h->max_queue); }},
+      {"request-threads", "N", "threads that parse, render and tokenize requests, 1..256",
+       [h](const std::string& v) { return parse_positive(v, &h->request_threads) && h->request_threads <= 256; },
+       [h] { return shown(h->request_threads); }},
+      {"shutdown-grace", "S",
+       "on SIGTERM, seconds running requests may still finish (at most 3600); streams still\n"
+       "open then end with an error event and [DONE]",
+       [h](const std::string& v) {
          uint32_t s = 0;
          if (!parse_number(v, &s) || s > 3600) return false;
          h->shutdown_grace = std::chrono::milliseconds(int64_t{s} * 1000);
          return true;
-       }},
-      {"gpu-memory-fraction", [e](const std::string& v) {
+       },
+       [h] { return shown(h->shutdown_grace.count() / 1000); }},
+      {"gpu-memory-fraction", "F",
+       "cuda workers: share of GPU memory for weights + pools, in (0, 1], split by layer count\n"
+       "among workers on one GPU (--devices 0,0)",
+       [e](const std::string& v) {
          double f = 0;
          if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
          e->gpu_memory_fraction = f;  // the engine splits it among workers sharing a GPU (gpu_share.h)
          return true;
-       }},
-      {"memory-budget", [e](const std::string& v) {  // validated here, applied by each worker
+       },
+       [e] { return e->gpu_memory_fraction ? shown(*e->gpu_memory_fraction) : std::string("auto"); }, "0.9"},
+      {"memory-budget", "SIZE", "each worker's KV/state pools at most SIZE, e.g. 8G",
+       [o](const std::string& v) {  // validated here, applied by each worker (parse_serve_options)
          uint64_t bytes = 0;
-         if (!parse_byte_size(v, &bytes) || bytes == 0) return false;
-         e->worker_extra_args.insert(e->worker_extra_args.end(), {"--memory-budget", v});
+         o->memory_budget = v;
+         return parse_byte_size(v, &bytes) && bytes != 0;
+       },
+       [o] { return o->memory_budget.value_or("(worker default)"); },
+       "cpu min(4G, RAM/4); cuda: what the GPU share leaves after the weights"},
+      {"startup-timeout", "S", "seconds to wait for every worker to be Ready",
+       [e](const std::string& v) {
+         uint32_t s = 0;
+         if (!parse_positive(v, &s)) return false;
+         e->startup_timeout_ms = static_cast<int>(std::min<uint32_t>(s, 86400) * 1000);
          return true;
-       }},
-      {"hidden-transport", [e](const std::string& v) { e->hidden_transport = v; return v == "auto" || v == "inline"; }},
-      {"early-handoff", [e](const std::string& v) { e->early_handoff = v; return v == "on" || v == "host" || v == "off"; }},
-      {"micro-batches", [e](const std::string& v) { return parse_positive(v, &e->micro_batches); }},
-      {"busy-poll", [e](const std::string& v) { e->busy_poll = v; return v == "auto" || v == "on" || v == "off"; }},
-      {"mps", [e](const std::string& v) { e->mps = v; return v == "auto" || v == "on" || v == "off"; }},
-      {"pipeline-depth", [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }},
-      {"decode-groups", [o](const std::string& v) {
+       },
+       [e] { return shown(e->startup_timeout_ms / 1000); }},
+      choice("hidden-transport", &e->hidden_transport, {"auto", "inline"},
+             "hidden states between same-host workers: a shared-memory ring (auto; tcp:// stays\n"
+             "inline) or always inline in the message"),
+      choice("early-handoff", &e->early_handoff, {"on", "host", "off"},
+             "stage 0 hands a ring chunk to stage 1 before its rows land (its GPU marks the slot;\n"
+             "on: stage 1's GPU waits on the mark; host: stage 1's host waits, then queues its kernels)"),
+      choice("busy-poll", &e->busy_poll, {"auto", "on", "off"},
+             "wait for step results without sleeping (auto: on with cuda workers, costing one busy\n"
+             "core while serving; off with cpu workers)"),
+      choice("mps", &e->mps, {"auto", "on", "off"},
+             "cuda workers sharing a GPU run under a private CUDA MPS daemon that serve starts and\n"
+             "stops (one GPU context: no context switch per hop); auto: when no MPS daemon serves\n"
+             "this process already; on: always; a daemon left by a killed server is quit at the next start"),
+      {"pipeline-depth", "N",
+       "plans in flight at once, so a long prompt's chunks pipeline over the workers\n"
+       "(0 = min(workers + 1, 4); 1 = off)",
+       [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }, [o] { return shown(o->pipeline_depth); }},
+      {"decode-groups", "N|auto",
+       "running sequences decode in N groups that take turns, so workers on different devices\n"
+       "decode at once (auto: 2 for cuda workers on two or more GPUs, or cpu workers whose\n"
+       "threads fit the cores; else 1 = off; at most 8)",
+       [o](const std::string& v) {
          if (v == "auto") {
            o->decode_groups = 0;
            return true;
          }
          return parse_positive(v, &o->decode_groups) && o->decode_groups <= 8;
-       }},
-      {"prefill-precision", [o](const std::string& v) {  // passed to the workers by parse_serve_options
-         o->prefill_precision = v;
-         return v == "bf16" || v == "f32";
-       }},
-      {"prefill-gemm", [o](const std::string& v) {  // passed to the workers by parse_serve_options
-         o->prefill_gemm = v;
-         return v == "cublaslt" || v == "mma";
-       }},
-      {"bf16-weight-copy", [o](const std::string& v) {  // passed to the workers by parse_serve_options
-         o->bf16_weight_copy = v;
-         return v == "off" || v == "on" || v == "auto";
-       }},
-      {"decode-gemv", [o](const std::string& v) {  // passed to the workers by parse_serve_options
-         o->decode_gemv = v;
-         return v == "auto" || v == "dp4a" || v == "mma";
-       }},
-      {"startup-timeout", [e](const std::string& v) {
-         uint32_t s = 0;
-         if (!parse_positive(v, &s)) return false;
-         e->startup_timeout_ms = static_cast<int>(std::min<uint32_t>(s, 86400) * 1000);
-         return true;
-       }},
-      {"log-format", [o](const std::string& v) { o->log_format = v; return v == "text" || v == "json"; }},
+       },
+       [o] { return o->decode_groups ? shown(o->decode_groups) : std::string("auto"); }},
+      worker_choice("prefill-precision", &o->prefill_precision, {"bf16", "f32"},
+                    "cuda workers' prefill products + attention: bf16 tensor cores (the workers' default)\n"
+                    "or f32 SIMT; cpu workers always compute f32"),
+      worker_choice("bf16-weight-copy", &o->bf16_weight_copy, {"off", "on", "auto"},
+                    "cuda workers: persistent bf16 weight copies for prefill, paid from the pool budget\n"
+                    "(auto: only when the pools lose nothing; workers' default: off)"),
+      worker_choice("decode-gemv", &o->decode_gemv, {"auto", "dp4a", "mma"},
+                    "cuda workers' GEMV of decode steps and verify rows: dp4a (fastest at one token on 9B),\n"
+                    "mma (int8 tensor cores: a 1+3 verify row at ~1.15x a decode step; 27B decode 13%\n"
+                    "faster, 9B ~6% slower); auto (workers' default): mma when --spec-k > 0 or the model\n"
+                    "is wider than 4096, else dp4a"),
+      choice("log-format", &o->log_format, {"text", "json"}, "log lines as text or one JSON object each"),
   };
 }
 
-bool apply(const std::map<std::string, Setter>& table, const std::string& name, const std::string& value,
-           const std::string& where, std::string* error) {
-  const auto it = table.find(name);
-  if (it == table.end()) {
-    *error = where + ": unknown option '" + name + "'\n" + kUsage;
-    return false;
-  }
-  if (!it->second(value)) {
-    *error = where + ": bad value '" + (name == "api-key" ? std::string("***") : value) + "' for " + name + "\n" + kUsage;
-    return false;
-  }
-  return true;
+OptionParser serve_parser() {
+  OptionParser p;
+  p.usage = "usage: deltaserve serve --model F.gguf [options]";
+  p.env_prefix = "DELTASERVE_";
+  // DELTASERVE_WORKER_* (the workers' own variables) share the prefix: not ours, not errors.
+  p.strict_environment = false;
+  p.combined_errors = false;
+  return p;
 }
 
-bool read_config(const std::string& path, const std::map<std::string, Setter>& table, std::string* error) {
-  return read_option_file(
-      path, [&](const std::string& name, const std::string& value, const std::string& where) {
-        return apply(table, name, value, where, error);
-      },
-      error);
-}
-
-struct Flag {
-  std::string name, value;
-};
-
-// Splits argv into flags; a flag without `=` takes the next argument unless it is a switch.
-bool split_flags(int argc, char** argv, std::vector<Flag>* flags, std::string* config, bool* help, std::string* error) {
-  for (int i = 0; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      *error = kUsage;
-      return false;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      *error = "unexpected argument '" + arg + "'\n" + kUsage;
-      return false;
-    }
-    arg = arg.substr(2);
-    Flag f;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) {
-      f = {arg.substr(0, eq), arg.substr(eq + 1)};
-    } else if (arg == "external-workers") {
-      f = {arg, "true"};
-    } else if (i + 1 < argc) {
-      f = {arg, argv[++i]};
-    } else {
-      *error = "--" + arg + " needs a value\n" + kUsage;
-      return false;
-    }
-    if (f.name == "config") {
-      *config = f.value;
-    } else {
-      flags->push_back(f);
-    }
-  }
-  return true;
+std::string help_text() {
+  ServeOptions defaults;
+  return options_help(serve_parser(), serve_table(&defaults));
 }
 
 bool check_consistency(const ServeOptions& o, std::string* error) {
   if (o.engine.model_path.empty()) {
-    *error = std::string("--model is required\n") + kUsage;
+    *error = "--model is required\n" + help_text();
   } else if (!o.engine.layer_split.empty() && o.engine.layer_split.size() != o.engine.n_workers) {
     *error = "--layer-split must name one layer count per worker";
   } else if (!o.engine.devices.empty() && o.engine.devices.size() != o.engine.n_workers) {
@@ -294,40 +278,22 @@ bool check_consistency(const ServeOptions& o, std::string* error) {
 
 }  // namespace
 
-std::map<std::string, std::string> deltaserve_environment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string kv = *e;
-    if (kv.rfind("DELTASERVE_", 0) != 0) continue;
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
-}
+std::map<std::string, std::string> deltaserve_environment() { return environment_with_prefix("DELTASERVE_"); }
 
 bool parse_serve_options(int argc, char** argv, const std::map<std::string, std::string>& env, ServeOptions* out,
                          std::string* error, bool* help) {
-  *help = false;
   out->http.served_model_name.clear();  // default: the GGUF file name, filled by the caller
-  const std::map<std::string, Setter> table = setters(out);
-  std::vector<Flag> flags;
-  std::string config;
-  if (!split_flags(argc, argv, &flags, &config, help, error)) return false;
-  if (config.empty() && env.count("DELTASERVE_CONFIG")) config = env.at("DELTASERVE_CONFIG");
-  if (!config.empty() && !read_config(config, table, error)) return false;
-  for (const auto& [var, value] : env) {
-    if (var == "DELTASERVE_CONFIG" || var.rfind("DELTASERVE_", 0) != 0) continue;
-    const std::string name = option_name_of_variable(var, "DELTASERVE_");
-    if (table.count(name) && !apply(table, name, value, "environment " + var, error)) return false;
-  }
-  for (const Flag& f : flags) {
-    if (!apply(table, f.name, f.value, "--" + f.name, error)) return false;
+  const ParsedOptions r = parse_options(serve_parser(), serve_table(out), argc, argv, env);
+  *help = r.help;
+  if (!r.ok) {
+    *error = r.error;
+    return false;
   }
   // Appended once the layers are merged (one flag, the winning value); as a flag it also beats
   // DELTASERVE_WORKER_PREFILL_PRECISION in the environment the workers inherit.
   const std::pair<const char*, const std::optional<std::string>*> passed[] = {
+      {"--memory-budget", &out->memory_budget},
       {"--prefill-precision", &out->prefill_precision},
-      {"--prefill-gemm", &out->prefill_gemm},
       {"--bf16-weight-copy", &out->bf16_weight_copy},
       {"--decode-gemv", &out->decode_gemv}};
   for (const auto& [flag, value] : passed) {
@@ -337,27 +303,9 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
 }
 
 std::string describe(const ServeOptions& o) {
-  std::ostringstream s;
-  const EngineOptions& e = o.engine;
-  s << "model=" << e.model_path << " workers=" << e.n_workers << " backend=" << e.backend
-    << " threads=" << e.threads_per_worker << " external_workers=" << (e.external_workers ? "yes" : "no")
-    << " control=" << (e.control_endpoint.empty() ? "(private ipc)" : e.control_endpoint)
-    << " hidden_transport=" << e.hidden_transport << " early_handoff=" << e.early_handoff << " micro_batches=" << e.micro_batches << " busy_poll=" << e.busy_poll << " mps=" << e.mps << " pipeline_depth=" << o.pipeline_depth
-    << " decode_groups=" << (o.decode_groups ? std::to_string(o.decode_groups) : std::string("auto"))
-    << " max_context=" << (e.max_context ? std::to_string(e.max_context) : std::string("auto"))
-    << " max_batch_tokens=" << o.max_batch_tokens << " max_seqs=" << o.max_seqs << " block_size=" << o.block_size
-    << " kv_blocks=" << (o.kv_blocks ? std::to_string(o.kv_blocks) : std::string("auto"))
-    << " prefix_cache_snapshots="
-    << (o.prefix_cache_snapshots ? std::to_string(*o.prefix_cache_snapshots) : std::string("auto"))
-    << " spec_k=" << o.spec_k << " draft_vocab=" << o.draft_vocab << " prefill_precision=" << o.prefill_precision.value_or("(worker default)")
-    << " prefill_gemm=" << o.prefill_gemm.value_or("(worker default)")
-    << " bf16_weight_copy=" << o.bf16_weight_copy.value_or("(worker default)")
-    << " decode_gemv=" << o.decode_gemv.value_or("(worker default)")
-    << " http=" << o.http.host
-    << ":" << o.http.port << " api_key=" << (o.http.api_key.empty() ? "(none)" : "***")
-    << " served_model_name=" << o.http.served_model_name << " max_body=" << o.http.max_body_bytes
-    << " log_format=" << o.log_format;
-  return s.str();
+  ServeOptions shown_options = o, defaults;
+  defaults.http.served_model_name.clear();
+  return options_summary(serve_table(&shown_options), serve_table(&defaults));
 }
 
 }  // namespace ds

@@ -44,9 +44,11 @@ struct ServeOptions {
   // (bf16, or DELTASERVE_WORKER_PREFILL_PRECISION). Set: the workers this process starts get
   // --prefill-precision (external workers must be given it themselves).
   std::optional<std::string> prefill_precision;
-  // cuda workers' prefill GEMM ("cublaslt" | "mma") and persistent bf16 weight copy ("off" | "on"
-  // | "auto"); unset: not passed, like prefill_precision (worker defaults: cublaslt, off).
-  std::optional<std::string> prefill_gemm;
+  // Each worker's pool budget (--memory-budget SIZE), validated here and passed to the workers
+  // this process starts; unset: the workers' default.
+  std::optional<std::string> memory_budget;
+  // cuda workers' persistent bf16 weight copy ("off" | "on" | "auto"); unset: not passed, like
+  // prefill_precision (worker default: off).
   std::optional<std::string> bf16_weight_copy;
   // cuda workers' decode / verify GEMV ("auto" | "dp4a" | "mma"; worker_options.h decode_gemv);
   // unset: not passed (worker default auto: worker_options.h decode_gemv_is_mma).

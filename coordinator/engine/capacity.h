@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/ipc/protocol.h"  // v1::Ready
-#include "worker/stage_model.h"   // CacheGeometry
+#include "common/stage_types.h"
 
 namespace ds {
 

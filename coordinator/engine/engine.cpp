@@ -27,7 +27,6 @@
 #include "coordinator/engine/capacity.h"
 #include "coordinator/engine/gpu_share.h"
 #include "coordinator/engine/layout.h"
-#include "coordinator/engine/micro_batch.h"
 #include "coordinator/engine/mps_daemon.h"
 #include "coordinator/engine/registry.h"
 #include "coordinator/engine/step_codec.h"
@@ -74,7 +73,6 @@ struct PipelineEngine::Impl {
     std::chrono::steady_clock::time_point sent;
   };
   std::deque<Submitted> flying;
-  std::deque<size_t> step_plans;  // submit() calls not yet collected: the plans each went out as
   std::map<uint64_t, std::optional<ipc::Received>> results;
   std::string pending_error;  // a StepError for a step in flight
   // The DropSequences in flight, if any.
@@ -119,9 +117,6 @@ struct PipelineEngine::Impl {
   StepOutcome collect_oldest();
   template <typename Error>
   [[noreturn]] void forget_in_flight(const Error& error);
-  std::vector<StepOutcome> run_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t window,
-                                         const std::function<void(size_t)>& on_step_done,
-                                         const std::vector<std::vector<uint64_t>>& released = {});
 };
 
 // ---- lifecycle ----------------------------------------------------------------------------
@@ -475,7 +470,6 @@ void PipelineEngine::Impl::forget_in_flight(const Error& error) {
     for (const uint64_t id : f.plan.seq_ids()) sent_sampling.erase(id);
   }
   flying.clear();
-  step_plans.clear();
   results.clear();
   pending_error.clear();
   throw error;
@@ -506,42 +500,6 @@ StepOutcome PipelineEngine::Impl::collect_oldest() {
   return out;
 }
 
-// Sends the plans in order, keeping up to `window` in flight, and collects the results in the
-// same order.
-std::vector<StepOutcome> PipelineEngine::Impl::run_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
-                                                             uint32_t window,
-                                                             const std::function<void(size_t)>& on_step_done,
-                                                             const std::vector<std::vector<uint64_t>>& released) {
-  if (!flying.empty()) throw std::logic_error("step_pipelined() while submitted steps are in flight");
-  if (needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
-  if (released.size() > steps.size()) throw std::invalid_argument("more release lists than pipelined steps");
-  std::vector<v1::StepPlan> plans;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    static const std::vector<uint64_t> kNone;
-    const std::vector<uint64_t>& gone = i < released.size() ? released[i] : kNone;  // ride on their own plan
-    plans.push_back(encode_plan(steps[i], gone, opt.cache.managed(), next_plan_id++, epoch, &sent_sampling));
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<StepOutcome> out;
-  size_t sent = 0;
-  while (out.size() < plans.size()) {
-    for (; sent < plans.size() && sent - out.size() < std::max<uint32_t>(window, 1); ++sent) submit_plan(plans[sent]);
-    try {
-      out.push_back(collect_oldest());
-    } catch (...) {
-      // Plans not sent yet registered their sampling rules as sent.
-      for (size_t i = sent; i < plans.size(); ++i) {
-        for (const uint64_t id : plans[i].seq_ids()) sent_sampling.erase(id);
-      }
-      throw;
-    }
-    out.back().wall_us = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
-    if (on_step_done) on_step_done(out.size() - 1);
-  }
-  return out;
-}
-
 // ---- public API ---------------------------------------------------------------------------
 
 PipelineEngine::PipelineEngine(EngineOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -568,6 +526,10 @@ void PipelineEngine::start() {
   }
   m.starting = false;
   m.needs_recovery = false;  // nothing to recover before the first step
+  // The last Ready may have landed within publish_pulses()' 10 ms throttle: publish now, so
+  // serving_workers() (/ready, /metrics) counts every worker as soon as start() returns.
+  m.pulses_at_ms = -1000;
+  m.publish_pulses();
 }
 
 StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
@@ -576,44 +538,15 @@ StepOutcome PipelineEngine::step(const std::vector<SeqRequest>& seqs, const std:
   return collect();
 }
 
-std::vector<StepOutcome> PipelineEngine::step_pipelined(const std::vector<std::vector<SeqRequest>>& steps,
-                                                        uint32_t max_in_flight,
-                                                        const std::function<void(size_t)>& on_step_done,
-                                                        const std::vector<std::vector<uint64_t>>& released) {
-  // Default: enough plans to keep every stage busy, within the 4 slots of the workers' default
-  // hidden-state rings (more in flight would make a stage wait for a slot).
-  const uint32_t window = max_in_flight != 0 ? max_in_flight : std::min<uint32_t>(impl_->opt.n_workers + 1, 4);
-  return impl_->run_pipelined(steps, window, on_step_done, released);
-}
-
-// The step goes out as one plan, or cut into micro-batches (EngineOptions::micro_batches), the
-// first carrying the releases; the request list is only copied when it is cut.
 void PipelineEngine::submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released) {
   Impl& m = *impl_;
   if (m.needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
-  auto send = [&m](const std::vector<SeqRequest>& part, const std::vector<uint64_t>& gone) {
-    m.submit_plan(encode_plan(part, gone, m.opt.cache.managed(), m.next_plan_id++, m.epoch, &m.sent_sampling));
-  };
-  if (m.opt.micro_batches <= 1 || seqs.size() <= 1) {
-    send(seqs, released);
-    m.step_plans.push_back(1);
-    return;
-  }
-  const std::vector<std::vector<SeqRequest>> parts = split_micro_batches(seqs, m.opt.micro_batches);
-  for (size_t i = 0; i < parts.size(); ++i) send(parts[i], i == 0 ? released : std::vector<uint64_t>{});
-  m.step_plans.push_back(parts.size());
+  m.submit_plan(encode_plan(seqs, released, m.opt.cache.managed(), m.next_plan_id++, m.epoch, &m.sent_sampling));
 }
 
-StepOutcome PipelineEngine::collect() {
-  Impl& m = *impl_;
-  if (m.step_plans.empty()) throw std::logic_error("collect() with no step in flight");
-  std::vector<StepOutcome> parts;
-  for (size_t i = 0, n = m.step_plans.front(); i < n; ++i) parts.push_back(m.collect_oldest());
-  m.step_plans.pop_front();
-  return parts.size() == 1 ? std::move(parts[0]) : merge_micro_batches(parts);
-}
+StepOutcome PipelineEngine::collect() { return impl_->collect_oldest(); }
 
-size_t PipelineEngine::in_flight() const { return impl_->step_plans.size(); }
+size_t PipelineEngine::in_flight() const { return impl_->flying.size(); }
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
   Impl& m = *impl_;
@@ -631,7 +564,6 @@ void PipelineEngine::recover() {
   }
   m.sent_sampling.clear();
   m.flying.clear();  // steps in flight when the worker was lost, if nobody collected them
-  m.step_plans.clear();
   m.results.clear();
   m.pending_error.clear();
   m.needs_recovery = false;

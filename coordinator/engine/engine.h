@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/sampling.h"     // SamplingRule
-#include "worker/stage_model.h"  // StageRange, CacheGeometry, SeqCache
+#include "common/stage_types.h"
 
 namespace ds {
 
@@ -50,11 +50,6 @@ struct EngineOptions {
   // marks the slot; "host": stage 1's host waits for the mark) or after ("off"); passed on as
   // --early-handoff.
   std::string early_handoff = "on";
-  // step() cuts a batch of several sequences into up to this many micro-batches in flight at
-  // once, so every stage has work (micro_batch.h). 1 = off. Worth it when the stages run on
-  // different GPUs; on one shared GPU each micro-batch re-reads the weights, so keep it off.
-  // Above 4 (the workers' ring slots) a stage may wait for a free slot.
-  uint32_t micro_batches = 1;
   // While a step is in flight the engine polls for its result without sleeping, so the result
   // costs no thread wake-up (H200 VM, 9B decode: ~0.3 ms of each step was outside compute).
   // "auto": on with cuda workers (one busy core while serving), off with cpu workers (they need
@@ -138,7 +133,6 @@ struct StepOutcome {
   std::vector<SpecResult> spec = {};  // speculating sequences with logits, in request order
   std::vector<StageTime> timings;     // per stage
   uint64_t wall_us = 0;               // send to result, as seen by the coordinator
-  uint32_t n_plans = 1;               // plans the step went out as (> 1: micro-batches, EngineOptions::micro_batches)
 };
 
 // Thread-safe view of the workers for readiness probes.
@@ -186,20 +180,13 @@ class PipelineEngine {
   // step (their placement ended; see StepPlan.released_seq_ids). Throws WorkerLost or StepFailed.
   // Steps submitted before (submit()) must have been collected.
   StepOutcome step(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
-  // Runs several steps back to back without waiting for each result, so stage k computes step
-  // i+1 while stage k+1 computes step i (pipelined prefill: the chunks of a long prompt). Every
-  // stage runs the steps in order, so the outcomes equal step() called for each in turn, bit
-  // for bit. At most `max_in_flight` plans are in flight (0 = min(stages + 1, 4)). `on_step_done(i)`
-  // runs when step i's result is in (later steps may still be in flight). Throws WorkerLost
-  // or StepFailed like step(); after either, the sequences of all these steps are in an
-  // unknown state (drop or re-prefill them). `released[i]` (optional) rides on step i, as
-  // step()'s `released` does: the workers forget those sequences just before that step.
-  std::vector<StepOutcome> step_pipelined(const std::vector<std::vector<SeqRequest>>& steps, uint32_t max_in_flight = 0,
-                                          const std::function<void(size_t)>& on_step_done = {},
-                                          const std::vector<std::vector<uint64_t>>& released = {});
   // Sends one step without waiting for its result, for callers that keep several steps in
-  // flight (BatchEngine's decode groups): every stage runs the steps in the order they were
-  // submitted. Throws WorkerLost when a worker was lost before (recover() first).
+  // flight (BatchEngine's decode groups and prefill chunks, the bench): stage k computes step
+  // i+1 while stage k+1 computes step i, and every stage runs the steps in the order they were
+  // submitted, so the outcomes equal step() called for each in turn, bit for bit. `released`
+  // rides on this step's plan: the workers forget those sequences just before it. More than 4
+  // in flight (the workers' ring slots) makes a stage wait for a free slot. Throws WorkerLost
+  // when a worker was lost before (recover() first).
   void submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
   // The result of the oldest submitted step not yet collected (waits for it). Throws
   // std::logic_error when none is in flight, WorkerLost or StepFailed like step(); after

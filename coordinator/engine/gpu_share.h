@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/stage_model.h"  // StageRange
+#include "common/stage_types.h"
 
 namespace ds {
 

@@ -9,26 +9,20 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "common/model_config.h"
 
 namespace ds {
 
-std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer) {
-  std::vector<uint64_t> bytes(n_layer, 0);
-  for (const GgufTensor& t : gguf.tensors()) {
-    unsigned layer = 0;
-    if (std::sscanf(t.name.c_str(), "blk.%u.", &layer) == 1 && layer < n_layer) bytes[layer] += t.nbytes;
-  }
-  return bytes;
-}
-
 uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t spec_k, uint32_t draft_vocab) {
+  ModelConfig cfg;
+  cfg.n_layer = n_layer;
   uint64_t head = 0, embeddings = 0, norm = 0, mtp = 0, vocab = 0;
-  const std::string mtp_prefix = "blk." + std::to_string(n_layer) + ".";
   for (const GgufTensor& t : gguf.tensors()) {
-    if (t.name == "output.weight") head = t.nbytes;
-    if (t.name == "token_embd.weight") embeddings = t.nbytes, vocab = t.n_rows();
-    if (t.name == "output_norm.weight") norm = t.nbytes;
-    if (t.name.rfind(mtp_prefix, 0) == 0) mtp += t.nbytes;
+    const TensorPlace p = tensor_place(t.name, cfg);
+    if (p.role == TensorRole::kHead && t.name == "output.weight") head = t.nbytes;
+    if (p.role == TensorRole::kEmbedding && t.name == "token_embd.weight") embeddings = t.nbytes, vocab = t.n_rows();
+    if (p.role == TensorRole::kFinalNorm && t.name == "output_norm.weight") norm = t.nbytes;
+    if (p.role == TensorRole::kMtp && p.layer == n_layer) mtp += t.nbytes;  // the first MTP block drafts
   }
   const uint64_t lm_head = (head != 0 ? head : embeddings) + norm;
   // A draft reads the head's first draft_vocab rows only.

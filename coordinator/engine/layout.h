@@ -7,14 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "worker/stage_model.h"  // StageRange
+#include "common/stage_footprint.h"  // layer_weight_bytes: the per-layer bytes balanced here
+#include "common/stage_types.h"
 
 namespace ds {
 
 class GgufFile;
-
-// Bytes of blk.N.* tensors for N in [0, n_layer) (MTP blocks after n_layer are not counted).
-std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer);
 
 // Bytes the last stage streams per decode step besides its layers: the LM head (output.weight,
 // or token_embd.weight when the embeddings are tied) and output_norm, once per step; with MTP

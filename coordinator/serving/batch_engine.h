@@ -29,7 +29,7 @@
 #include "common/sampling.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/serving/generation.h"
-#include "worker/stage_model.h"  // CacheGeometry
+#include "common/stage_types.h"
 
 namespace ds {
 

@@ -232,7 +232,7 @@ cudaError_t gemm_bf16(TcGemmKernel kernel, const __nv_bfloat16* a, const __nv_bf
 }
 
 // v2 (dequant_q8.cu) for the whole groups of 32 blocks when the rows are packed and aligned, v1
-// for the rest (and everything when v2 is off or does not apply). Split rows (16-byte aligned, the
+// for the rest (and everything when v2 does not apply, or v2 is false: tests and the kernel lab). Split rows (16-byte aligned, the
 // callers check) have their own kernel whatever v2 says. Bit-identical outputs.
 void launch_dequant(GgmlType type, const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
                     cudaStream_t stream, bool v2) {
@@ -296,7 +296,7 @@ cudaError_t run_tc_chunks(const cpu::WeightView& w, const __nv_bfloat16* persist
     const size_t rows = std::min(plan.chunk_rows, w.rows - r0);
     const __nv_bfloat16* a = persistent != nullptr ? persistent + r0 * K : wb;
     if (persistent == nullptr) {
-      launch_dequant(w.type, wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, tc.dequant_v2);
+      launch_dequant(w.type, wq + r0 * w.row_bytes, w.row_bytes, rows, K, wb, stream, /*v2=*/true);
     }
     if (const cudaError_t e = gemm_bf16(tc.kernel, a, xb, rows, n, K, y + r0, ys, stream); e != cudaSuccess) return e;
   }

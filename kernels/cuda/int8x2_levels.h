@@ -1,7 +1,17 @@
-// The activation representation of the int8 small-batch GEMM (gemm_q8_split_int8.cu): per 32-column
-// block an f32 scale u and per column an integer Q = 254 a + b split into two int8 levels, so that
-// x ~= u Q with |x - u Q| < 2^-15.98 max|x_block| + 2^-134 (the proof is in gemm_q8_split_int8.cu).
-// The functions are shared by the device pre-pass and its CPU reference (reference_levels), which
+// The int8 activation representation of the split-rows decode GEMV on int8 tensor cores
+// (gemv_q8_split_mma.cu): per 32-column block an f32 scale u and per column an integer
+// Q = 254 a + b split into two int8 levels, so that x ~= u Q with |x - u Q| < 2^-15.98 max|x_block|
+// + 2^-134. Proof (m = max |x| over the block, kQMax = 127 * 254 + 127 = 32385, u = fl(m / kQMax),
+// Q = rint(fl(x / u))):
+//   x / u <= m / u <= kQMax (1 + 2^-23), so fl(x / u) <= 32385.004 and rint never leaves the
+//   range (the clamp in quantize is a guard only); |fl(x/u) - x/u| <= 2^-24 |x/u| <= 0.002, hence
+//   |Q - x/u| <= 0.502 and |x - u Q| <= 0.502 u <= 0.502 m (1 + 2^-24) / 32385 < 2^-15.98 m.
+//   When u is subnormal or 0 the stored u is still what the products use, so the same argument
+//   holds with an absolute term: |x - u Q| <= 2^-15.98 m + 2^-134 always.
+// a = Q split base 254: a = sign(Q) floor((|Q| + 126) / 254), b = Q - 254 a, so |a| <= 127 and
+// |b| <= 127. A non-finite block gets u = NaN (its products are NaN, never a finite answer); an
+// all-zero block u = 0.
+// The functions are shared by the device code and the CPU reference (reference_levels), which
 // the tests hold to the same bits: IEEE division, rint (nearest even), min / max and integer
 // arithmetic give identical results on both sides.
 #pragma once
@@ -42,7 +52,7 @@ DS_INT8X2_FN void split_levels(int q, int8_t& a, int8_t& b) {
   b = static_cast<int8_t>(q - 254 * ai);
 }
 
-// CPU reference of the device pre-pass (launch_x_to_int8x2): x [n][xs] -> levels [2][n][cols]
+// CPU reference of the representation: x [n][xs] -> levels [2][n][cols]
 // (level a of every token, then level b), scales [n][cols / 32]; a block holding a non-finite
 // value gets u = NaN and zero levels.
 inline void reference_levels(const float* x, size_t xs, size_t n, size_t cols, int8_t* levels, float* scales) {

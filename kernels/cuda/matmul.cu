@@ -4,7 +4,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dependent_launch.h"
-#include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
@@ -163,14 +162,11 @@ cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n,
   return cudaSuccess;
 }
 
-// Whether matmul() sends a product to the small-batch tensor-core GEMV (opt-in).
-bool takes_small_batch_mma(const WeightView& w, const float* x, size_t xs, size_t n, const float* y, size_t ys,
-                           const TcGemmOptions& tc) {
-  const size_t mma_min = w.type == GgmlType::Q8_0_SPLIT
-                             ? std::min(tc.small_batch_mma_min, detail::kGemvSplitBestTokens + 1)
-                             : tc.small_batch_mma_min;
-  return tc.small_batch_mma && n >= mma_min && n <= tc.small_batch_mma_max &&
-         detail::gemv_q8_mma_applies(w, x, xs, y, ys, n);
+// Whether matmul() sends a split-rows product to the small-batch bf16 GEMM (bf16 mode only).
+bool takes_split_small(const WeightView& w, const float* x, size_t xs, size_t n, const float* y, size_t ys,
+                       MatmulPrecision precision, const TcGemmOptions& tc) {
+  return precision == MatmulPrecision::kBf16TensorCores && tc.split_small && n > detail::kGemvSplitBestTokens &&
+         n <= detail::kSplitSmallMaxTokens && detail::gemm_q8_split_small_applies(w, x, xs, y, ys, n);
 }
 
 int split_gemv_variant(const TcGemmOptions& tc) {
@@ -194,16 +190,15 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
                                  size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
                                  cudaStream_t stream, void* act_scratch) {
   // The products matmul() gives the split-rows GEMV: up to kGemvSplitBestTokens tokens (more go to
-  // the small-batch GEMM in bf16 mode, or run as two GEMV launches) not taken by the opt-in MMA GEMV.
+  // the small-batch GEMM in bf16 mode, or run as two GEMV launches).
   if (n_tokens == 0 || n_tokens > detail::kGemvSplitBestTokens || gate == nullptr || up == nullptr || y == nullptr) {
     return cudaErrorNotSupported;
   }
   if (check_args(w, gate, x_stride, n_tokens, y, y_stride) != cudaSuccess ||
-      takes_small_batch_mma(w, gate, x_stride, n_tokens, y, y_stride, tc) ||
       !detail::gemv_q8_split_applies(w, gate, x_stride, n_tokens) || !detail::aligned_to(up, 16)) {
     return cudaErrorNotSupported;
   }
-  void* acts = n_tokens >= tc.mma_prequant_min ? act_scratch : nullptr;
+  void* acts = n_tokens >= kMmaPrequantMinTokens ? act_scratch : nullptr;
   return detail::gemv_q8_split_swiglu_variant(split_gemv_variant(tc), w, gate, up, x_stride, n_tokens, y, y_stride,
                                               stream, dependent_launches(stream), acts);
 }
@@ -215,19 +210,13 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
   if (!detail::weight_type_supported(w.type)) return cudaErrorNotSupported;
   if (w.rows == 0 || n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = check_args(w, x, x_stride, n_tokens, y, y_stride); e != cudaSuccess) return e;
-  // Q8_0 fast paths (matmul_fast.h): small batches on the tensor-core GEMV (opt-in; split rows
-  // from kGemvSplitBestTokens + 1 tokens: at 8 tokens it measured 7.2 vs 9.5 ms per 9B step's
-  // matrices against two split-GEMV launches, H200 2026-11-29), the split-rows GEMV (the CUDA
-  // backend's default layout; batch-invariant up to kGemvSplitBestTokens, so a 1+3 speculative
-  // verify row has the bits of a plain decode step), bf16 tensor cores for prefill (opt-in), the
-  // GGUF-order streaming GEMV for decode.
-  if (precision == MatmulPrecision::kBf16TensorCores && n_tokens > detail::kGemvSplitBestTokens &&
-      n_tokens <= tc.split_small_max && detail::gemm_q8_split_small_applies(w, x, x_stride, y, y_stride, n_tokens)) {
-    return tc.split_small_int8 ? detail::gemm_q8_split_int8(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream))
-                               : detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
-  }
-  if (takes_small_batch_mma(w, x, x_stride, n_tokens, y, y_stride, tc)) {
-    return detail::gemv_q8_mma(w, x, x_stride, n_tokens, y, y_stride, stream);
+  // Q8_0 fast paths (matmul_fast.h): in bf16 mode, split rows of 5..64 tokens on the small-batch
+  // bf16 GEMM (batched decode, verify rows); the split-rows GEMV (the CUDA backend's default layout;
+  // batch-invariant up to kGemvSplitBestTokens, so a 1+3 speculative verify row has the bits of a
+  // plain decode step); bf16 tensor cores for prefill (bf16 mode); the GGUF-order streaming GEMV
+  // for decode; else the SIMT GEMV / GEMM below.
+  if (takes_split_small(w, x, x_stride, n_tokens, y, y_stride, precision, tc)) {
+    return detail::gemm_q8_split_small(w, x, x_stride, n_tokens, y, y_stride, stream, dependent_launches(stream));
   }
   if (detail::gemv_q8_split_applies(w, x, x_stride, n_tokens)) {
     return detail::gemv_q8_split_variant(split_gemv_variant(tc), w, x, x_stride, n_tokens, y, y_stride, stream,
@@ -258,22 +247,20 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
   // Decode-sized (speculative verify rows): the split-rows GEMV, in any precision, as matmul()
   // runs each part (same bits per row), one launch for the stack.
   if (n_tokens <= detail::kGemvSplitBestTokens) {
-    if (!detail::gemv_q8_split_applies(w, x, x_stride, n_tokens) || !segments_valid(w, x, x_stride, n_tokens, out) ||
-        takes_small_batch_mma(w, x, x_stride, n_tokens, out.y[0], out.ys[0], tc)) {
+    if (!detail::gemv_q8_split_applies(w, x, x_stride, n_tokens) || !segments_valid(w, x, x_stride, n_tokens, out)) {
       return cudaErrorNotSupported;
     }
     return detail::gemv_q8_split_rows_variant(split_gemv_variant(tc), w, x, x_stride, n_tokens, out, stream,
                                               dependent_launches(stream));
   }
   if (precision != MatmulPrecision::kBf16TensorCores) return cudaErrorNotSupported;
-  if (n_tokens <= tc.split_small_max) {
+  if (tc.split_small && n_tokens <= detail::kSplitSmallMaxTokens) {
     if (!detail::gemm_q8_split_small_applies(w, x, x_stride, out.y[0], w.rows, n_tokens)) return cudaErrorNotSupported;
-    return tc.split_small_int8 ? detail::gemm_q8_split_int8_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream))
-                               : detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
+    return detail::gemm_q8_split_small_rows(w, x, x_stride, n_tokens, out, stream, dependent_launches(stream));
   }
   // Prefill: where each segment's own product would take the tensor-core GEMM (as matmul() decides
-  // for more than split_small_max tokens, past the small-batch paths), one activation conversion.
-  if (takes_small_batch_mma(w, x, x_stride, n_tokens, out.y[0], out.ys[0], tc) || !detail::gemm_q8_tc_applies(w, n_tokens) ||
+  // past the small-batch GEMM's range), one activation conversion.
+  if (!detail::gemm_q8_tc_applies(w, n_tokens) ||
       !segments_valid(w, x, x_stride, n_tokens, out)) {
     return cudaErrorNotSupported;
   }

@@ -64,42 +64,28 @@ struct RowSegments {
   }
 };
 
+// How the Q8_0 products of one call run. The defaults are what the CUDA backend uses in production
+// (one set: TcGemmOptions{} is the production dispatch); the bench's ablations change a field.
 struct TcGemmOptions {
   TcGemmKernel kernel = TcGemmKernel::kCublasLt;
   // Optional persistent bf16 copy of the Q8_0 weights ([rows][cols] row-major, device memory,
   // made by dequantize_q8_to_bf16): skips the per-call dequantization. nullptr: dequantize per call.
   const void* bf16_weights = nullptr;
-  // Per-call dequantization with the v2 kernel (kernels/cuda/dequant_q8.h: coalesced, warp per 32
-  // blocks) where it applies; false: the v1 kernel. Bit-identical outputs.
-  bool dequant_v2 = true;
-  // Q8_0 batches of small_batch_mma_min..small_batch_mma_max tokens (multi-token decode, small
-  // concurrent batches) on the small-batch tensor-core kernel (kernels/cuda/gemv_q8_mma.h: f32-level
-  // accuracy, batch-invariant bits, any precision) where it applies (it takes 1..64 tokens).
-  // false (the default here; the CUDA backend turns it on): the GEMV / GEMM paths above. The
-  // default range is where the H200 lab run of 2026-11-29 measured it faster than those paths
-  // (9B decode-step matrices: 8 tokens 11.0 vs 13.3 ms, 16 tokens 12.5 vs 14.8 ms; slower at
-  // 1..4 and 32..64 tokens, docs/PERFORMANCE.md).
-  bool small_batch_mma = false;
-  size_t small_batch_mma_min = 8, small_batch_mma_max = 16;
-  // Split-rows batches of kGemvSplitBestTokens + 1 .. split_small_max tokens (at most
-  // detail::kSplitSmallMaxTokens = 64) in the bf16 precision mode on the small-batch bf16 tensor-core
-  // GEMM over split rows (matmul_fast.h gemm_q8_split_small: the prefill GEMM's operands without its
-  // dequantization pass; batched decode, speculative verify). Taken before small_batch_mma.
-  // 0 (the default here; the CUDA backend sets 64): off.
-  size_t split_small_max = 0;
-  // Those split_small_max products on int8 tensor cores instead (matmul_fast.h gemm_q8_split_int8:
-  // weights exact, activations as two int8 levels, ~20x smaller error than bf16; H200 lab
-  // 2026-11-29: as fast at 5..8 tokens, 0.6-0.85x the speed at 16..64). Opt-in.
-  bool split_small_int8 = false;
+  // Split-rows batches of kGemvSplitBestTokens + 1 .. detail::kSplitSmallMaxTokens (64) tokens in
+  // the bf16 precision mode on the small-batch bf16 tensor-core GEMM over split rows (matmul_fast.h
+  // gemm_q8_split_small: the prefill GEMM's operands without its dequantization pass; batched
+  // decode, speculative verify). false (an ablation): the split GEMV up to 8 tokens, the SIMT GEMM
+  // for 9..15 and the tensor-core GEMM from kTcMinTokens.
+  bool split_small = true;
   // The 1..4-token split-rows GEMV (decode steps, speculative verify rows) on int8 tensor cores
   // (matmul_fast.h kGemvSplitMmaVariant: one instruction stream for 1..4 tokens, so a verify row of
   // 1 + 3 reads the weights at the cost of one token; activations as two int8 levels, 2^-16 of
-  // their block's max) instead of the dp4a / float dot GEMV.
+  // their block's max) instead of the dp4a / float dot GEMV (the default).
   bool split_gemv_mma = false;
-  // With it, matmul_swiglu_decode quantizes the down projection's SwiGLU'd activations once, by a
-  // launch of their own, from this many tokens on (given a scratch; same bits either way).
-  size_t mma_prequant_min = 2;
 };
+// With split_gemv_mma, matmul_swiglu_decode quantizes the down projection's SwiGLU'd activations
+// once, by a launch of their own, from this many tokens on (given a scratch; same bits either way).
+inline constexpr size_t kMmaPrequantMinTokens = 2;
 // The split-rows GEMV and the small-batch GEMMs are programmatic dependent launches (sm_90+: their
 // weight loads start while the previous kernel finishes; same bits) when the stream's switch is on
 // (dependent_launch.h), like every other decode-path kernel; the CUDA backend sets it.
@@ -111,7 +97,7 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
 // The product of a stacked matrix written to row segments (RowSegments) in one pass. Only where
 // matmul() would run each segment on the split-rows GEMV (1..kGemvSplitBestTokens tokens, any
 // precision), on the small-batch GEMM over split rows (bf16 mode, kGemvSplitBestTokens + 1 ..
-// split_small_max tokens) or on the tensor-core GEMM (prefill): cudaErrorNotSupported otherwise,
+// detail::kSplitSmallMaxTokens tokens, tc.split_small) or on the tensor-core GEMM (prefill): cudaErrorNotSupported otherwise,
 // and the caller runs one product per segment.
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
@@ -120,7 +106,7 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
 // tokens; gate / up rows at stride x_stride): the same bits as swiglu then matmul.
 // cudaErrorNotSupported elsewhere, and the caller runs the two ops. act_scratch (optional, 16-byte
 // aligned, matmul_swiglu_act_bytes(w.cols)): on the tensor-core GEMV (tc.split_gemv_mma) from
-// tc.mma_prequant_min tokens on, the SwiGLU'd activations are quantized once into it by a launch of
+// kMmaPrequantMinTokens tokens on, the SwiGLU'd activations are quantized once into it by a launch of
 // their own instead of in every block of the GEMV (the same bits).
 cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const float* up, size_t x_stride,
                                  size_t n_tokens, float* y, size_t y_stride, const TcGemmOptions& tc,
@@ -139,7 +125,8 @@ inline cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, 
 
 // Writes W (Q8_0, device) as bf16 [rows][cols] to `out` (rows * cols * 2 bytes, 16-byte aligned):
 // each weight d * q rounded to nearest even, exactly what the tensor-core GEMM uses per call.
-// v2: the faster kernel where it applies (TcGemmOptions::dequant_v2); same bits either way.
+// v2: the faster kernel where it applies (what every product uses); false: v1 (tests, kernel lab);
+// same bits either way.
 // Also takes Q8_0_SPLIT (16-byte aligned rows; its own kernel, v2 ignored): the same bits as the
 // matrix in GGUF order.
 cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t stream, bool v2 = true);

@@ -41,7 +41,8 @@ cudaError_t gemm_q8_tc_rows(const cpu::WeightView& w, const float* x, size_t xs,
 // The mma.sync kernel with per-call dequantization (the tests' and the lab's reference path).
 inline cudaError_t gemm_q8_tc(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                               cudaStream_t stream) {
-  return gemm_q8_tc(w, x, xs, n, y, ys, TcGemmOptions{TcGemmKernel::kMmaSync, nullptr}, stream);
+  return gemm_q8_tc(w, x, xs, n, y, ys, TcGemmOptions{.kernel = TcGemmKernel::kMmaSync, .bf16_weights = nullptr},
+                    stream);
 }
 
 bool gemv_q8_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
@@ -53,19 +54,19 @@ cudaError_t gemv_q8(const cpu::WeightView& w, const float* x, size_t xs, size_t 
 // (gemv_q8_split.cu). Deterministic and batch-invariant (a token's bits do not depend on n).
 inline constexpr size_t kGemvSplitMaxTokens = 8;
 // Up to this many tokens one launch reads the weights once; cuda::matmul sends larger small
-// batches of split rows to the tensor-core kernel when that is on.
+// batches of split rows to the small-batch bf16 GEMM in the bf16 mode (TcGemmOptions::split_small).
 inline constexpr size_t kGemvSplitBestTokens = 4;
 bool gemv_q8_split_applies(const cpu::WeightView& w, const float* x, size_t xs, size_t n_tokens);
 // pdl: launched as a programmatic dependent launch on sm_90+ (it may start loading weights while
 // the previous kernel in the stream finishes; activations are read after it completed).
 cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                           cudaStream_t stream, bool pdl = false);
-// Variants: 0 the int8x3 dot product for tall matrices and the float one for short ones
-// (gemv_q8_split.cu explains both); 1 int8x3 always; 2 float always; 3 (kGemvSplitMmaVariant) int8
+// Variants: 0 (kGemvSplitDefaultVariant) the int8x3 dot product for tall matrices and the float one
+// for short ones, as the shape picks (gemv_q8_split.cu explains both); 1 (kGemvSplitMmaVariant) int8
 // tensor cores, the same instructions for 1..4 tokens (gemv_q8_split_mma.cu; shapes it does not
 // take run variant 0). Each is batch-invariant; their results differ in rounding (each within
-// its bound in test_cuda_gemv_split.cpp).
-inline constexpr int kGemvSplitVariants = 4, kGemvSplitMmaVariant = 3, kGemvSplitDefaultVariant = 0;
+// its bound in test_cuda_gemv_split.cpp). Either dot forced: tools/kernel_lab/variants_lab.h.
+inline constexpr int kGemvSplitVariants = 2, kGemvSplitMmaVariant = 1, kGemvSplitDefaultVariant = 0;
 cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                   float* y, size_t ys, cudaStream_t stream, bool pdl = false);
 // A stacked matrix's GEMV with its rows written to row segments (RowSegments), 1..kGemvSplitMaxTokens
@@ -86,13 +87,9 @@ cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, co
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                               const RowSegments& out, cudaStream_t stream, bool pdl, void* act_scratch = nullptr);
 size_t gemv_q8_split_mma_act_bytes(size_t cols);
-// The same with another block shape (kernel lab; gemv_q8_split_mma.cu lists them; a shape with
-// other warps per block sums in another order, so its bits differ from the default's).
-cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const float* x, const float* up, size_t xs,
-                                    size_t n, const RowSegments& out, cudaStream_t stream, bool pdl,
-                                    void* act_scratch = nullptr);
-// Whether `variant` runs the int8x3 dot for a rows x cols matrix on the current device (tests).
-bool gemv_q8_split_int_dot(size_t rows, size_t cols, int variant);
+// (Its other block shape lives in the kernel lab: tools/kernel_lab/variants_lab.h.)
+// Whether variant 0 runs the int8x3 dot (else the float one) for a rows x cols matrix (tests, lab).
+bool gemv_q8_split_int_dot(size_t rows, size_t cols);
 // The FFN's down projection with its SwiGLU folded into the activation loads: y = W (silu(gate) *
 // up), gate and up rows at stride xs (16-byte aligned). The same f32 expression as the swiglu kernel
 // (activation.h), so the bits equal swiglu then gemv_q8_split, one launch (and one [n][cols] round
@@ -104,14 +101,12 @@ cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, 
                                          size_t xs, size_t n, float* y, size_t ys, cudaStream_t stream,
                                          bool pdl = false, void* act_scratch = nullptr);
 
-// Launch shapes of the GEMV kernel (kernel lab, tests): 0: 8 warps, 1 quad in flight per warp,
-// 2 blocks/SM; 1: 8 warps, 2 quads, 1 block/SM; 2: 4 warps, 1 quad, 4 blocks/SM; 3: 4 warps,
-// 2 quads, 2 blocks/SM; 4: 16 warps, 1 quad, 1 block/SM (80-96 KB of dynamic shared memory;
-// meant for matrices with few 32-row blocks, not yet measured). 4 and 8 tokens use at most 4
-// warps. Variants differ in rounding order only (each row's warp partials are added in warp
-// order). gemv_q8 uses variant 0 for 1-2 tokens and 1 for 3-8 (fastest in the H200 lab runs
-// of 2026-11-29).
-inline constexpr int kGemvVariants = 5, kGemvDefaultVariant = 0, kGemvWideVariant = 1;
+// Launch shapes of the GEMV kernel (gemv_q8_kernels.cuh): 0 (kGemvDefaultVariant): 8 warps, 1 quad
+// in flight per warp, 2 blocks/SM; 1 (kGemvWideVariant): 8 warps, 2 quads, 1 block/SM. 4 and 8
+// tokens use at most 4 warps. They differ in rounding order only (each row's warp partials are
+// added in warp order). gemv_q8 uses 0 for 1-2 tokens and 1 for 3-8 (fastest in the H200 lab
+// runs of 2026-11-29); the lab's other shapes are in tools/kernel_lab/variants_lab.h.
+inline constexpr int kGemvVariants = 2, kGemvDefaultVariant = 0, kGemvWideVariant = 1;
 cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
                             size_t ys, cudaStream_t stream);
 
@@ -130,25 +125,22 @@ bool gemm_q8_split_small_applies(const cpu::WeightView& w, const float* x, size_
 // issued before the previous kernel in the stream has finished (same bits).
 cudaError_t gemm_q8_split_small(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
                                 cudaStream_t stream, bool dependent = false);
-// Launch variants (same bits, kernel lab): 0 weights through a register ring, 1 weights staged in
-// shared memory (cp.async, 4 stages).
-// gemm_q8_split_small picks 1 up to kSplitSmallStagedMaxTokens tokens, else 0.
-inline constexpr int kSplitSmallVariants = 2;
+// It runs one of two launch variants (same bits; gemm_q8_split_small_kernels.cuh): weights staged in
+// shared memory (cp.async) up to kSplitSmallStagedMaxTokens tokens, else through a register ring.
+// Either variant for any token count: tools/kernel_lab/variants_lab.h.
 inline constexpr size_t kSplitSmallStagedMaxTokens = 16;
-cudaError_t gemm_q8_split_small_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                        float* y, size_t ys, cudaStream_t stream, bool dependent = false);
 // The same product with its rows going to segments (matmul.h RowSegments; checked: in order, covering
 // every row, y 4-byte aligned, ys >= the segment's rows).
 cudaError_t gemm_q8_split_small_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                      const RowSegments& out, cudaStream_t stream, bool dependent = false);
 bool row_segments_fit(const RowSegments& out, size_t rows, size_t n);
-// The checks of the small-batch GEMMs' `_rows` calls (bf16 and int8 share tiling and preconditions):
+// The checks of the small-batch GEMM's `_rows` call:
 // cudaErrorNotSupported for another weight type, cudaErrorInvalidValue where the product or the
 // segments do not fit (gemm_q8_split_small_applies, row_segments_fit), else cudaSuccess.
 cudaError_t split_small_rows_status(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                     const RowSegments& out);
 // out rows = the sum, in split order, of partial[s][t][r] (s < splits, t < n, r < rows): the K-split
-// sum of the small-batch tensor-core kernels (rows < 2^30, n <= 64).
+// sum of the small-batch tensor-core GEMM (rows < 2^30, n <= 64).
 cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t rows, const RowSegments& out,
                               cudaStream_t stream, bool dependent = false);
 // The K split gemm_q8_split_small uses for a shape on the current device (tests, lab).
@@ -157,32 +149,6 @@ int gemm_q8_split_small_splits(size_t rows, size_t cols);
 // launch (common.cuh launch_maybe_dependent).
 cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
                              cudaStream_t stream, bool dependent = false);
-
-// The same small-batch product on int8 tensor cores (gemm_q8_split_int8.cu; cuda::matmul takes it
-// with TcGemmOptions::split_small_int8, an opt-in): the raw int8 quants are the mma operand (no
-// widening), each m16n8k32 covers one Q8_0 block exactly (int32 dot), the block scales are
-// applied in f32 afterwards. The activations become two int8 levels per column and one f32 scale
-// per 32-column block: x ~= u (254 a + b),
-// |x - x^| <= 2^-15.98 max|x_block| + 2^-134 (the proof is in the .cu). Precision: weights exact,
-// activations to that bound, f32 accumulation (more precise than the bf16 kernel's 2^-8 sum|w x|).
-// Same preconditions, K split (split_small_common.cuh), split-order sums, batch invariance and
-// argument conventions as gemm_q8_split_small; three launches at most (pre-pass, product, sums).
-bool gemm_q8_split_int8_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
-                                size_t n_tokens);
-cudaError_t gemm_q8_split_int8(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                               cudaStream_t stream, bool dependent = false);
-// Launch variants (same bits, kernel lab): 0: 4 stages, 1 block/SM; 1: 2 stages, 2 blocks/SM;
-// 2: 3 stages, 2 blocks/SM up to 8 tokens, 1 beyond.
-inline constexpr int kSplitInt8Variants = 3, kSplitInt8DefaultVariant = 1;
-cudaError_t gemm_q8_split_int8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                       float* y, size_t ys, cudaStream_t stream, bool dependent = false);
-cudaError_t gemm_q8_split_int8_rows(const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                    const RowSegments& out, cudaStream_t stream, bool dependent = false);
-// The int8 kernel's activation pre-pass: x [n][xs] f32 (cols % 32 == 0) -> levels [2][n][cols]
-// int8 (level a of every token, then level b) and scales [n][cols / 32] f32 (u), per 32-column
-// block of each token. A block with a non-finite value gets u = NaN and zero levels.
-cudaError_t launch_x_to_int8x2(const float* x, size_t xs, size_t n, size_t cols, int8_t* levels, float* scales,
-                               cudaStream_t stream, bool dependent = false);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

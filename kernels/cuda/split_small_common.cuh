@@ -1,7 +1,6 @@
-// Internal: what the small-batch GEMMs over split rows share (gemm_q8_split_small.cu on bf16
-// tensor cores, gemm_q8_split_int8.cu on int8 tensor cores): the K split of a shape and the
-// row-segment destinations. Both tile 256 rows per block and split K in whole 256-column units,
-// so one K split serves both, and the splits' partial sums go through launch_sum_splits
+// Internal: the small-batch GEMM over split rows (gemm_q8_split_small.cu, bf16 tensor cores): the
+// K split of a shape and the row-segment destinations. It tiles 256 rows per block and splits K in
+// whole 256-column units, and the splits' partial sums go through launch_sum_splits
 // (matmul_fast.h) in split order.
 #pragma once
 

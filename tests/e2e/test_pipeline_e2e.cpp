@@ -4,8 +4,7 @@
 //    also with concurrent requests and with a worker SIGKILLed while the chunks are in flight;
 //  - decode groups (--decode-groups 2): the running sequences decode in two plans that take
 //    turns in flight, tokens identical to one group, also with a worker SIGKILLed mid-decode;
-//  - --hidden-transport inline and --micro-batches 2 with --early-handoff off give the default
-//    server's tokens.
+//  - --hidden-transport inline and --early-handoff off give the default server's tokens.
 // Tokens are compared by id (logprobs.tokens) and text; temperature 0 with ignore_eos so every
 // request runs its full length.
 #include <gtest/gtest.h>
@@ -230,26 +229,26 @@ TEST_F(DecodeGroupsE2E, WorkerKilledMidDecodeGivesTheSameTokens) {
   EXPECT_EQ(http_request(two_->port(), "GET", "/ready", "").status, 200);
 }
 
-// ---- --hidden-transport inline, --micro-batches 2 (with --early-handoff off) ----------------
+// ---- --hidden-transport inline, --early-handoff off ------------------------------------------
 
 class TransportE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     default_ = new ServerProcess(server_args("2", {}));
     inline_ = new ServerProcess(server_args("2", {"--hidden-transport", "inline"}));
-    // Also the ring's hand-off after the rows land (--early-handoff off): the default hands over first.
-    micro_ = new ServerProcess(server_args("2", {"--micro-batches", "2", "--early-handoff", "off"}));
+    // The ring's hand-off after the rows land (--early-handoff off): the default hands over first.
+    late_ = new ServerProcess(server_args("2", {"--early-handoff", "off"}));
   }
   static void TearDownTestSuite() {
-    stop_servers({&default_, &inline_, &micro_});
+    stop_servers({&default_, &inline_, &late_});
   }
   static ServerProcess* default_;
   static ServerProcess* inline_;
-  static ServerProcess* micro_;
+  static ServerProcess* late_;
 };
 ServerProcess* TransportE2E::default_ = nullptr;
 ServerProcess* TransportE2E::inline_ = nullptr;
-ServerProcess* TransportE2E::micro_ = nullptr;
+ServerProcess* TransportE2E::late_ = nullptr;
 
 TEST_F(TransportE2E, InlineHiddenStatesGiveTheDefaultTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
@@ -260,14 +259,13 @@ TEST_F(TransportE2E, InlineHiddenStatesGiveTheDefaultTokens) {
   EXPECT_NE(inline_->log().find("hidden_transport=inline"), std::string::npos) << "the option reached the engine";
 }
 
-// Several sequences per step, so steps really are cut into two micro-batches.
-TEST_F(TransportE2E, MicroBatchesGiveTheDefaultTokens) {
+// Several sequences per step, their hidden states handed over after the rows land.
+TEST_F(TransportE2E, LateHandoffGivesTheDefaultTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
   std::vector<std::string> bodies;
   for (size_t len : {5, 40, 90, 200}) bodies.push_back(greedy_completion_body(ids, len, 10));
-  expect_same_completions(default_->port(), micro_->port(), bodies);
-  EXPECT_NE(micro_->log().find("micro_batches=2"), std::string::npos) << "the option reached the engine";
-  EXPECT_NE(micro_->log().find("early_handoff=off"), std::string::npos) << "... and the workers";
+  expect_same_completions(default_->port(), late_->port(), bodies);
+  EXPECT_NE(late_->log().find("early_handoff=off"), std::string::npos) << "the option reached the workers";
   EXPECT_NE(default_->log().find("early_handoff=on"), std::string::npos);
 }
 

@@ -12,8 +12,8 @@
 
 #include "common/ipc/endpoints.h"
 #include "common/ipc/shm_ring.h"
-#include "coordinator/engine/generate.h"
 #include "tests/integration/engine_test_util.h"
+#include "tests/testutil/greedy_generate.h"
 
 namespace ds {
 namespace {
@@ -215,8 +215,24 @@ SeqRequest chunk_request(uint64_t seq, const std::vector<int32_t>& prompt, const
   return r;
 }
 
-// Pipelined steps (all chunks in flight at once) give the full logits of sequential steps bit
-// for bit, also with two sequences interleaved.
+// Submits `steps` keeping up to `window` in flight and collects them in order (`released[i]`
+// rides on step i); checks the window is kept.
+std::vector<StepOutcome> run_windowed(PipelineEngine& engine, const std::vector<std::vector<SeqRequest>>& steps,
+                                      size_t window, const std::vector<std::vector<uint64_t>>& released = {}) {
+  std::vector<StepOutcome> outs;
+  size_t sent = 0;
+  while (outs.size() < steps.size()) {
+    for (; sent < steps.size() && sent - outs.size() < window; ++sent) {
+      engine.submit(steps[sent], sent < released.size() ? released[sent] : std::vector<uint64_t>{});
+    }
+    EXPECT_EQ(engine.in_flight(), sent - outs.size());
+    outs.push_back(engine.collect());
+  }
+  return outs;
+}
+
+// Pipelined steps (three chunk plans in flight at once) give the full logits of sequential
+// steps bit for bit, also with two sequences interleaved.
 TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
   const std::vector<int32_t> rand = test::random_prompt(200, 151936);
   const std::vector<Chunk> chunks{{0, 64, {0, 63}}, {64, 65, {0}}, {65, 150, {84}}, {150, 200, {0, 7, 49}}};
@@ -229,9 +245,9 @@ TEST(Pipeline, PipelinedStepsEqualSequentialLogits) {
       steps.push_back({chunk_request(seq, rand, c)});  // seq 1 and seq 2 alternate, one per step
     }
   }
-  size_t done_calls = 0;
-  const std::vector<StepOutcome> outs = engine.step_pipelined(steps, 3, [&](size_t i) { EXPECT_EQ(i, done_calls++); });
+  const std::vector<StepOutcome> outs = run_windowed(engine, steps, 3);
   ASSERT_EQ(outs.size(), steps.size());
+  EXPECT_EQ(engine.in_flight(), 0u);
   std::vector<std::vector<float>> got[2];
   for (size_t i = 0; i < outs.size(); ++i) {
     for (const RowResult& row : outs[i].rows) got[i % 2].push_back(row.logits);
@@ -271,7 +287,7 @@ TEST(Pipeline, SubmittedStepsCollectInOrderWithSequentialLogits) {
   expect_bit_equal(got[1], ref);
 }
 
-// Releases ride on their own plan of a pipelined window (BatchEngine sends a preempted
+// Releases ride on their own plan of a window of submitted steps (BatchEngine sends a preempted
 // sequence's release with the plan made after it): with scheduler-placed memory, seq 1 prefills
 // 0..64 in slot 0 over two plans; the third releases it and starts seq 2 in the same slot and
 // block, so seq 2's logits are those of a fresh 8-token prompt. Released before the first plan
@@ -301,18 +317,16 @@ TEST(Pipeline, PipelinedReleasesApplyBeforeTheirOwnPlan) {
     }
     return std::vector<SeqRequest>{r};
   };
-  const std::vector<StepOutcome> outs = engine.step_pipelined(
-      {chunk(1, 0, 32, true, {0, 1}), chunk(1, 32, 64, false, {2, 3}), chunk(2, 0, 8, true, {0})}, 3, {},
+  const std::vector<StepOutcome> outs = run_windowed(
+      engine, {chunk(1, 0, 32, true, {0, 1}), chunk(1, 32, 64, false, {2, 3}), chunk(2, 0, 8, true, {0})}, 3,
       {{}, {}, {1}});
   ASSERT_EQ(outs.size(), 3u);
   ASSERT_EQ(outs[2].rows.size(), 1u);
   expect_bit_equal({outs[2].rows[0].logits}, ref);
-  EXPECT_THROW(engine.step_pipelined({chunk(1, 0, 8, true, {1})}, 1, {}, {{2}, {}}), std::invalid_argument)
-      << "more release lists than steps";
 }
 
 // Issue 12's correctness bar: greedy tokens after a pipelined chunked prefill equal those after
-// a sequential one, for every prompt length from 1 to 33 (chunks of 4: up to 9 in flight).
+// a sequential one, for every prompt length from 1 to 33 (chunks of 4: up to 9 of them, 4 in flight).
 TEST(Pipeline, PipelinedPrefillGivesSequentialTokensForEveryPromptLength) {
   PipelineEngine engine(test::engine_options(3));
   engine.start();

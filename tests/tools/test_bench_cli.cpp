@@ -1,7 +1,7 @@
 // deltaserve-bench end to end on a synthetic tiny model: -o json rows in-process and through
 // two real worker processes (-b chunking, token and step counts, sane rates), llama-bench short
 // flags, the --http dispatch to the serving benchmark, batched decode rows (--parallel), and
-// clear errors for bad flags.
+// clear errors for bad flags (unknown --ablate names, retired flags).
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <sys/wait.h>
@@ -309,6 +309,18 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
       {m + " --workers 2 --decode-groups 0", "--decode-groups needs an integer in [1, 8], got '0'"},
       {m + " --workers 2 --decode-groups 9", "--decode-groups needs an integer in [1, 8], got '9'"},
       {m + " --decode-groups 2", "--decode-groups splits batched decode over worker processes: give --workers N"},
+      {m + " --ablate pdl,bogus", "--ablate: unknown name 'bogus' (valid: cublaslt, device-digest, fused-decode-ops, "
+                                  "stacked-weights, gdn-tensor-cores, prefill-fusions, split-small, q8-split, pdl)"},
+      {m + " --ablate pdl", "--ablate switches the in-process CUDA stage's kernels: give --backend cuda"},
+      // Retired flags and the old aliases are gone (their choices are constants or --ablate names).
+      {m + " --dequant v1", "unknown argument '--dequant'"},
+      {m + " --gdn-prep v2", "unknown argument '--gdn-prep'"},
+      {m + " --mma-prequant-min 1", "unknown argument '--mma-prequant-min'"},
+      {m + " --small-gemm int8", "unknown argument '--small-gemm'"},
+      {m + " --no-small-batch-mma", "unknown argument '--no-small-batch-mma'"},
+      {m + " --chunk 16", "unknown argument '--chunk'"},
+      {m + " --f32-prefill", "unknown argument '--f32-prefill'"},
+      {m + " --no-pdl", "unknown argument '--no-pdl'"},
       {" --http", "--url needs a value"},
       {" --http https://127.0.0.1:8080", "--url must start with http://"},
       {" --http http://127.0.0.1", "--url needs http://HOST:PORT"},

@@ -29,7 +29,7 @@ bench() {  # bench NAME TIMEOUT ARGS...
 }
 bench cublas 55 --prompt 512,2048,8192 --repeat 2
 bench bf16w 45 --prompt 512,2048,8192 --repeat 2 --bf16-weights
-bench mma 35 --prompt 512,2048,8192 --repeat 1 --prefill-gemm mma
+bench mma 35 --prompt 512,2048,8192 --repeat 1 --ablate cublaslt
 echo "==== lab"; grep -E "gemm path" "$O/lab.log"
 for b in cublas bf16w mma; do
   [ -e "$O/bench_$b.log" ] && { echo "==== bench $b"; tail -5 "$O/bench_$b.log"; }

@@ -3,10 +3,8 @@
 //
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
 //   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN f32 vs tensor-core state pass and dequant v1/v2: prefill_ops.cu)
-//   deltaserve-kernel-lab [--reps N] --gemv-mma       (only the small-batch tensor-core GEMV vs today's paths)
 //   deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order paths)
 //   deltaserve-kernel-lab [--reps N] --gemm-split     (only the small-batch GEMM over split rows vs today's paths)
-//   deltaserve-kernel-lab [--reps N] --gemm-int8      (only the int8 vs the bf16 small-batch GEMM over split rows)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -30,7 +28,6 @@
 #include "kernels/cuda/conv_l2_decode.h"
 #include "kernels/cuda/gdn.h"
 #include "kernels/cuda/gdn_chunked.h"
-#include "kernels/cuda/gemv_q8_mma.h"
 #include "kernels/cuda/logit_digest.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/matmul.h"
@@ -39,6 +36,7 @@
 #include "tools/kernel_lab/lab_common.cuh"
 #include "tools/kernel_lab/prefill_ops.h"
 #include "tools/kernel_lab/small_gemm_lab.h"
+#include "tools/kernel_lab/variants_lab.h"
 
 namespace {
 
@@ -77,7 +75,7 @@ void gemm_paths(int reps) {
       float* x = device_f32(n * sh.cols, 5);
       float* y = device_f32(n * sh.rows, 6);
       for (const Path& p : paths) {
-        const ds::cuda::TcGemmOptions o{p.kernel, p.persistent ? wb : nullptr};
+        const ds::cuda::TcGemmOptions o{.kernel = p.kernel, .bf16_weights = p.persistent ? wb : nullptr};
         const double ms = median_ms(huge ? 2 : std::max(3, reps / 2), [&](int) {
           LAB_CHECK(ds::cuda::detail::gemm_q8_tc(w.view(0), x, sh.cols, n, y, sh.rows, o, nullptr));
         });
@@ -92,54 +90,8 @@ void gemm_paths(int reps) {
   }
 }
 
-// ---- Small-batch tensor-core GEMV (issue 14/10, kernels/cuda/gemv_q8_mma.h) against the current
-// decode dispatch (cuda::matmul with the backend's precision: f32 GEMV for <= 8 tokens, SIMT GEMM
-// for 9..15, dequantization + cuBLASLt for >= 16) at the 9B shapes; bytes = Q8_0 weights + x + y.
-// The step line sums one 9B decode step's matrices (per_token of each shape). ----
-void gemv_mma(int reps) {
-  const StepShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
-                              {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
-                              {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
-                              {"lm_head 248320x4096", 248320, 4096, 1}};
-  const size_t ns[] = {1, 2, 4, 8, 16, 32, 64};
-  double cur_step[7] = {}, mma_step[7] = {}, mma1_step[7] = {};
-  for (const StepShape& sh : shapes) {
-    const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
-    float* x = device_f32(64 * sh.cols, 3);
-    float* y = device_f32(64 * sh.rows, 4);
-    for (int k = 0; k < 7; ++k) {
-      const size_t n = ns[k];
-      const double cur = median_ms(reps, [&](int i) {
-        LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
-                                   nullptr));
-      });
-      const double mma = median_ms(reps, [&](int i) {
-        LAB_CHECK(ds::cuda::detail::gemv_q8_mma(w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
-      });
-      // Variant 1 (activation prefetch) only where it differs from variant 0 (<= 16 tokens).
-      const double mma1 = n > 16 ? mma : median_ms(reps, [&](int i) {
-        LAB_CHECK(ds::cuda::detail::gemv_q8_mma_variant(1, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
-      });
-      cur_step[k] += cur * static_cast<double>(sh.per_step);
-      mma_step[k] += mma * static_cast<double>(sh.per_step);
-      mma1_step[k] += mma1 * static_cast<double>(sh.per_step);
-      const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
-      const double gbs = bytes / (mma * 1e-3) / 1e9, cur_gbs = bytes / (cur * 1e-3) / 1e9;
-      std::printf("gemv-mma n=%-2zu %-23s cur %8.1f us %5.1f%% | mma %8.1f us %6.0f GB/s %5.1f%% | v1 %8.1f us %5.1f%%\n",
-                  n, sh.name, cur * 1e3, 100 * cur_gbs * 1e9 / kHbm, mma * 1e3, gbs, 100 * gbs * 1e9 / kHbm,
-                  mma1 * 1e3, 100 * bytes / (mma1 * 1e-3) / kHbm);
-    }
-    LAB_CHECK(cudaFree(x));
-    LAB_CHECK(cudaFree(y));
-  }
-  for (int k = 0; k < 7; ++k) {
-    std::printf("gemv-mma 9B step n=%-2zu (sum of matrices)  cur %7.2f ms | mma %7.2f ms (x%.2f of n=1 cur) | v1 %7.2f ms\n",
-                ns[k], cur_step[k], mma_step[k], mma_step[k] / cur_step[0], mma1_step[k]);
-  }
-}
-
 // ---- Split-rows Q8_0 GEMV (kernels/cuda/gemv_q8_split.cu) against the GGUF-order decode paths
-// (cuda::matmul on a GGUF-order view: f32 GEMV <= 8 tokens, the tensor-core kernel at 8) at the 9B
+// (cuda::matmul on a GGUF-order view: the f32 GEMV, gemv_q8, for <= 8 tokens) at the 9B
 // decode-step shapes (9B, or 27B with `model` "27b"): the int8x3 dot (variant 1), the float dot
 // (variant 2), which one the default (variant 0) picks for the shape, and the tensor-core GEMV
 // (variant 3; also in block shape 1). The step lines sum one decode step. ----
@@ -169,8 +121,8 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   // The tensor-core GEMV in block shape 1 (8 warps, 2 blocks per SM) where it fits, else shape 0.
   const auto mma_shape1 = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv, size_t rows) {
     const ds::cuda::RowSegments out = ds::cuda::RowSegments::whole(yv, rows, rows);
-    if (ds::cuda::detail::gemv_q8_split_mma_shape(1, v, xv, nullptr, cols, n, out, nullptr, false) == cudaSuccess) return;
-    LAB_CHECK(ds::cuda::detail::gemv_q8_split_mma_shape(0, v, xv, nullptr, cols, n, out, nullptr, false));
+    if (ds::kernel_lab::gemv_q8_split_mma_shape(1, v, xv, nullptr, cols, n, out, nullptr, false) == cudaSuccess) return;
+    LAB_CHECK(ds::kernel_lab::gemv_q8_split_mma_shape(0, v, xv, nullptr, cols, n, out, nullptr, false));
   };
   // The tensor-core GEMV with the activations quantized once by their own launch (act_scratch).
   uint8_t* acts = nullptr;
@@ -190,20 +142,20 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
     }
     mats.push_back(std::make_unique<Q8Matrix>(sh.rows, sh.cols, size_t{256} << 20));
     const Q8Matrix& w = *mats.back();
-    const bool picks_int = ds::cuda::detail::gemv_q8_split_int_dot(sh.rows, sh.cols, 0);
+    const bool picks_int = ds::cuda::detail::gemv_q8_split_int_dot(sh.rows, sh.cols);
     for (int k = 0; k < 5; ++k) {
       const size_t n = ns[k];
       const double cur = median_ms(reps, [&](int i) {
         LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
-                                   ds::cuda::TcGemmOptions{.small_batch_mma = true}, nullptr));
+                                   ds::cuda::TcGemmOptions{}, nullptr));
       });
       const auto split = [&](int variant) {
         return median_ms(reps, [&](int i) {
-          LAB_CHECK(ds::cuda::detail::gemv_q8_split_variant(variant, w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols,
+          LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols,
                                                             n, y, sh.rows, nullptr));
         });
       };
-      const double int_ms = split(1), float_ms = split(2), mma_ms = split(ds::cuda::detail::kGemvSplitMmaVariant);
+      const double int_ms = split(1), float_ms = split(2), mma_ms = split(ds::kernel_lab::kSplitMma);
       const double per = static_cast<double>(sh.per_step);
       mma_step[k] += mma_ms * per;
       const double mma1_ms = median_ms(reps, [&](int i) {
@@ -253,9 +205,9 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
             } else if (variant == kGgufOrder) {
               LAB_CHECK(ds::cuda::matmul(mats[i]->view(copy), x, shapes[i].cols, n, y, shapes[i].rows,
                                          ds::cuda::MatmulPrecision::kBf16TensorCores,
-                                         ds::cuda::TcGemmOptions{.small_batch_mma = true}, nullptr));
+                                         ds::cuda::TcGemmOptions{}, nullptr));
             } else {
-              LAB_CHECK(ds::cuda::detail::gemv_q8_split_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT),
+              LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT),
                                                                 x, shapes[i].cols, n, y, shapes[i].rows, nullptr));
             }
           }
@@ -263,7 +215,7 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
       });
     };
     const double g = queued(kGgufOrder), d = queued(0), in = queued(1), fl = queued(2);
-    const double mm = queued(ds::cuda::detail::kGemvSplitMmaVariant), mm1 = queued(kMmaShape1), pq = queued(kMmaPq);
+    const double mm = queued(ds::kernel_lab::kSplitMma), mm1 = queued(kMmaShape1), pq = queued(kMmaPq);
     std::printf("gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
                 "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
                 step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
@@ -359,23 +311,19 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool only_gemm_paths = false;  // --gemm-paths: just the prefill GEMM comparison (short device runs)
   bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
-  bool only_gemv_mma = false;  // --gemv-mma: just the small-batch tensor-core GEMV against the current paths
   bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
   std::string shape_prefix;      // --shape NAME: only the --gemv-split shapes whose name starts with NAME
   std::string model = "9b";      // --model 9b|27b: the --gemv-split step's shapes
   bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
-  bool only_gemm_int8 = false;  // --gemm-int8: just the int8 vs the bf16 small-batch GEMM over split rows
   bool only_decode_ops = false;  // --decode-ops: just decode_step_ops (digest, fused norms, stacked GEMVs)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
     if (std::strcmp(argv[i], "--prefill-ops") == 0) only_prefill_ops = true;
-    if (std::strcmp(argv[i], "--gemv-mma") == 0) only_gemv_mma = true;
     if (std::strcmp(argv[i], "--gemv-split") == 0) only_gemv_split = true;
     if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) shape_prefix = argv[++i];
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
     if (std::strcmp(argv[i], "--gemm-split") == 0) only_gemm_split = true;
-    if (std::strcmp(argv[i], "--gemm-int8") == 0) only_gemm_int8 = true;
     if (std::strcmp(argv[i], "--decode-ops") == 0) only_decode_ops = true;
   }
   cudaDeviceProp prop{};
@@ -394,16 +342,8 @@ int main(int argc, char** argv) {
     gemm_split(reps);
     return 0;
   }
-  if (only_gemm_int8) {
-    gemm_int8(reps);
-    return 0;
-  }
   if (only_decode_ops) {
     decode_step_ops(reps);
-    return 0;
-  }
-  if (only_gemv_mma) {
-    gemv_mma(reps);
     return 0;
   }
   if (only_prefill_ops) {
@@ -453,10 +393,10 @@ int main(int argc, char** argv) {
     const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
     float* x = device_f32(8 * sh.cols, 3);
     float* y = device_f32(8 * sh.rows, 4);
-    for (int v = 0; v < ds::cuda::detail::kGemvVariants; ++v) {
+    for (int v = 0; v < ds::kernel_lab::kGemvQ8Shapes; ++v) {
       for (size_t n : {size_t{1}, size_t{8}}) {
         const double ms = median_ms(reps, [&](int i) {
-          LAB_CHECK(ds::cuda::detail::gemv_q8_variant(v, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
+          LAB_CHECK(ds::kernel_lab::gemv_q8_shape(v, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
         });
         const double gbs = (static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows)) / (ms * 1e-3) / 1e9;
         std::printf("gemv v%d n=%zu %-23s %10.1f %7.0f GB/s %7.1f%%\n", v, n, sh.name, ms * 1e3, gbs,

@@ -4,10 +4,9 @@
 # side (--prefill-ops), then the 9B synthetic model with everything new on (default) and off.
 # Later benches are skipped when the call's time (LIMIT seconds) would run out.
 #   tools/kernel_lab/prefill2_run.sh DIR [LIMIT]   (DIR: bin/ and lib/ from deploy/bundle.sh, carried)
-# If a parity test fails, the bench lines say which switch turns that path off:
-#   GDN prep v3 -> --gdn-prep v2 (CudaBackendOptions::gdn_prep_v3 = false)
-#   dequant v2  -> --dequant v1 (CudaBackendOptions::dequant_v2 = false)
-#   fusions     -> --prefill-fusion off (CudaBackendOptions::prefill_fusions = false: SwiGLU +
+# If a parity test fails, the bench lines say which switch turns that path off (GDN prep v3 and
+# dequant v2 are no longer switchable: v2 / v1 remain only as their shape fallbacks):
+#   fusions     -> --ablate prefill-fusions (CudaAblations::prefill_fusions = false: SwiGLU +
 #                  down projection, GDN head L2 norms)
 set -u
 D=$1
@@ -33,10 +32,9 @@ bench() {  # name, seconds it may take, flags...
   echo "bench $name rc=$?"
 }
 bench new_default 75 --prompt 2048,8192,16384 --repeat 2
-bench all_off 60 --prompt 2048,8192,16384 --repeat 1 --gdn-prep v2 --dequant v1 --prefill-fusion off
-bench gdn_v2_only 40 --prompt 8192 --repeat 1 --gdn-prep v2
+bench all_off 60 --prompt 2048,8192,16384 --repeat 1 --ablate prefill-fusions
 bench b2048 40 --prompt 8192 --batch 2048 --repeat 2
 echo "==== lab"; cat "$O/lab.log"
-for f in new_default all_off gdn_v2_only b2048; do
+for f in new_default all_off b2048; do
   [ -e "$O/bench_$f.log" ] && { echo "==== bench $f"; tail -5 "$O/bench_$f.log"; }
 done

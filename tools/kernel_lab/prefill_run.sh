@@ -19,11 +19,11 @@ timeout 50 "$B/deltaserve-kernel-lab" --reps 10 > "$O/lab.log" 2>&1; echo "lab r
 "$B/deltaserve-synth" --shape 9b --out /tmp/9b.gguf > "$O/synth.log" 2>&1; echo "synth rc=$?"
 timeout 60 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prompt "$PROMPTS" --gen 8 --repeat 2 > "$O/bench.log" 2>&1
 echo "bench default rc=$?"
-timeout 35 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --f32-prefill --prompt "$PROMPTS" --gen 8 --repeat 1 > "$O/bench_f32.log" 2>&1
-echo "bench --f32-prefill rc=$?"
+timeout 35 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prefill-precision f32 --prompt "$PROMPTS" --gen 8 --repeat 1 > "$O/bench_f32.log" 2>&1
+echo "bench --prefill-precision f32 rc=$?"
 timeout 30 "$B/deltaserve-bench" --model /tmp/9b.gguf --backend cuda --prompt 8192 --batch 2048 --gen 0 --repeat 2 > "$O/bench_b2048.log" 2>&1
 echo "bench 8192 in 2048-token steps rc=$?"
 echo "==== lab"; grep -E "gemm tc|gdn|attn prefill|prefill step" "$O/lab.log"
 echo "==== bench default"; tail -6 "$O/bench.log"
-echo "==== bench --f32-prefill"; tail -4 "$O/bench_f32.log"
+echo "==== bench --prefill-precision f32"; tail -4 "$O/bench_f32.log"
 echo "==== bench 8192 in 2048-token steps"; tail -2 "$O/bench_b2048.log"

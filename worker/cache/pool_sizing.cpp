@@ -8,6 +8,7 @@
 #include "common/byte_size.h"
 #include "common/error.h"
 #include "common/model_config.h"
+#include "common/stage_footprint.h"
 
 namespace ds {
 namespace {
@@ -75,20 +76,13 @@ PoolSizing exact_pools(const PoolCosts& c, const CacheGeometry& g, uint64_t budg
 
 }  // namespace
 
-// Mirrors what the stage allocates (Qwen35Stage::cache_shapes in worker/models/qwen35.cpp, the
-// KvCache and StatePool layouts): keep the two in step when either changes.
+// The stage's state per sequence (common/stage_footprint.h, which the model allocates from too)
+// in bytes: K and V rows of every attention layer per KV block, one record of every GDN layer.
 PoolCosts stage_pool_costs(const ModelConfig& cfg, uint32_t first, uint32_t last, uint32_t block_size) {
-  uint64_t attn = 0, gdn = 0;
-  for (uint32_t l = first; l < last && l < cfg.layer_kinds.size(); ++l) {
-    (cfg.layer_kinds[l] == LayerKind::kFullAttention ? attn : gdn) += 1;
-  }
-  if (last == cfg.n_layer && cfg.n_nextn > 0) attn += 1;  // the MTP block's own KV pool
-  const uint64_t kv_row = uint64_t{cfg.n_head_kv} * cfg.head_dim * sizeof(float);
-  const uint64_t record = (uint64_t{cfg.ssm_conv_kernel} - 1) * cfg.ssm_conv_channels() +
-                          uint64_t{cfg.ssm_dt_rank} * cfg.ssm_d_state * cfg.ssm_head_v_dim();
+  const CacheShapes s = stage_cache_shapes(cfg, StageRange{first, last});
   PoolCosts c;
-  c.kv_block_bytes = attn * 2 * block_size * kv_row;  // K and V
-  c.state_record_bytes = gdn * record * sizeof(float);
+  c.kv_block_bytes = uint64_t{s.n_attention_layers} * 2 * block_size * s.kv_row_floats * sizeof(float);
+  c.state_record_bytes = uint64_t{s.n_gdn_layers} * (s.conv_floats + s.ssm_floats) * sizeof(float);
   return c;
 }
 

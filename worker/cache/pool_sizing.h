@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "worker/stage_model.h"  // CacheGeometry
+#include "common/stage_types.h"
 
 namespace ds {
 

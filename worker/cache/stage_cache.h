@@ -7,6 +7,8 @@
 //    demand. For tools and tests that run without a scheduler.
 #pragma once
 
+#include "common/stage_types.h"  // CacheShapes
+
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -18,14 +20,6 @@
 namespace ds {
 
 class Backend;
-
-struct CacheShapes {
-  size_t n_attention_layers = 0;  // KV pools (MTP included)
-  size_t kv_row_floats = 0;       // n_kv_heads * head_dim
-  size_t n_gdn_layers = 0;
-  size_t conv_floats = 0;  // per GDN layer
-  size_t ssm_floats = 0;   // per GDN layer
-};
 
 class StageCache {
  public:

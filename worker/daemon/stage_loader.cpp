@@ -12,6 +12,7 @@
 #include "common/byte_size.h"     // format_bytes
 #include "common/log.h"
 #include "common/model_config.h"  // load_model_config
+#include "common/stage_footprint.h"  // stage_reads, stage_weight_bytes
 #include "worker/cache/pool_sizing.h"
 #include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
 #include "worker/daemon/worker_daemon.h"
@@ -24,35 +25,13 @@
 namespace ds {
 namespace {
 
-// Whether the stage [first, last) reads tensor `t`: its blocks, plus the embedding (first stage)
-// or the final norm, LM head and MTP blocks (last stage). `as_matrix`: only as a matmul weight
-// (the embedding table of an untied model is only gathered).
-bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, uint32_t first, uint32_t last, bool as_matrix) {
-  uint32_t layer = 0;
-  if (std::sscanf(t.name.c_str(), "blk.%u.", &layer) == 1) {
-    return (layer >= first && layer < last) || (last == cfg.n_layer && layer >= cfg.n_layer);
-  }
-  if (t.name.rfind("token_embd", 0) == 0) {
-    return (first == 0 && !as_matrix) || (last == cfg.n_layer && cfg.tied_embeddings);
-  }
-  return last == cfg.n_layer;  // output_norm, output
-}
-
-uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, uint32_t first, uint32_t last) {
-  uint64_t total = 0;
-  for (const GgufTensor& t : gguf.tensors()) {
-    if (stage_reads(t, cfg, first, last, false)) total += t.nbytes;
-  }
-  return total;
-}
-
 // Device bytes of the CUDA backend's persistent bf16 copies (CudaBackendOptions::bf16_weight_copy):
 // 2 per weight of every Q8_0 matrix the stage multiplies. An upper bound: a matrix only gets its
 // copy once a >= 16-token product uses it (the LM head rarely does).
 uint64_t stage_bf16_copy_bytes(const GgufFile& gguf, const ModelConfig& cfg, uint32_t first, uint32_t last) {
   uint64_t total = 0;
   for (const GgufTensor& t : gguf.tensors()) {
-    if (t.type == GgmlType::Q8_0 && t.n_rows() > 1 && stage_reads(t, cfg, first, last, true)) {
+    if (t.type == GgmlType::Q8_0 && t.n_rows() > 1 && stage_reads(t, cfg, StageRange{first, last}, true)) {
       total += 2 * t.n_elements();
     }
   }
@@ -188,7 +167,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   LoadedStage out;
   out.shape.n_embd = config.n_embd;
   out.shape.n_vocab = config.n_vocab;
-  out.weight_bytes = stage_weight_bytes(*gguf, config, assign.first_layer(), assign.last_layer());
+  out.weight_bytes = stage_weight_bytes(*gguf, config, StageRange{assign.first_layer(), assign.last_layer()});
   StageOptions options;
   options.n_threads = n_threads;
   options.max_context = assign.max_context();
@@ -226,8 +205,6 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
     }
     const CudaBackendOptions cuda_options{
         .bf16_prefill = worker.prefill_precision == "bf16",  // else "f32"
-        .prefill_gemm = worker.prefill_gemm == "mma" ? CudaBackendOptions::PrefillGemm::kMmaSync
-                                                     : CudaBackendOptions::PrefillGemm::kCublasLt,
         .bf16_weight_copy = copy.keep,
         .split_gemv_mma = decode_gemv_is_mma(worker.decode_gemv, assign.spec_k(), config.n_embd)};
     const int device = worker.device < 0 ? 0 : worker.device;

@@ -1,4 +1,6 @@
-// Every runtime switch of the worker daemon, parsed from the command line in one place.
+// Every runtime switch of the worker daemon, filled in one place from (lowest to highest
+// precedence) defaults, a config file (--config FILE or DELTASERVE_WORKER_CONFIG), environment
+// variables (DELTASERVE_WORKER_<NAME>) and flags, through one option table (common/options.h).
 #pragma once
 
 #include <cstdint>
@@ -37,9 +39,6 @@ struct WorkerOptions {
   // cores with f32 accumulation; "f32" keeps them on f32 SIMT (CudaBackendOptions::bf16_prefill).
   // The cpu backend accepts both and always computes in f32.
   std::string prefill_precision = "bf16";
-  // cuda: which GEMM runs the bf16 prefill products: "cublaslt" (default) or "mma" (our
-  // mma.sync kernel; CudaBackendOptions::prefill_gemm).
-  std::string prefill_gemm = "cublaslt";
   // cuda: persistent bf16 copies of the Q8_0 matrices for bf16 prefill products instead of
   // dequantizing per call (CudaBackendOptions::bf16_weight_copy; ~1.9x the Q8_0 bytes).
   // "off" (default); "on": its bytes are taken from the pool budget before the pools are sized;

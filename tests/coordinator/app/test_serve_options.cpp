@@ -125,42 +125,43 @@ TEST(ServeOptions, WorkersAcceptThePrefillPrecisionServePasses) {
   }
 }
 
-// --prefill-gemm / --bf16-weight-copy: validated by serve, passed once each (the winning value)
-// to the workers it starts, which parse them back to the same values; unset: not passed.
-TEST(ServeOptions, PrefillGemmAndBf16WeightCopyArePassedToTheWorkers) {
+// --bf16-weight-copy: validated by serve, passed once (the winning value) to the workers it
+// starts, which parse it back to the same value; unset: not passed. --prefill-gemm is gone.
+TEST(ServeOptions, Bf16WeightCopyIsPassedToTheWorkers) {
   ServeOptions unset;
   std::string error;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &unset, &error)) << error;
   EXPECT_TRUE(unset.engine.worker_extra_args.empty());
-  EXPECT_NE(describe(unset).find("prefill_gemm=(worker default) bf16_weight_copy=(worker default)"), std::string::npos)
-      << describe(unset);
+  EXPECT_NE(describe(unset).find("bf16_weight_copy=(worker default)"), std::string::npos) << describe(unset);
 
   ServeOptions serve;
-  ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-gemm", "mma", "--bf16-weight-copy=on"},
-                    {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}, {"DELTASERVE_PREFILL_GEMM", "cublaslt"}}, &serve, &error))
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--bf16-weight-copy=on"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &serve,
+                    &error))
       << error;
-  EXPECT_EQ(serve.engine.worker_extra_args,
-            (std::vector<std::string>{"--prefill-gemm", "mma", "--bf16-weight-copy", "on"}));
+  EXPECT_EQ(serve.engine.worker_extra_args, (std::vector<std::string>{"--bf16-weight-copy", "on"}));
   Argv worker({"deltaserve-worker", "--coordinator", "ipc:///tmp/x", "--rank", "0", "--backend", "cuda"},
               serve.engine.worker_extra_args);
   WorkerOptions w;
   bool help = false;
   ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
-  EXPECT_EQ(w.prefill_gemm, "mma");
   EXPECT_EQ(w.bf16_weight_copy, "on");
 
   ServeOptions from_env;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &from_env, &error)) << error;
   EXPECT_EQ(from_env.engine.worker_extra_args, (std::vector<std::string>{"--bf16-weight-copy", "auto"}));
+
+  ServeOptions gemm;
+  EXPECT_FALSE(parse({"--model", "m.gguf", "--prefill-gemm", "mma"}, {}, &gemm, &error));
+  EXPECT_NE(error.find("--prefill-gemm: unknown option 'prefill-gemm'"), std::string::npos) << error;
 }
 
-TEST(ServeOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
-  for (const auto& [flag, bad] : std::vector<std::pair<std::string, std::string>>{
-           {"prefill-gemm", "cublas"}, {"prefill-gemm", ""}, {"bf16-weight-copy", "yes"}, {"bf16-weight-copy", "ON"}}) {
+TEST(ServeOptions, BadBf16WeightCopyIsRefusedWithItsSource) {
+  for (const std::string& bad : std::vector<std::string>{"yes", "ON", ""}) {
     ServeOptions o;
     std::string error;
-    EXPECT_FALSE(parse({"--model", "m.gguf", "--" + flag, bad}, {}, &o, &error)) << flag << " " << bad;
-    EXPECT_NE(error.find("--" + flag + ": bad value '" + bad + "' for " + flag), std::string::npos) << error;
+    EXPECT_FALSE(parse({"--model", "m.gguf", "--bf16-weight-copy", bad}, {}, &o, &error)) << bad;
+    EXPECT_NE(error.find("--bf16-weight-copy: bad value '" + bad + "' for bf16-weight-copy"), std::string::npos)
+        << error;
   }
 }
 
@@ -228,6 +229,39 @@ TEST(ServeOptions, DecodeGroupsValues) {
     EXPECT_FALSE(parse({"--model", "m.gguf", "--decode-groups", bad}, {}, &b, &error)) << bad;
     EXPECT_NE(error.find("decode-groups"), std::string::npos) << error;
   }
+}
+
+// describe() (the start-up line) lists every option, the api key masked; --help lists every flag
+// and no retired one.
+TEST(ServeOptions, DescribeAndHelpListEveryOption) {
+  ServeOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--api-key", "hunter2", "--memory-budget", "2G"}, {}, &o, &error)) << error;
+  const std::string line = describe(o);
+  EXPECT_EQ(line.find("hunter2"), std::string::npos) << line;
+  EXPECT_NE(line.find(" api_key=*** "), std::string::npos) << line;
+  const std::vector<std::string> names = {
+      "model", "workers", "backend", "threads", "layer-split", "devices", "external-workers", "control-endpoint",
+      "max-context", "max-batch-tokens", "max-seqs", "block-size", "kv-blocks", "prefix-cache-snapshots", "spec-k",
+      "draft-vocab", "host", "port", "api-key", "served-model-name", "max-body", "io-threads", "max-queue",
+      "request-threads", "shutdown-grace", "gpu-memory-fraction", "memory-budget", "startup-timeout",
+      "hidden-transport", "early-handoff", "busy-poll", "mps", "pipeline-depth", "decode-groups",
+      "prefill-precision", "bf16-weight-copy", "decode-gemv", "log-format"};
+  Argv help_argv({"--help"});
+  bool help = false;
+  ServeOptions h;
+  std::string text;
+  EXPECT_FALSE(parse_serve_options(help_argv.argc(), help_argv.argv(), {}, &h, &text, &help));
+  EXPECT_TRUE(help);
+  for (const std::string& name : names) {
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    EXPECT_NE((" " + line).find(" " + key + "="), std::string::npos) << key << " in " << line;
+    EXPECT_NE(text.find("--" + name + " "), std::string::npos) << name << " in " << text;
+  }
+  EXPECT_NE(line.find(" memory_budget=2G "), std::string::npos) << line;
+  for (const char* retired : {"--micro-batches", "--prefill-gemm"}) EXPECT_EQ(text.find(retired), std::string::npos);
+  EXPECT_EQ(o.engine.worker_extra_args, (std::vector<std::string>{"--memory-budget", "2G"}));
 }
 
 }  // namespace

@@ -123,48 +123,42 @@ TEST(WorkerOptions, BadPrefillPrecisionIsRefusedWithItsSource) {
   unsetenv("DELTASERVE_WORKER_PREFILL_PRECISION");
 }
 
-TEST(WorkerOptions, PrefillGemmAndBf16WeightCopyFromFlagEnvironmentAndConfigFile) {
+TEST(WorkerOptions, Bf16WeightCopyFromFlagEnvironmentAndConfigFile) {
   WorkerOptions defaults;
   std::string error;
   ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &defaults, &error)) << error;
-  EXPECT_EQ(defaults.prefill_gemm, "cublaslt");  // CudaBackendOptions' defaults
-  EXPECT_EQ(defaults.bf16_weight_copy, "off");
-  const std::string path = ::testing::TempDir() + "/worker_gemm.conf";
+  EXPECT_EQ(defaults.bf16_weight_copy, "off");  // CudaBackendOptions' default
+  const std::string path = ::testing::TempDir() + "/worker_copy.conf";
   {
     std::ofstream f(path);
-    f << "coordinator = ipc:///x\nrank = 0\nprefill-gemm = mma\nbf16-weight-copy = auto\n";
+    f << "coordinator = ipc:///x\nrank = 0\nbf16-weight-copy = auto\n";
   }
   WorkerOptions from_file;
   ASSERT_TRUE(parse({"--config", path.c_str()}, &from_file, &error)) << error;
-  EXPECT_EQ(from_file.prefill_gemm, "mma");
   EXPECT_EQ(from_file.bf16_weight_copy, "auto");
-  setenv("DELTASERVE_WORKER_PREFILL_GEMM", "cublaslt", 1);
   setenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY", "on", 1);
   WorkerOptions from_env;
   ASSERT_TRUE(parse({"--config", path.c_str()}, &from_env, &error)) << error;
-  EXPECT_EQ(from_env.prefill_gemm, "cublaslt");  // environment beats file
-  EXPECT_EQ(from_env.bf16_weight_copy, "on");
+  EXPECT_EQ(from_env.bf16_weight_copy, "on");  // environment beats file
   WorkerOptions from_flag;
-  ASSERT_TRUE(parse({"--config", path.c_str(), "--prefill-gemm=mma", "--bf16-weight-copy", "off"}, &from_flag, &error))
-      << error;
-  EXPECT_EQ(from_flag.prefill_gemm, "mma");  // flag beats environment
-  EXPECT_EQ(from_flag.bf16_weight_copy, "off");
-  unsetenv("DELTASERVE_WORKER_PREFILL_GEMM");
+  ASSERT_TRUE(parse({"--config", path.c_str(), "--bf16-weight-copy", "off"}, &from_flag, &error)) << error;
+  EXPECT_EQ(from_flag.bf16_weight_copy, "off");  // flag beats environment
   unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
-  EXPECT_NE(describe(from_flag).find("prefill_gemm=mma bf16_weight_copy=off"), std::string::npos)
+  EXPECT_NE(describe(from_flag).find("bf16_weight_copy=off decode_gemv=auto"), std::string::npos)
       << describe(from_flag);
+  // --prefill-gemm is gone: cuBLASLt runs the bf16 prefill products.
+  WorkerOptions gemm;
+  EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--prefill-gemm", "mma"}, &gemm, &error));
+  EXPECT_NE(error.find("--prefill-gemm: bad option or value: prefill-gemm 'mma'"), std::string::npos) << error;
 }
 
-TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"prefill-gemm", "cublas"}, {"prefill-gemm", "MMA"}, {"prefill-gemm", ""},
-      {"bf16-weight-copy", "yes"}, {"bf16-weight-copy", "1"}, {"bf16-weight-copy", ""}};
-  for (const auto& [name, value] : bad) {
+TEST(WorkerOptions, BadBf16WeightCopyIsRefusedWithItsSource) {
+  for (const char* value : {"yes", "1", ""}) {
     WorkerOptions o;
     std::string error;
-    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", ("--" + name).c_str(), value.c_str()}, &o, &error))
-        << name << " " << value;
-    EXPECT_NE(error.find("--" + name + ": bad option or value: " + name + " '" + value + "'"), std::string::npos)
+    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--bf16-weight-copy", value}, &o, &error)) << value;
+    EXPECT_NE(error.find("--bf16-weight-copy: bad option or value: bf16-weight-copy '" + std::string(value) + "'"),
+              std::string::npos)
         << error;
   }
   setenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY", "always", 1);
@@ -173,6 +167,22 @@ TEST(WorkerOptions, BadPrefillGemmOrBf16WeightCopyIsRefusedWithItsSource) {
   EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error));
   EXPECT_NE(error.find("environment DELTASERVE_WORKER_BF16_WEIGHT_COPY"), std::string::npos) << error;
   unsetenv("DELTASERVE_WORKER_BF16_WEIGHT_COPY");
+}
+
+// Every option shows in the start-up line, which starts with the rank (the e2e tests find the
+// workers' lines by "starting: rank=").
+TEST(WorkerOptions, DescribeListsEveryOption) {
+  WorkerOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "3", "--memory-budget", "3M"}, &o, &error)) << error;
+  const std::string line = describe(o);
+  EXPECT_EQ(line.rfind("rank=3 coordinator=ipc:///x ", 0), 0u) << line;
+  for (const char* key : {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
+                          "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=",
+                          "early_handoff=", "prefill_precision=", "bf16_weight_copy=", "decode_gemv=",
+                          "busy_poll_us=0"}) {
+    EXPECT_NE(line.find(std::string(" ") + key), std::string::npos) << key << " in " << line;
+  }
 }
 
 // --decode-gemv: auto by default, which picks the tensor-core GEMV when the server speculates or

@@ -1,5 +1,5 @@
 // Shared by the tests of the kernels over split-rows Q8_0 matrices (test_cuda_gemv_split.cpp:
-// the GEMV and the bf16 small-batch GEMM; test_cuda_gemm_int8.cpp: the int8 one): a random
+// the GEMV and the bf16 small-batch GEMM): a random
 // matrix in both layouts, and the check that a stacked product written to row segments equals
 // the whole product's rows bit for bit.
 #pragma once

@@ -190,9 +190,7 @@ TEST(CudaAttentionBatchLarge, ManySequencesStillBitIdentical) {
 TEST(CudaBackendAttentionBatch, EqualsPerSequenceCalls) {
   DS_REQUIRE_GPU();
   for (const bool fused : {true, false}) {
-    CudaBackendOptions options;
-    options.fused_decode_ops = fused;
-    std::unique_ptr<Backend> be = make_cuda_backend(0, options);
+    std::unique_ptr<Backend> be = make_cuda_backend(0, {}, {.fused_decode_ops = fused});
     Rng rng(fused ? 5 : 6);
     for (const size_t n : {size_t{17}, size_t{5}}) {
       const DecodeBatchHost b = make_decode_batch(rng, 16, 4, 256, kv_lens_for(n, n), 200);

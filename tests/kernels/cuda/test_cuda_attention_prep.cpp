@@ -196,9 +196,7 @@ TEST(CudaBackendAttentionPrep, FusedAndSeparateOpsGiveTheLaunchersBits) {
   for (int32_t& p : moved.positions) p += 1;
   std::reverse(other_rows.rows.begin(), other_rows.rows.end());
   for (const bool fused_ops : {true, false}) {
-    CudaBackendOptions options;
-    options.fused_decode_ops = fused_ops;
-    const std::unique_ptr<Backend> be = make_cuda_backend(0, options);
+    const std::unique_ptr<Backend> be = make_cuda_backend(0, {}, {.fused_decode_ops = fused_ops});
     for (HostStep* h : {&first, &first, &moved, &other_rows}) {
       DeviceStep got(*h), want(*h);
       be->attention_prep(got.prep(*h, h->positions.data(), h->rows.data()));

@@ -379,9 +379,8 @@ TEST(CudaBackendGdnSlotsRawGates, FusedEqualsUnfusedAndMatchesCpuBackend) {
       for (float* p : {conv, rows, a, dt, state, out}) be.release(p);
       return got;
     };
-    CudaBackendOptions unfused_options;
-    unfused_options.fused_decode_ops = false;
-    const std::unique_ptr<Backend> fused = make_cuda_backend(0), unfused = make_cuda_backend(0, unfused_options);
+    const std::unique_ptr<Backend> fused = make_cuda_backend(0),
+                                   unfused = make_cuda_backend(0, {}, {.fused_decode_ops = false});
     const std::unique_ptr<Backend> cpu_backend = make_cpu_backend(2);
     const auto got = run(*fused), got_unfused = run(*unfused), want = run(*cpu_backend);
     EXPECT_TRUE(same(got[0], got_unfused[0])) << n << " sequences";

@@ -96,9 +96,9 @@ TEST_P(CudaGemmPaths, MatchCpuAndEachOther) {
     SCOPED_TRACE(path_name(p));
     dy.upload(std::vector<float>(dy.size(), 7.0f));  // padding must survive
     float* y = dy.get() + c.y_offset;
-    const TcGemmOptions lt{TcGemmKernel::kCublasLt, nullptr};
-    const TcGemmOptions lt_copy{TcGemmKernel::kCublasLt, dbf16.get()};
-    const TcGemmOptions mma_copy{TcGemmKernel::kMmaSync, dbf16.get()};
+    const TcGemmOptions lt{.kernel = TcGemmKernel::kCublasLt, .bf16_weights = nullptr};
+    const TcGemmOptions lt_copy{.kernel = TcGemmKernel::kCublasLt, .bf16_weights = dbf16.get()};
+    const TcGemmOptions mma_copy{.kernel = TcGemmKernel::kMmaSync, .bf16_weights = dbf16.get()};
     if (p == Path::kPublicDefault) {
       DS_CUDA_CHECK(matmul(w, dx.get(), xs, c.n_tokens, y, ys, MatmulPrecision::kBf16TensorCores, nullptr));
     } else {

@@ -4,7 +4,8 @@
 // dot products (float and int8x3) and activations with outliers; bitwise batch invariance (a
 // token's bits do not depend on its companions or on n), rejected arguments, the matmul dispatch.
 // Then the same for the small-batch bf16 tensor-core GEMM over split rows (gemm_q8_split_small,
-// 1..64 tokens; its tolerances are stated above its tests).
+// 1..64 tokens; its tolerances are stated above its tests), and the int8x2 activation levels of the
+// tensor-core variant on the CPU.
 //
 // Tolerance (vs the exact product of the dequantized weights and x):
 //  * rounding of the f32 operations: along any path an output sees at most 16 fma roundings (the
@@ -24,6 +25,7 @@
 // The worst observed ratio is printed so the margin is on record.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,19 +35,25 @@
 #include "common/q8_split.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/activation.h"
+#include "kernels/cuda/int8x2_levels.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/cuda/split_rows_test_util.h"
+#include "tools/kernel_lab/variants_lab.h"
 
 namespace ds::cuda::test {
 namespace {
 
+// The split-rows GEMV's variants in the kernel lab's numbering (tools/kernel_lab/variants_lab.h):
+// production's two (0: the dot the shape picks, 3: int8 tensor cores) and each dot forced (1, 2).
+namespace lab = ::ds::kernel_lab;
+
 std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x,
-                             size_t xs, size_t n, size_t ys, int variant = detail::kGemvSplitDefaultVariant) {
+                             size_t xs, size_t n, size_t ys, int variant = lab::kSplitAuto) {
   DeviceArray<float> dx(x), dy(n * ys);
   dy.upload(std::vector<float>(n * ys, 7.0f));  // stride padding must survive
-  DS_CUDA_CHECK(detail::gemv_q8_split_variant(variant, w.device_view(dw.get()), dx.get(), xs, n, dy.get(), ys, nullptr));
+  DS_CUDA_CHECK(lab::gemv_q8_split_variant(variant, w.device_view(dw.get()), dx.get(), xs, n, dy.get(), ys, nullptr));
   return dy.download();
 }
 
@@ -54,8 +62,8 @@ double error_units(size_t cols) { return 22.0 + static_cast<double>(cols / kQ8Sp
 // How a variant represents the activations (the error term it adds beyond f32 rounding).
 enum class Dot { kFloat, kInt8x3, kInt8x2 };
 Dot dot_of_variant(int variant, size_t rows, size_t cols) {
-  if (variant == detail::kGemvSplitMmaVariant) return Dot::kInt8x2;
-  return detail::gemv_q8_split_int_dot(rows, cols, variant) ? Dot::kInt8x3 : Dot::kFloat;
+  if (variant == lab::kSplitMma) return Dot::kInt8x2;
+  return lab::gemv_q8_split_int_dot(rows, cols, variant) ? Dot::kInt8x3 : Dot::kFloat;
 }
 const char* dot_name(Dot d) { return d == Dot::kFloat ? "float" : d == Dot::kInt8x3 ? "int8x3" : "int8x2 mma"; }
 
@@ -122,7 +130,7 @@ TEST(CudaGemvSplit, MatchesReferencesForEveryTokenCountAndDot) {
     DeviceArray<uint8_t> dw(w.split);
     const size_t xs = s.cols + 4, ys = s.rows + 3;  // padded strides (x rows stay 16-byte aligned)
     const std::vector<float> x = rng.vec(8 * xs);
-    for (int v : {1, 2, detail::kGemvSplitMmaVariant}) {  // int8x3, float, int8 tensor cores
+    for (int v : {1, 2, lab::kSplitMma}) {  // int8x3, float, int8 tensor cores
       const Dot dot = dot_of_variant(v, s.rows, s.cols);
       double worst = 0;
       for (size_t n = 1; n <= detail::kGemvSplitMaxTokens; ++n) {
@@ -144,14 +152,14 @@ TEST(CudaGemvSplit, IntegerDotsHandleOutliersAndZeroChunks) {
   for (size_t i = 0; i < x.size(); i += 37) x[i] *= 3000.0f;          // outliers
   for (size_t i = 512; i < 1024; ++i) x[i] = 0.0f;                    // an all-zero slice (token 0)
   for (size_t i = 2048 + 100; i < 2048 + 116; ++i) x[i] = 1e-30f;     // a tiny chunk (token 1)
-  for (int v : {1, detail::kGemvSplitMmaVariant}) {
+  for (int v : {1, lab::kSplitMma}) {
     const Dot dot = dot_of_variant(v, 257, 2048);
     const double worst = check_against_references(w, x, 2048, 2, run_split(w, dw, x, 2048, 2, 257, v), 257, dot);
     std::printf("gemv_split %s with outliers: worst error / allowed = %.3g\n", dot_name(dot), worst);
   }
   // A non-finite activation must not give a finite answer, nor spill into another token's rows.
   x[5] = std::numeric_limits<float>::infinity();
-  for (int v : {1, detail::kGemvSplitMmaVariant}) {
+  for (int v : {1, lab::kSplitMma}) {
     const std::vector<float> bad = run_split(w, dw, x, 2048, 2, 257, v);
     for (size_t r = 0; r < 257; ++r) {
       EXPECT_FALSE(std::isfinite(bad[r])) << "variant " << v << " row " << r;
@@ -169,8 +177,8 @@ TEST(CudaGemvSplit, BatchInvariantBitwise) {
     const SplitHost w = make_split(s.rows, s.cols, rng);
     DeviceArray<uint8_t> dw(w.split);
     const std::vector<float> x = rng.vec(8 * s.cols);
-    std::vector<float> by_variant[detail::kGemvSplitVariants];
-    for (int v = 0; v < detail::kGemvSplitVariants; ++v) {
+    std::vector<float> by_variant[lab::kSplitVariants];
+    for (int v = 0; v < lab::kSplitVariants; ++v) {
       const std::vector<float> all = run_split(w, dw, x, s.cols, 8, s.rows, v);
       for (size_t j = 0; j < 8; ++j) {
         const std::vector<float> xj(x.begin() + j * s.cols, x.begin() + (j + 1) * s.cols);
@@ -183,7 +191,7 @@ TEST(CudaGemvSplit, BatchInvariantBitwise) {
       ASSERT_EQ(std::memcmp(three.data(), all.data() + 2 * s.rows, 3 * s.rows * sizeof(float)), 0) << "variant " << v;
       by_variant[v] = all;
     }
-    const int picked = detail::gemv_q8_split_int_dot(s.rows, s.cols, 0) ? 1 : 2;
+    const int picked = lab::gemv_q8_split_int_dot(s.rows, s.cols, 0) ? 1 : 2;
     EXPECT_EQ(std::memcmp(by_variant[0].data(), by_variant[picked].data(), by_variant[0].size() * sizeof(float)), 0)
         << s.rows << "x" << s.cols;
   }
@@ -198,7 +206,7 @@ TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
   const SplitHost w = make_split(4096, 4096, rng);
   DeviceArray<uint8_t> dw(w.split);
   const std::vector<float> x = rng.vec(4 * 4096);
-  for (int v : {detail::kGemvSplitDefaultVariant, detail::kGemvSplitMmaVariant}) {
+  for (int v : {lab::kSplitAuto, lab::kSplitMma}) {
     for (size_t n : {size_t{1}, size_t{4}}) {
       const std::vector<float> want = run_split(w, dw, x, 4096, n, 4096, v);
       DeviceArray<float> src(x), dx(x.size()), dy(n * 4096);
@@ -206,7 +214,7 @@ TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
         DS_CUDA_CHECK(cudaMemset(dy.get(), 0, n * 4096 * sizeof(float)));
         DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
         DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
-        DS_CUDA_CHECK(detail::gemv_q8_split_variant(v, w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096,
+        DS_CUDA_CHECK(lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096,
                                                     nullptr, /*pdl=*/true));
         const std::vector<float> got = dy.download();
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
@@ -227,13 +235,13 @@ TEST(CudaGemvSplit, SwigluFoldedGivesTheBitsOfSwigluThenGemv) {
     const std::vector<float> gate = rng.vec(4 * s.cols), up = rng.vec(4 * s.cols);
     DeviceArray<float> dgate(gate), dup(up), dact(4 * s.cols), dy(4 * s.rows);
     DS_CUDA_CHECK(swiglu(dgate.get(), dup.get(), 4 * s.cols, dact.get(), nullptr));
-    for (int v = 0; v < detail::kGemvSplitVariants; ++v) {
+    for (int v = 0; v < lab::kSplitVariants; ++v) {
       for (size_t n = 1; n <= 4; ++n) {
-        DS_CUDA_CHECK(detail::gemv_q8_split_variant(v, w.device_view(dw.get()), dact.get(), s.cols, n, dy.get(), s.rows,
+        DS_CUDA_CHECK(lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dact.get(), s.cols, n, dy.get(), s.rows,
                                                     nullptr));
         const std::vector<float> want = dy.download();
         DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 4 * s.rows * sizeof(float)));
-        DS_CUDA_CHECK(detail::gemv_q8_split_swiglu_variant(v, w.device_view(dw.get()), dgate.get(), dup.get(), s.cols, n,
+        DS_CUDA_CHECK(lab::gemv_q8_split_swiglu_variant(v, w.device_view(dw.get()), dgate.get(), dup.get(), s.cols, n,
                                                            dy.get(), s.rows, nullptr, /*pdl=*/n % 2 == 0));
         const std::vector<float> got = dy.download();
         EXPECT_EQ(std::memcmp(got.data(), want.data(), n * s.rows * sizeof(float)), 0)
@@ -319,10 +327,10 @@ TEST(CudaGemvSplit, RowSegmentsEqualTheWholeProduct) {
   expect_row_segments_equal_whole(
       {{4096 + 1024 + 64, 4096}, {700, 12288}},
       [](const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t n) {
-        return run_split(w, dw, x, w.cols, n, w.rows, detail::kGemvSplitMmaVariant);
+        return run_split(w, dw, x, w.cols, n, w.rows, lab::kSplitMma);
       },
       [](const cpu::WeightView& w, const float* x, size_t xs, size_t n, const RowSegments& out, bool dependent) {
-        return detail::gemv_q8_split_rows_variant(detail::kGemvSplitMmaVariant, w, x, xs, n, out, nullptr, dependent);
+        return lab::gemv_q8_split_rows_variant(lab::kSplitMma, w, x, xs, n, out, nullptr, dependent);
       },
       {1, 3, 4, 7});
 }
@@ -349,12 +357,15 @@ TEST(CudaGemvSplit, RejectsWhatItCannotRead) {
   EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get() + 1, 1024, 1));  // x not 16-byte aligned
   EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1025, 2));     // token rows not 16-byte aligned
   EXPECT_EQ(detail::gemv_q8_split(ok, dx.get(), 1024, 9, dy.get(), 64, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(lab::gemv_q8_split_variant(lab::kSplitVariants, ok, dx.get(), 1024, 1, dy.get(), 64, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_EQ(detail::gemv_q8_split_variant(detail::kGemvSplitVariants, ok, dx.get(), 1024, 1, dy.get(), 64, nullptr),
             cudaErrorInvalidValue);
   DS_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// cuda::matmul takes the split GEMV for 1..8 tokens (same bits as calling it directly).
+// cuda::matmul takes the split GEMV for 1..8 tokens (same bits as calling it directly), with the
+// small-batch GEMM (5..64 tokens in bf16 mode) switched off.
 TEST(CudaGemvSplit, MatmulDispatchUsesIt) {
   DS_REQUIRE_GPU();
   Rng rng(9);
@@ -366,7 +377,7 @@ TEST(CudaGemvSplit, MatmulDispatchUsesIt) {
     const std::vector<float> want = run_split(w, dw, x, 2048, n, 200);
     DeviceArray<float> dy(n * 200);
     DS_CUDA_CHECK(matmul(w.device_view(dw.get()), dx.get(), 2048, n, dy.get(), 200, MatmulPrecision::kBf16TensorCores,
-                         nullptr));
+                         TcGemmOptions{.split_small = false}, nullptr));
     const std::vector<float> got = dy.download();
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n=" << n;
   }
@@ -466,7 +477,7 @@ TEST(CudaGemmSplitSmall, BatchInvariantBitwiseAndNonFinite) {
     // The launch variants differ in occupancy only: the same bits.
     for (size_t n : {size_t{3}, size_t{32}}) {
       DeviceArray<float> dx(x), dy(n * s.rows);
-      DS_CUDA_CHECK(detail::gemm_q8_split_small_variant(1, w.device_view(dw.get()), dx.get(), s.cols, n, dy.get(),
+      DS_CUDA_CHECK(lab::gemm_q8_split_small_variant(1, w.device_view(dw.get()), dx.get(), s.cols, n, dy.get(),
                                                         s.rows, nullptr));
       const std::vector<float> v1 = dy.download();
       EXPECT_EQ(std::memcmp(v1.data(), all.data(), v1.size() * sizeof(float)), 0) << s.rows << " n=" << n;
@@ -495,11 +506,11 @@ TEST(CudaGemmSplitSmall, DependentLaunchGivesTheSameBits) {
     const std::vector<float> x = rng.vec(24 * s.cols);
     const std::vector<float> want = run_small(w, dw, x, s.cols, 24, s.rows);
     DeviceArray<float> src(x), dx(x.size()), dy(24 * s.rows);
-    for (int variant = 0; variant < detail::kSplitSmallVariants; ++variant) {
+    for (int variant = 0; variant < lab::kSplitSmallVariants; ++variant) {
       DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 24 * s.rows * sizeof(float)));
       DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
       DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
-      DS_CUDA_CHECK(detail::gemm_q8_split_small_variant(variant, w.device_view(dw.get()), dx.get(), s.cols, 24,
+      DS_CUDA_CHECK(lab::gemm_q8_split_small_variant(variant, w.device_view(dw.get()), dx.get(), s.cols, 24,
                                                         dy.get(), s.rows, nullptr, /*dependent=*/true));
       const std::vector<float> got = dy.download();
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
@@ -545,7 +556,7 @@ TEST(CudaGemmSplitSmall, RejectsWhatItCannotRead) {
   DS_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// cuda::matmul takes it for 5..split_small_max tokens in the bf16 mode (the same bits as calling it
+// cuda::matmul takes it for 5..64 tokens in the bf16 mode (the same bits as calling it
 // directly), the split GEMV up to 4, and never in the f32 mode.
 TEST(CudaGemmSplitSmall, MatmulDispatch) {
   DS_REQUIRE_GPU();
@@ -554,8 +565,7 @@ TEST(CudaGemmSplitSmall, MatmulDispatch) {
   DeviceArray<uint8_t> dw(w.split);
   const std::vector<float> x = rng.vec(64 * 2048);
   DeviceArray<float> dx(x);
-  TcGemmOptions tc;
-  tc.split_small_max = 64;
+  const TcGemmOptions tc;  // the production options: the small-batch GEMM on
   const auto via_matmul = [&](size_t n, MatmulPrecision p) {
     DeviceArray<float> dy(n * 200);
     DS_CUDA_CHECK(matmul(w.device_view(dw.get()), dx.get(), 2048, n, dy.get(), 200, p, tc, nullptr));
@@ -571,6 +581,56 @@ TEST(CudaGemmSplitSmall, MatmulDispatch) {
   const std::vector<float> four = via_matmul(4, MatmulPrecision::kBf16TensorCores);
   const std::vector<float> gemv = run_split(w, dw, x, 2048, 4, 200);
   EXPECT_EQ(std::memcmp(four.data(), gemv.data(), four.size() * sizeof(float)), 0);
+}
+
+// The int8x2 activation representation of the tensor-core variant (kernels/cuda/int8x2_levels.h,
+// its CPU functions) within its proven bound |x - u Q| <= 2^-15.98 max|x_block| + 2^-134; we use
+// kInt8x2QuantRel * m + kInt8x2QuantAbs.
+constexpr double kInt8x2QuantRel = 1.5501e-5;          // 0.502 / 32385 (1 + 2^-24), rounded up
+const double kInt8x2QuantAbs = std::ldexp(1.0, -130);  // the subnormal-scale slack, rounded up
+
+// The activation representation on the CPU (no GPU needed): levels in range and x ~= u (254 a + b)
+// within the proven bound, for random blocks, blocks at the rounding ties and the range's ends,
+// subnormal scales, huge values.
+TEST(Int8x2Levels, MeetTheirBoundOnTheCpu) {
+  Rng rng(4242);
+  const size_t cols = 32 * 64;
+  std::vector<float> x = rng.vec(cols);
+  for (size_t i = 0; i < 32; ++i) x[i] = static_cast<float>(i) - 15.5f;            // Q ties: +-0.5 steps
+  for (size_t i = 32; i < 64; ++i) x[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + i * 1e-7f);  // near the max
+  for (size_t i = 64; i < 96; ++i) x[i] *= 1e-37f;                                 // subnormal u
+  for (size_t i = 96; i < 128; ++i) x[i] *= 1e-44f;                                // u rounds to 0
+  for (size_t i = 128; i < 160; ++i) x[i] *= 3.0e38f;                              // huge
+  for (size_t i = 160; i < 192; ++i) x[i] = 0.0f;                                  // all zero
+  for (size_t i = 192; i < 224; ++i) x[i] = (i == 200 ? 1000.0f : x[i]);           // an outlier
+  for (size_t blk = 8; blk < cols / 32; ++blk) {                                   // spread magnitudes
+    const float scale = std::ldexp(1.0f, static_cast<int>(blk % 40) - 20);
+    for (size_t i = 0; i < 32; ++i) x[blk * 32 + i] *= scale;
+  }
+  std::vector<int8_t> levels(2 * cols);
+  std::vector<float> u(cols / 32);
+  int8x2::reference_levels(x.data(), cols, 1, cols, levels.data(), u.data());
+  double worst = 0;
+  for (size_t blk = 0; blk < cols / 32; ++blk) {
+    double m = 0;
+    for (size_t i = 0; i < 32; ++i) m = std::max(m, std::fabs(static_cast<double>(x[blk * 32 + i])));
+    for (size_t i = 0; i < 32; ++i) {
+      const size_t c = blk * 32 + i;
+      const int a = levels[c], b = levels[cols + c];
+      ASSERT_TRUE(a >= -127 && a <= 127 && b >= -127 && b <= 127) << "column " << c << ": " << a << " " << b;
+      const double err = std::fabs(static_cast<double>(u[blk]) * (254.0 * a + b) - x[c]);
+      const double ratio = err / (kInt8x2QuantRel * m + kInt8x2QuantAbs);
+      EXPECT_LE(ratio, 1.0) << "column " << c << " x " << x[c];
+      if (m > 1e-30) worst = std::max(worst, ratio);
+    }
+  }
+  std::printf("int8x2 levels (CPU): worst error / allowed = %.3g (normal blocks)\n", worst);
+  // Every Q in range splits into levels that give it back.
+  for (int q = -int8x2::kQMax; q <= int8x2::kQMax; ++q) {
+    int8_t a, b;
+    int8x2::split_levels(q, a, b);
+    ASSERT_TRUE(a >= -127 && b >= -127 && 254 * a + b == q) << q;
+  }
 }
 
 }  // namespace

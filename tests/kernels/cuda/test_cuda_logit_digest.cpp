@@ -226,7 +226,7 @@ TEST(CudaLogitDigest, BackendDigestsAndFallsBack) {
   EXPECT_FALSE(be->digest_logits_rows(wide, 1, kDigestMaxVocab + 1, req.data(), got.data()));
   be->release(wide);
 
-  std::unique_ptr<Backend> off = make_cuda_backend(0, CudaBackendOptions{.device_logit_digest = false});
+  std::unique_ptr<Backend> off = make_cuda_backend(0, {}, {.device_logit_digest = false});
   float* dev2 = off->alloc(n_vocab);
   off->upload(dev2, logits.data(), n_vocab);
   EXPECT_FALSE(off->digest_logits_rows(dev2, 1, n_vocab, req.data(), got.data()));

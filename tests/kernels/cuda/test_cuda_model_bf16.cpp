@@ -60,7 +60,7 @@ std::unique_ptr<StageModel> load(const SynthModel& m, int backend) {
   const StageRange range{0, m.config.n_layer};
   if (backend == 0) return load_cpu_stage(m.gguf, m.config, range, o);
   return load_stage(m.gguf, m.config, range, o,
-                    make_cuda_backend(0, {.bf16_prefill = backend == 2, .q8_split = backend != 3}));
+                    make_cuda_backend(0, {.bf16_prefill = backend == 2}, {.q8_split = backend != 3}));
 }
 
 std::vector<int32_t> random_ids(size_t n, uint32_t vocab) {

@@ -27,11 +27,11 @@ namespace {
 
 constexpr float kLogitTol = 1e-3f;
 
-std::unique_ptr<StageModel> load_cuda(const CudaBackendOptions& options) {
+std::unique_ptr<StageModel> load_cuda(const CudaBackendOptions& options, const CudaAblations& ablations = {}) {
   static const auto gguf = std::make_shared<const GgufFile>(GgufFile::open(tiny_model_path()));
   static const ModelConfig config = load_model_config(*gguf);
   StageOptions o;
-  return load_stage(gguf, config, {0, config.n_layer}, o, make_cuda_backend(0, options));
+  return load_stage(gguf, config, {0, config.n_layer}, o, make_cuda_backend(0, options, ablations));
 }
 
 // One decode step of `tok` at `pos`; digests requested when `rule` is given.
@@ -75,7 +75,7 @@ TEST(CudaModelDecode, FusedAndStackedPathsEqualSeparateOnes) {
   DS_REQUIRE_GPU();
   const ReferencePrompt ref = load_reference_prompt("rand_200");
   auto fused = load_cuda({.bf16_prefill = false});
-  auto separate = load_cuda({.bf16_prefill = false, .fused_decode_ops = false, .stacked_weights = false});
+  auto separate = load_cuda({.bf16_prefill = false}, {.fused_decode_ops = false, .stacked_weights = false});
   const std::vector<uint32_t> rows = all_rows(ref.ids.size());
   // Prefill in chunks of 64 (T > 1: stacked alpha/beta, separate qkv/gate and gate/up views).
   const std::vector<float> a = run_prompt(*fused, 1, ref.ids, rows, 64);

@@ -37,7 +37,7 @@ std::unique_ptr<StageModel> load(bool pdl) {
   const SynthModel& m = synth_model();
   StageOptions o;
   return load_stage(m.gguf, m.config, {0, m.config.n_layer}, o,
-                    make_cuda_backend(0, {.bf16_prefill = false, .decode_pdl = pdl}));
+                    make_cuda_backend(0, {.bf16_prefill = false}, {.decode_pdl = pdl}));
 }
 
 std::vector<int32_t> random_ids(size_t n, uint32_t vocab, uint32_t seed) {

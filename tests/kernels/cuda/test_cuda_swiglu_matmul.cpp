@@ -42,7 +42,7 @@ TEST(CudaSwigluMatmul, EqualsSwigluThenMatmulBitForBit) {
   DS_CUDA_CHECK(swiglu(gate.get(), up.get(), n * F, act.get(), nullptr));
   for (TcGemmKernel kernel : {TcGemmKernel::kCublasLt, TcGemmKernel::kMmaSync}) {
     for (const void* persistent : {static_cast<const void*>(nullptr), static_cast<const void*>(copy.get())}) {
-      const TcGemmOptions tc{kernel, persistent};
+      const TcGemmOptions tc{.kernel = kernel, .bf16_weights = persistent};
       DeviceArray<float> want(n * ys), got(n * ys);
       want.upload(std::vector<float>(n * ys, 3.0f));  // the padding must survive in both
       got.upload(std::vector<float>(n * ys, 3.0f));
@@ -67,7 +67,7 @@ TEST(CudaSwigluMatmul, SplitRowsGiveTheSameBits) {
   ASSERT_TRUE(swiglu_matmul_applies(split, n));
   DeviceArray<float> gate(rng.vec(n * F, -4.0f, 4.0f)), up(rng.vec(n * F));
   for (TcGemmKernel kernel : {TcGemmKernel::kCublasLt, TcGemmKernel::kMmaSync}) {
-    const TcGemmOptions tc{kernel, nullptr};
+    const TcGemmOptions tc{.kernel = kernel, .bf16_weights = nullptr};
     DeviceArray<float> want(n * ys), got(n * ys);
     DS_CUDA_CHECK(swiglu_matmul(q8, gate.get(), up.get(), n, want.get(), ys, tc, nullptr));
     DS_CUDA_CHECK(swiglu_matmul(split, gate.get(), up.get(), n, got.get(), ys, tc, nullptr));

@@ -1,4 +1,4 @@
-// Greedy generation on top of the pipeline engine, surviving worker crashes: after WorkerLost
+// Test helper: greedy generation on top of the pipeline engine, surviving worker crashes: after WorkerLost
 // it recovers the engine and re-prefills the sequence from the tokens it holds, replaying the
 // same step boundaries, so the workers' state (and every later token) is bit-identical to an
 // uninterrupted run.
@@ -19,8 +19,8 @@ struct GreedyOptions {
   uint32_t prefill_chunk = 0;                          // prompt tokens per prefill step (0 = all in one)
   std::function<void(size_t prefilled)> on_prefill;    // called after each prefill step that leaves
                                                        // prompt tokens for later steps
-  bool pipeline_prefill = false;                       // with prefill_chunk: all chunks in flight at once
-                                                       // (PipelineEngine::step_pipelined)
+  bool pipeline_prefill = false;                       // with prefill_chunk: the chunks in flight together
+                                                       // (PipelineEngine::submit, min(stages + 1, 4) at once)
 };
 
 // Generates n_tokens greedily after `prompt` (prefilled in one step, or in steps of

@@ -1,5 +1,5 @@
-// Crash-surviving greedy generation (see generate.h).
-#include "coordinator/engine/generate.h"
+// Crash-surviving greedy generation (see greedy_generate.h).
+#include "tests/testutil/greedy_generate.h"
 #include "common/log.h"
 
 #include <algorithm>
@@ -24,13 +24,13 @@ int32_t run_chunk(PipelineEngine& engine, uint64_t seq_id, const std::vector<int
   return engine.step({chunk_request(seq_id, tokens, start, end)}).rows.at(0).token;
 }
 
-// The whole prompt in chunks of `chunk` tokens, all in flight at once (stage k works on chunk
-// i+1 while stage k+1 works on chunk i). Fills `ends` with the chunk boundaries; returns the
-// greedy token after the prompt.
+// The whole prompt in chunks of `chunk` tokens, up to min(stages + 1, 4) in flight at once
+// (stage k works on chunk i+1 while stage k+1 works on chunk i). Fills `ends` with the chunk
+// boundaries; returns the greedy token after the prompt.
 int32_t prefill_pipelined(PipelineEngine& engine, const GreedyOptions& options, const std::vector<int32_t>& prompt,
                           std::vector<size_t>* ends) {
   ends->clear();
-  std::vector<std::vector<SeqRequest>> steps;
+  std::vector<SeqRequest> steps;
   for (size_t start = 0; start < prompt.size(); start += options.prefill_chunk) {
     const size_t end = std::min(prompt.size(), start + options.prefill_chunk);
     SeqRequest r = chunk_request(options.seq_id, prompt, start, end);
@@ -38,13 +38,18 @@ int32_t prefill_pipelined(PipelineEngine& engine, const GreedyOptions& options, 
       r.logit_rows.clear();
       r.random_u.clear();
     }
-    steps.push_back({std::move(r)});
+    steps.push_back(std::move(r));
     ends->push_back(end);
   }
-  auto on_done = [&](size_t i) {
-    if (i + 1 < ends->size() && options.on_prefill) options.on_prefill((*ends)[i]);
-  };
-  return engine.step_pipelined(steps, 0, on_done).back().rows.at(0).token;
+  const size_t window = std::min<size_t>(engine.layout().size() + 1, 4);
+  size_t sent = 0;
+  StepOutcome last;
+  for (size_t done = 0; done < steps.size(); ++done) {
+    for (; sent < steps.size() && sent - done < window; ++sent) engine.submit({steps[sent]});
+    last = engine.collect();
+    if (done + 1 < ends->size() && options.on_prefill) options.on_prefill((*ends)[done]);
+  }
+  return last.rows.at(0).token;
 }
 
 }  // namespace

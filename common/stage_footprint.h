@@ -1,0 +1,51 @@
+// What one pipeline stage [first_layer, last_layer) of a model holds, decided in one place for
+// every process: which GGUF tensors it reads (its blocks; the embedding on the first stage; the
+// final norm, LM head and MTP blocks on the last) and the per-sequence state of its layers. The
+// worker's loader and pool sizing, the coordinator's layout planner and the bench all ask here,
+// so they cannot disagree. Names follow the GGUF convention every architecture here uses
+// (blk.N.*, token_embd, output_norm, output).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/stage_types.h"
+
+namespace ds {
+
+class GgufFile;
+struct GgufTensor;
+struct ModelConfig;
+
+enum class TensorRole {
+  kLayer,      // blk.N.* with N < n_layer: main-stack layer N
+  kMtp,        // blk.N.* with N >= n_layer: an MTP block (executed only when speculating)
+  kEmbedding,  // token_embd.*
+  kHead,       // output.* (untied LM head)
+  kFinalNorm,  // output_norm.*
+  kOther,      // anything else (read by no stage)
+};
+
+struct TensorPlace {
+  TensorRole role = TensorRole::kOther;
+  uint32_t layer = 0;  // kLayer / kMtp: the block number
+};
+
+TensorPlace tensor_place(const std::string& name, const ModelConfig& cfg);
+
+// Whether the stage reads the tensor. `as_matrix`: only as a matmul weight (the embedding table
+// of an untied model is only gathered, by the first stage; a tied one is also the LM head).
+bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, StageRange range, bool as_matrix);
+
+// Bytes of the tensors the stage reads.
+uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, StageRange range);
+
+// Bytes of each main-stack layer's tensors (blk.N.* with N < n_layer), for the layout planner.
+std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer);
+
+// The per-sequence state of the stage: one KV pool per attention layer (+1 for the MTP block
+// on the last stage when the model has one), conv + recurrent state per Gated DeltaNet layer.
+CacheShapes stage_cache_shapes(const ModelConfig& cfg, StageRange range);
+
+}  // namespace ds

@@ -1,0 +1,19 @@
+// Qwen3.5 / Qwen3.6 dense hybrid (GGUF arch `qwen35`): Gated DeltaNet and gated attention blocks
+// with SwiGLU FFNs, the MTP block on the last stage (worker/models/qwen35.cpp).
+#pragma once
+
+#include <memory>
+
+#include "worker/stage_model.h"
+
+namespace ds {
+
+class Backend;
+class GgufFile;
+struct ModelConfig;
+
+std::unique_ptr<StageModel> load_qwen35_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                              StageRange range, const StageOptions& options,
+                                              std::unique_ptr<Backend> backend);
+
+}  // namespace ds

@@ -1,0 +1,49 @@
+#include "worker/models/registry.h"
+
+#include "common/error.h"
+#include "common/model_config.h"
+#include "worker/backend.h"
+#include "worker/models/qwen35.h"
+
+namespace ds {
+
+namespace {
+
+constexpr ModelArch kArchs[] = {
+    {"qwen35", &load_qwen35_stage},
+};
+
+}  // namespace
+
+const ModelArch* find_model_arch(const std::string& name) {
+  for (const ModelArch& a : kArchs) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> model_arch_names() {
+  std::vector<std::string> out;
+  for (const ModelArch& a : kArchs) out.emplace_back(a.name);
+  return out;
+}
+
+std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                       StageRange range, const StageOptions& options,
+                                       std::unique_ptr<Backend> backend) {
+  const ModelArch* arch = find_model_arch(config.arch);
+  if (arch == nullptr) {
+    std::string known;
+    for (const std::string& n : model_arch_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError("load_stage: no worker model for architecture '" + config.arch + "' (this build runs: " + known +
+                      ")");
+  }
+  return arch->load(std::move(gguf), config, range, options, std::move(backend));
+}
+
+std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                                           StageRange range, const StageOptions& options) {
+  return load_stage(std::move(gguf), config, range, options, make_cpu_backend(options.n_threads));
+}
+
+}  // namespace ds
