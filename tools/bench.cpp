@@ -34,15 +34,15 @@
 // each its own step, all in flight at once, a group's next step sent as its result comes back,
 // like `serve --decode-groups`). Reported per (P, N): mean step time, aggregate tok/s,
 // the bytes a step must move (weights once + N x (GDN state r/w + KV of the context)) and, with
-// the device's bandwidth (--peak-gbps; cuda default: the H200's measured ~4300 GB/s copy), the
+// the device's bandwidth (--peak-gbps; cuda default: the H200's measured copy, docs/PERFORMANCE.md), the
 // aggregate tok/s that byte count allows and the fraction reached. Each --repeat run prefills
 // its N sequences afresh and drops them afterwards.
 //
 // Roofline context: weight bytes streamed per decode token (every main-stack weight, the LM
 // head, one embedding row) plus f32 GDN state read+write and f32 KV read at that context, and
 // FLOPs per prefill token (2 per matrix weight plus causal attention), each with the rate the
-// measured time implies. Compare with the device's measured ceilings (H200: ~4.3 TB/s copy,
-// ~790 TFLOP/s bf16 dense).
+// measured time implies. Compare with the device's measured ceilings (copy bandwidth, bf16 dense
+// throughput: docs/PERFORMANCE.md).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -93,7 +93,7 @@ struct Options {
   bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run (and each greedy verify step of --spec-k)
   bool profile_prefill = false;  // --profile-prefill: the same around each prefill run
   uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
-  uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight over the workers (0 = all, 1 = off)
+  uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight (0 = min(workers + 1, 4), 1 = off)
   uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
   std::string early_handoff = "on";  // --early-handoff on|host|off (EngineOptions::early_handoff)
@@ -445,7 +445,9 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.backend = o.backend;
   eo.threads_per_worker = o.threads;
   eo.devices = o.devices;  // used on cuda only (the engine gives cpu workers no --device)
-  eo.worker_extra_args = {"--prefill-precision", o.bf16_prefill ? "bf16" : "f32"};
+  eo.prefill_precision = o.bf16_prefill ? "bf16" : "f32";  // sent in Assign, as serve does
+  eo.decode_gemv = o.decode_gemv;
+  eo.bf16_weight_copy = o.bf16_weights ? "on" : "off";
   eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
   eo.mps = o.mps;
   eo.early_handoff = o.early_handoff;
@@ -693,7 +695,7 @@ int main(int argc, char** argv) {
     if (o.warmup) {  // first kernels, first workspace allocations: outside the figures
       // 128 tokens: past the small-batch GEMM (<= 64 tokens), so the prefill GEMM's workspaces and
       // the chunked GDN scratch are allocated here too (after a 32-token warm-up the first measured
-      // prompt paid for them: 27B pp512 in one repetition 2.9K tok/s, pp2048 7.9K; H200 2026-11-29).
+      // prompt paid for them, far below its steady speed: docs/history/performance-2026-11.md).
       runner->prefill(0, std::vector<int32_t>(128, 1), 0);
       runner->decode(0, 128, 2);
       runner->drop(0);

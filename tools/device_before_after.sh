@@ -37,7 +37,7 @@ fi
 if want logits; then
   IDS=$(python3 -c "print(','.join(str((i*7919)%150000+10) for i in range(96)))")
   for model in "$DATA/tiny-qwen35-q8_0.gguf" $M9; do
-    for chunk in 1 5 17 96; do
+    for chunk in ${CHUNKS:-1 5 17 96}; do
       for side in before after; do
         dir=$A; [ $side = after ] && dir=$B
         timeout 120 env LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64" "$dir/bin/deltaserve-logits" --model "$model" \
@@ -52,7 +52,7 @@ fi
 # The figure lines of deltaserve-bench's table: "| name | value ..." rows, kept per side.
 bench_pair() {  # $1 = tag, $2 = timeout, rest = bench args
   local tag=$1 to=$2; shift 2
-  for round in 1 2; do
+  for round in $(seq "${ROUNDS:-2}"); do
     for side in before after; do
       dir=$A; [ $side = after ] && dir=$B
       timeout "$to" env LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64" "$dir/bin/deltaserve-bench" "$@" \
@@ -75,6 +75,7 @@ for f in "$O"/*_before_1.log; do
   [ -f "$f" ] || continue
   tag=$(basename "$f" _before_1.log)
   for r in before_1 after_1 before_2 after_2; do
+    [ -f "$O/${tag}_$r.log" ] || continue
     echo "---- $tag $r"
     grep -vE "^(model|backend|per |\[|$)" "$O/${tag}_$r.log" | tail -n 14
   done

@@ -138,16 +138,16 @@ class CudaBackend final : public Backend {
   void matmul_rows(const WeightView& w, const float* x, size_t xs, size_t n, const RowOutput* outs,
                    size_t n_outs) override;
   // The small-batch GEMM over split rows writes a stack's row segments in one pass (matmul_rows).
-  // Up to kStackMaxTokens only: H200, 2026-11-29, 9B batched decode steps with the stacks vs without:
-  // 8 sequences 5.96 vs 6.18 ms, 32: 9.25 vs 8.88, 64: 13.34 vs 12.86 (fewer launches help small
-  // steps; the stacks' K splits and waves lose at larger ones).
+  // Up to kStackMaxTokens only: fewer launches help small steps; the stacks' K splits and waves lose
+  // at larger ones (measured: docs/PERFORMANCE.md, Decisions measured, stacked products).
   // Prefill steps (past the small-batch GEMM) use the stacks too: each part is still its own
   // tensor-core GEMM (same bits), but the activations are rounded to bf16 once per stack instead
   // of once per part (cuda::matmul_rows).
   static constexpr size_t kStackMaxTokens = 16;
   bool stacks_multi_token(size_t n) const override {
     // 2..4 tokens (verify rows): the split-rows GEMV over the stack, the bits of each part's own
-    // GEMV in fewer launches (H200, 9B verify 1+3 without it: 193 GEMV launches a step, 97 at 1 token).
+    // GEMV in fewer launches (without it a verify row of 1+3 issues about twice a decode step's
+    // GEMV launches).
     if (n <= cuda::detail::kGemvSplitBestTokens) return q8_split_ && n >= 2;
     if (precision_ != cuda::MatmulPrecision::kBf16TensorCores) return false;
     const bool small_batch = q8_split_ && tc_.split_small && n <= kStackMaxTokens;

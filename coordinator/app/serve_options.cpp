@@ -78,11 +78,12 @@ OptionSpec choice(const std::string& name, std::string* field, std::vector<std::
 
 // A cuda worker setting serve validates and passes on (parse_serve_options); unset, the workers
 // keep their own default.
+// A workers' setting serve sends in Assign; unset, `fallback` is sent.
 OptionSpec worker_choice(const std::string& name, std::optional<std::string>* field, std::vector<std::string> allowed,
-                         const std::string& help) {
+                         const std::string& fallback, const std::string& help) {
   return {name, value_name_of(allowed), help,
           [field, allowed](const std::string& v) { *field = v; return allowed_value(allowed, v); },
-          [field] { return field->value_or("(worker default)"); }, "-"};
+          [field, fallback] { return field->value_or(fallback); }, fallback};
 }
 
 // Every option of `deltaserve serve`, bound to `o`. The order is the help's and describe()'s.
@@ -192,7 +193,7 @@ OptionTable serve_table(ServeOptions* o) {
          o->memory_budget = v;
          return parse_byte_size(v, &bytes) && bytes != 0;
        },
-       [o] { return o->memory_budget.value_or("(worker default)"); },
+       [o] { return o->memory_budget.value_or("(each worker's own)"); },
        "cpu min(4G, RAM/4); cuda: what the GPU share leaves after the weights"},
       {"startup-timeout", "S", "seconds to wait for every worker to be Ready",
        [e](const std::string& v) {
@@ -231,17 +232,17 @@ OptionTable serve_table(ServeOptions* o) {
          return parse_positive(v, &o->decode_groups) && o->decode_groups <= 8;
        },
        [o] { return o->decode_groups ? shown(o->decode_groups) : std::string("auto"); }},
-      worker_choice("prefill-precision", &o->prefill_precision, {"bf16", "f32"},
-                    "cuda workers' prefill products + attention: bf16 tensor cores (the workers' default)\n"
-                    "or f32 SIMT; cpu workers always compute f32"),
-      worker_choice("bf16-weight-copy", &o->bf16_weight_copy, {"off", "on", "auto"},
+      worker_choice("prefill-precision", &o->prefill_precision, {"bf16", "f32"}, "bf16",
+                    "cuda workers' prefill products + attention: bf16 tensor cores or f32 SIMT; cpu workers\n"
+                    "always compute f32 (sent to every worker in Assign, over its own flags)"),
+      worker_choice("bf16-weight-copy", &o->bf16_weight_copy, {"off", "on", "auto"}, "off",
                     "cuda workers: persistent bf16 weight copies for prefill, paid from the pool budget\n"
-                    "(auto: only when the pools lose nothing; workers' default: off)"),
-      worker_choice("decode-gemv", &o->decode_gemv, {"auto", "dp4a", "mma"},
+                    "(auto: only when the pools lose nothing; sent in Assign)"),
+      worker_choice("decode-gemv", &o->decode_gemv, {"auto", "dp4a", "mma"}, "auto",
                     "cuda workers' GEMV of decode steps and verify rows: dp4a (fastest at one token on 9B),\n"
                     "mma (int8 tensor cores: a 1+3 verify row at ~1.15x a decode step; 27B decode 13%\n"
-                    "faster, 9B ~6% slower); auto (workers' default): mma when --spec-k > 0 or the model\n"
-                    "is wider than 4096, else dp4a"),
+                    "faster, 9B ~6% slower); auto: mma when --spec-k > 0 or the model is wider than 4096,\n"
+                    "else dp4a (sent in Assign)"),
       choice("log-format", &o->log_format, {"text", "json"}, "log lines as text or one JSON object each"),
   };
 }
@@ -289,16 +290,14 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
     *error = r.error;
     return false;
   }
-  // Appended once the layers are merged (one flag, the winning value); as a flag it also beats
-  // DELTASERVE_WORKER_PREFILL_PRECISION in the environment the workers inherit.
-  const std::pair<const char*, const std::optional<std::string>*> passed[] = {
-      {"--memory-budget", &out->memory_budget},
-      {"--prefill-precision", &out->prefill_precision},
-      {"--bf16-weight-copy", &out->bf16_weight_copy},
-      {"--decode-gemv", &out->decode_gemv}};
-  for (const auto& [flag, value] : passed) {
-    if (*value) out->engine.worker_extra_args.insert(out->engine.worker_extra_args.end(), {flag, **value});
-  }
+  // Settings that change the workers' numerics or memory travel in Assign (EngineOptions), so
+  // workers started elsewhere cannot diverge: every worker gets the server's choice.
+  EngineOptions& e = out->engine;
+  e.prefill_precision = out->prefill_precision.value_or("bf16");
+  e.decode_gemv = out->decode_gemv.value_or("auto");
+  e.bf16_weight_copy = out->bf16_weight_copy.value_or("off");
+  e.pool_budget_bytes = 0;
+  if (out->memory_budget) parse_byte_size(*out->memory_budget, &e.pool_budget_bytes);  // validated above
   return check_consistency(*out, error);
 }
 

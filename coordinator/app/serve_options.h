@@ -39,19 +39,16 @@ struct ServeOptions {
   // 2 for cuda workers on two or more GPUs or cpu workers whose threads fit the cores, else 1),
   // 1 = off.
   uint32_t decode_groups = 0;
-  // cuda workers' prefill: "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT); cpu workers
-  // accept both and always compute in f32. Unset: not passed, so a worker keeps its own default
-  // (bf16, or DELTASERVE_WORKER_PREFILL_PRECISION). Set: the workers this process starts get
-  // --prefill-precision (external workers must be given it themselves).
+  // The workers' numerics and memory, sent to every worker in Assign (EngineOptions), external
+  // ones included, over their own flags:
+  // cuda prefill "bf16" (tensor cores, f32 accumulation) or "f32" (SIMT; cpu workers always
+  // compute in f32); unset: bf16.
   std::optional<std::string> prefill_precision;
-  // Each worker's pool budget (--memory-budget SIZE), validated here and passed to the workers
-  // this process starts; unset: the workers' default.
+  // Each worker's pool budget (--memory-budget SIZE); unset: each worker's own.
   std::optional<std::string> memory_budget;
-  // cuda workers' persistent bf16 weight copy ("off" | "on" | "auto"); unset: not passed, like
-  // prefill_precision (worker default: off).
+  // cuda persistent bf16 weight copy ("off" | "on" | "auto"); unset: off.
   std::optional<std::string> bf16_weight_copy;
-  // cuda workers' decode / verify GEMV ("auto" | "dp4a" | "mma"; worker_options.h decode_gemv);
-  // unset: not passed (worker default auto: worker_options.h decode_gemv_is_mma).
+  // cuda decode / verify GEMV ("auto" | "dp4a" | "mma"; worker/decode_gemv.h); unset: auto.
   std::optional<std::string> decode_gemv;
   std::string log_format = "text";   // text | json
 };

@@ -135,8 +135,8 @@ void PipelineEngine::Impl::load_model_layout() {
 
 // A private MPS daemon when local CUDA workers share a GPU (mps_daemon.h); returns the workers'
 // extra environment. Also settles busy polling: "auto" is on with cuda workers, under MPS too
-// (H200, 2026-11-30, 9B, two workers on one GPU under MPS: 268.8 tok/s batch-1 decode with it,
-// 250.5 without; 32 sequences 2933 vs 2882 tok/s).
+// (faster decode with two workers sharing a GPU under MPS too: docs/PERFORMANCE.md, Decisions
+// measured, busy polling).
 std::vector<std::string> PipelineEngine::Impl::start_private_mps() {
   const bool already = mps_serves_this_process();
   std::vector<std::string> env;
@@ -221,6 +221,10 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
     a.set_next_stage_endpoint(ipc::data_endpoints(endpoint, rank + 1, registry->at(rank + 1).hostname).connect);
   }
   a.set_memory_budget_bytes(opt.memory_budget_bytes);
+  a.set_prefill_precision(opt.prefill_precision);
+  a.set_decode_gemv(opt.decode_gemv);
+  a.set_bf16_weight_copy(opt.bf16_weight_copy);
+  a.set_pool_budget_bytes(opt.pool_budget_bytes);
   a.set_n_threads(static_cast<uint32_t>(opt.threads_per_worker));
   a.set_epoch(epoch);
   a.set_max_context(opt.max_context);

@@ -41,6 +41,13 @@ struct EngineOptions {
   bool external_workers = false;        // workers are started by someone else (systemd, by hand)
   std::string control_endpoint;         // empty: a private ipc:// directory
   std::string worker_binary;            // empty: deltaserve-worker next to this executable
+  // Sent to every worker in Assign (they apply them over their own flags): the cuda workers'
+  // prefill precision, decode GEMV and bf16 weight copy, and the pools' budget (0: each
+  // worker's own --memory-budget).
+  std::string prefill_precision = "bf16";
+  std::string decode_gemv = "auto";
+  std::string bf16_weight_copy = "off";
+  uint64_t pool_budget_bytes = 0;
   std::vector<std::string> worker_extra_args;
   // Hidden states between local workers: "auto" (a shared-memory ring between stages on one
   // host, inline across hosts) or "inline" (always in the ZeroMQ message); passed to the
@@ -51,7 +58,8 @@ struct EngineOptions {
   // --early-handoff.
   std::string early_handoff = "on";
   // While a step is in flight the engine polls for its result without sleeping, so the result
-  // costs no thread wake-up (H200 VM, 9B decode: ~0.3 ms of each step was outside compute).
+  // costs no thread wake-up (part of each decode step was spent outside compute: docs/PERFORMANCE.md,
+  // Decisions measured, busy polling).
   // "auto": on with cuda workers (one busy core while serving), off with cpu workers (they need
   // the cores); "on" / "off".
   std::string busy_poll = "auto";

@@ -47,9 +47,8 @@ std::vector<std::string> gpu_fraction_flags(const std::string& backend, std::opt
                                             bool has_mtp);
 
 // A start-up hint for CUDA workers that share a GPU without CUDA MPS (`mps_running` false): their
-// kernels then time-share the GPU instead of overlapping. H200, 9B, 2 workers on one GPU vs 1
-// (2026-11-29, same call): prefill 1.02-1.09x the time plainly, 0.97-1.02x under MPS; decode
-// 1.11-1.15x either way. Empty when there is nothing to say.
+// kernels then time-share the GPU instead of overlapping (prefill is slower than under MPS:
+// docs/history/performance-2026-11.md, session 6). Empty when there is nothing to say.
 std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
                             bool mps_running);
 
@@ -57,9 +56,9 @@ std::string shared_gpu_hint(const std::string& backend, const std::vector<int>& 
 // workers compute on separate devices, so one group decodes on each at once (one batch through
 // two stages leaves each device idle half of every step): cuda workers on two or more GPUs, or
 // two or more cpu workers whose threads fit the host's `hardware_threads`. 1 otherwise: on one
-// device two half batches cost more than one batch (each re-reads the weights). Measured with
-// 2 cpu workers of 1 thread on 2 cores, 0.2B-parameter model, 32 sequences: 56.8 -> 93.4 tok/s;
-// 1 worker: 64.0 -> 55.7 (docs/PERFORMANCE.md, session 7).
+// device two half batches cost more than one batch (each re-reads the weights). Measured on cpu
+// workers: docs/history/performance-2026-11.md, session 7; on GPUs: docs/PERFORMANCE.md, Decisions
+// measured, decode groups.
 uint32_t auto_decode_groups(const std::string& backend, const std::vector<int>& devices, uint32_t n_ranks,
                             uint32_t threads_per_worker, uint32_t hardware_threads);
 

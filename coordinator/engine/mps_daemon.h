@@ -1,16 +1,15 @@
 // A private CUDA MPS control daemon for local CUDA workers that share a GPU.
 //
 // Without MPS, two worker processes on one GPU each hold their own GPU context and their kernels
-// time-share the GPU; under MPS they share one context and overlap. H200, 9B, 2 workers on one
-// GPU vs 1, same call (2026-11-29): prefill (2048-token chunks pipelined) 1.02 / 1.08 / 1.09x the
-// time at 2K / 8K / 16K plainly, 1.02 / 0.97 / 0.97x under MPS; batch-1 decode 1.11-1.15x either
-// way (a decode step is one chain of small kernels: nothing to overlap). With EngineOptions::mps
+// time-share the GPU; under MPS they share one context and overlap, which speeds up pipelined
+// prefill; batch-1 decode gains little (a decode step is one chain of small kernels: nothing to
+// overlap). Measured: docs/history/performance-2026-11.md, session 6. With EngineOptions::mps
 // "on" (or "auto": only when no MPS daemon already serves this process) the engine starts
 // `nvidia-cuda-mps-control -d` with its own pipe and log directories when local CUDA workers
 // share a GPU, hands the directories to the workers through their environment, and quits the
 // daemon when it shuts down. A private pipe directory means only our workers connect to it.
-// "auto" by default (H200, 9B, 2026-11-30: two workers on one GPU under MPS with busy polling
-// decode at 1.035x a plain single worker's time, 1.08x without MPS). A daemon outlives a SIGKILLed
+// "auto" by default (two workers on one GPU decode closer to a single worker's speed under MPS:
+// docs/PERFORMANCE.md, Decisions measured, MPS). A daemon outlives a SIGKILLed
 // server (`-d` detaches it); the next engine to start one quits such leftovers first
 // (reap_stale_mps_daemons).
 #pragma once

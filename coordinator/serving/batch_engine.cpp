@@ -384,7 +384,7 @@ void BatchEngine::loop() {
         // Idle: sleep on the inbox (submit / cancel / stop wake it at once), then handle the
         // control traffic (heartbeats, restarts) that queued meanwhile. Sleeping in the pipeline's
         // pump instead left a new request waiting up to idle_pump_ms before its first step
-        // (H200, 9B, 8K-token prompt: time to first token 377 ms over a 317 ms prefill).
+        // (time to first token well above the prefill's: docs/history/performance-2026-11.md, session 6).
         cv_.wait_for(lock, std::chrono::milliseconds(opt_.idle_pump_ms),
                      [this] { return stopping_ || !inbox_.empty() || !cancels_.empty(); });
         lock.unlock();

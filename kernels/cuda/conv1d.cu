@@ -37,8 +37,8 @@ __global__ void conv_kernel(const float* x, size_t xs, size_t n_tokens, size_t c
 // The same outputs with the same arithmetic (the taps in the same order, so the same bits), for a
 // K-tap kernel: a thread owns V consecutive channels (V = 4: 16-byte loads) and a run of kRunTokens
 // tokens, sliding a K-row window down the run in registers, so every input is read once instead of
-// K times and no thread divides 64-bit indices (the per-element kernel above ran a 9B layer's 8192
-// tokens x 8192 channels at ~1/6 of HBM bandwidth, H200 ncu 2026-11-29).
+// K times and no thread divides 64-bit indices (the per-element kernel above ran a 9B layer far
+// below HBM bandwidth: docs/history/performance-2026-11.md, session 6).
 constexpr int kRunTokens = 16;
 
 template <int V>

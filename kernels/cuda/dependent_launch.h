@@ -3,7 +3,7 @@
 // draining, hiding most of its launch latency (a batch-1 decode step has ~300 such kernels).
 //
 // A per-stream switch instead of a parameter on every op: the owner of a stream (CudaBackend, from
-// CudaBackendOptions::decode_pdl) turns it on once; every op launched on that stream consults it
+// CudaAblations::decode_pdl) turns it on once; every op launched on that stream consults it
 // (common.cuh launch_dependent_if_enabled). Streams never registered launch ordinarily, so tests
 // and tools that pass their own stream see no change.
 #pragma once

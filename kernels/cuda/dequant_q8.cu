@@ -2,12 +2,12 @@
 //
 // v1 (gemm_tc.cu) gives each thread one 34-byte block and reads it with 17 two-byte loads: a
 // warp's load instruction touches 32 blocks 34 bytes apart, so every sector is fetched from L1
-// again and again, and its 16-byte stores land 64 bytes apart (measured 2.1-2.5 TB/s of the
-// H200's ~4.3). Here a warp takes 32 consecutive blocks (1088 bytes, 16-byte aligned when the
-// rows are packed): three coalesced 16-byte loads per lane into shared memory, each lane decodes
-// one block from there, and the 2 KB of bf16 leave through shared memory as four coalesced
-// 16-byte stores per lane. Arithmetic is v1's (d * q rounded to nearest-even bf16), so the two
-// outputs are bit-identical.
+// again and again, and its 16-byte stores land 64 bytes apart (measured well below the copy
+// bandwidth: docs/history/performance-2026-11.md). Here a warp takes 32 consecutive blocks (1088
+// bytes, 16-byte aligned when the rows are packed): three coalesced 16-byte loads per lane into
+// shared memory, each lane decodes one block from there, and the 2 KB of bf16 leave through
+// shared memory as four coalesced 16-byte stores per lane. Arithmetic is v1's (d * q rounded to
+// nearest-even bf16), so the two outputs are bit-identical.
 #include "kernels/cuda/dequant_q8.h"
 
 #include <cuda_bf16.h>

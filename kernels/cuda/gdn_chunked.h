@@ -38,8 +38,8 @@ bool gdn_chunked_applies(const GdnShape& s);
 //   kV2: 3 operand tiles in shared memory (133 KB: one block, 8 warps per SM), element-wise loads.
 //   kV3 (default): dk = dv = 128 and 16-byte aligned q/k/v rows only (other calls run kV2): 100 KB
 //     of shared memory (two blocks per SM), 16-byte loads issued together, Kd and e^gam Q written
-//     straight from the loaded registers; the prep was latency-bound (~0.14 ms per block at 9B
-//     shapes against ~0.02 ms of arithmetic), so residency and fewer round trips are the levers.
+//     straight from the loaded registers; the prep was latency-bound (several times its arithmetic
+//     at 9B shapes: docs/history/performance-2026-11.md), so residency and fewer round trips are the levers.
 //   kTensorCores: kV3's flow with its products on tensor cores (mma.sync m16n8k8 tf32, f32
 //     accumulation, sm_80+; gdn_chunked_prep_tc.cu): the triangular inverse stays f32; operands of
 //     the products are rounded to tf32 (2^-11 relative). Takes the calls kV3 takes (others: kV2).

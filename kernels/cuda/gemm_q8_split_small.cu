@@ -8,8 +8,8 @@
 // activations (rounded to bf16 once per call by a small kernel), which the block stages once per
 // slice in shared memory (cp.async, three stages). With a K split, a second small kernel adds the
 // partial sums up in split order (deterministic). (Staging f32 activations with the conversion in
-// the block, and reducing the splits in the last block of each row block, measured slower on the
-// H200: 6.1 vs 5.7 ms for a 9B step's matrices at 5 tokens, 19.5 vs 8.2 ms at 64.)
+// the block, and reducing the splits in the last block of each row block, measured slower:
+// docs/history/performance-2026-11.md, session 4.)
 //
 // Column order: a quad of lanes (same g = lane / 4) covers a 64-column span of its rows with one
 // 16-byte load each (lane c: columns 16c .. 16c + 15). The mma's k index is a permutation of the
@@ -60,9 +60,8 @@ int gemm_q8_split_small_splits(size_t rows, size_t cols) {
 
 namespace {
 
-// Up to 16 tokens the staged variant, beyond the register ring: H200 lab, 2026-11-29, a 9B step's
-// matrices queued as dependent launches: 8 tokens 4.60 vs 4.93 ms, 16: 4.90 vs 5.17, 32: 5.77 vs
-// 5.66, 64: 8.30 vs 7.41. Both give the same bits, so the switch keeps every token batch-invariant.
+// Up to 16 tokens the staged variant, beyond it the register ring (measured: docs/PERFORMANCE.md,
+// Decisions measured). Both give the same bits, so the switch keeps every token batch-invariant.
 int default_variant(size_t n) { return n <= kSplitSmallStagedMaxTokens ? 1 : 0; }
 
 }  // namespace

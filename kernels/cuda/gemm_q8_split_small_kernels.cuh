@@ -268,8 +268,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // last-block reduction inside the product kernel measured slower: one block per row block summing
 // serially).
 // Each group of up to kSumBatch splits is loaded before it is added: a thread holds ~1 element, so
-// one load at a time left it waiting `splits` DRAM round trips (H200, 9B at 64 tokens: ~11 us a
-// launch, 2.4 ms a step). The additions keep split order, so the bits do not change.
+// one load at a time left it waiting `splits` DRAM round trips (a large share of a 64-token step:
+// docs/history/performance-2026-11.md, session 5). The additions keep split order, so the bits do not change.
 constexpr int kSumBatch = 16;
 __global__ void sum_splits_kernel(const float* __restrict__ partial, int splits, int n, int rows, RowSegments out) {
   wait_for_previous_kernel();

@@ -7,8 +7,8 @@
 // into its shared memory, then lane L dots row L's quad with them. Why this layout:
 //  * every lane reads the same activations, so each x read is a shared-memory broadcast;
 //    v1 read x from global memory inside the dot (one L2 round trip after another for a block
-//    whose columns no other warp had touched), which left the GEMV latency-bound at 25-37% of
-//    HBM for n=1 and far worse for n=8 (measured 2026-11-29, PERFORMANCE.md);
+//    whose columns no other warp had touched), which left the GEMV latency-bound, far below
+//    HBM bandwidth (measured: docs/history/performance-2026-11.md);
 //  * the shared row stride is 35 words (odd), so the 32 lanes' reads of "word k of my row" hit
 //    32 different banks;
 //  * the next quad's weights and activations are loaded into registers (a ring of D quads)

@@ -1,9 +1,9 @@
 // Decode GEMV for split-rows Q8_0 weights on int8 tensor cores, 1..4 tokens a launch, with the
 // same instruction stream for every token count (gemv_q8_split.cu variant kGemvSplitMmaVariant).
 //
-// Why: the dp4a GEMV (gemv_q8_split.cu) issues ~2.8x the instructions at 4 tokens as at 1 and,
-// at 16 warps per SM, cannot hide them (ncu, H200, 2026-11-30: gate+up 66 vs 31 us). A
-// speculative verify row of 1 + 3 tokens then costs ~1.9x a decode step. Here one
+// Why: the dp4a GEMV (gemv_q8_split.cu) issues several times the instructions at 4 tokens as at 1
+// and, at 16 warps per SM, cannot hide them, so a speculative verify row of 1 + 3 tokens costs far
+// more than a decode step (measured: docs/history/performance-2026-11.md, session 10). Here one
 // mma.m16n8k32.s8 takes one Q8_0 block of 16 rows against ALL FOUR tokens at once: its 8 B
 // columns are the tokens' two int8 activation levels (column 2t: level a of token t, 2t + 1:
 // level b). A missing token is just two columns whose outputs are never stored, so 1, 2, 3 or 4

@@ -183,7 +183,8 @@ __device__ __forceinline__ void copy_own_activations(const uint8_t* __restrict__
 // j ^ 2 (r & 3), so the four rows a half-warp reads with its 8-byte fragment loads fall on disjoint
 // banks) and the rows' 4 fp16 block scales. cp.async fills it with 16-byte copies, 8 lanes per row:
 // every copy instruction reads 4 whole 128-byte lines (fragment-shaped 8-byte loads straight from
-// global memory read one 32-byte sector per row and instruction: 2.7x the L2 requests, measured).
+// global memory read one 32-byte sector per row and instruction: several times the L2 requests,
+// measured: docs/history/performance-2026-11.md, session 10).
 
 constexpr int kSlotQuantBytes = kTileRows * kStageCols, kSlotBytes = kSlotQuantBytes + kTileRows * kStageBlocks * 2;
 

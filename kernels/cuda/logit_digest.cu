@@ -6,9 +6,9 @@
 //     fixed-shape tree (deterministic); each warp merges up to 32 chunks' lists, then warp 0 the 8
 //     warps' lists: the row's first k.
 // Candidate selection is a chain of k dependent rounds, and one block per SM has only 8 warps to
-// hide it (the first version, k rounds of block-wide argmins, measured 35 + 48 us a row on the
-// H200; its per-warp rewrite still 45 + 37: ncu showed stalls on dependent instructions, not
-// throughput). So a round here is short: every lane holds its candidates sorted, best first (a
+// hide it (the first version, k rounds of block-wide argmins, and its per-warp rewrite were both
+// stalled on dependent instructions, not throughput: docs/history/performance-2026-11.md, session 11).
+// So a round here is short: every lane holds its candidates sorted, best first (a
 // sorting network once, or a sorted list in shared memory), the warp's best head is two redux
 // instructions (the largest order key, then the lowest id among lanes holding it), and only the
 // winning lane advances.

@@ -7,11 +7,11 @@
 // (the CUDA backend's default, chosen by the caller): for n_tokens >= kTcMinTokens a bf16
 // tensor-core GEMM with f32 accumulation (weights d*q and activations rounded to bf16: each output
 // within 2^-8 * sum|w x| of the f32 result), run by cuBLASLt (default) or our mma.sync kernel
-// (TcGemmOptions; cuBLASLt ~2x the mma kernel on the 9B shapes, docs/PERFORMANCE.md). Its model-level
-// error is bounded on a well-conditioned synthetic model (tests/kernels/cuda/
-// test_cuda_model_bf16.cpp); the random-weight fixture amplifies rounding ~10^4x, so its tests ask
-// for kF32. It keeps grow-only device scratch per (device, stream): its first use on a stream
-// allocates (not capturable in a CUDA graph then).
+// (TcGemmOptions; cuBLASLt is the faster on the 9B shapes: docs/PERFORMANCE.md, Decisions
+// measured). Its model-level error is bounded on a well-conditioned synthetic model
+// (tests/kernels/cuda/test_cuda_model_bf16.cpp); the random-weight fixture amplifies rounding
+// ~10^4x, so its tests ask for kF32. It keeps grow-only device scratch per (device, stream): its
+// first use on a stream allocates (not capturable in a CUDA graph then).
 // Returns cudaErrorNotSupported for other weight types; other status
 // codes as in kernels/cuda/norm.h.
 #pragma once

@@ -83,7 +83,7 @@ cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, co
 // ~25K columns); cudaErrorNotSupported, before any launch, for a matrix it does not take.
 // act_scratch (16-byte aligned, gemv_q8_split_mma_act_bytes(w.cols)): the activations are quantized
 // once per 4 tokens by a launch of their own into it instead of in every block of the GEMV (the
-// same bits; worth it on wide inputs at several tokens: PERFORMANCE.md, session 11).
+// same bits; worth it on wide inputs at several tokens: docs/history/performance-2026-11.md, session 11).
 cudaError_t gemv_q8_split_mma(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                               const RowSegments& out, cudaStream_t stream, bool pdl, void* act_scratch = nullptr);
 size_t gemv_q8_split_mma_act_bytes(size_t cols);
@@ -104,8 +104,8 @@ cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, 
 // Launch shapes of the GEMV kernel (gemv_q8_kernels.cuh): 0 (kGemvDefaultVariant): 8 warps, 1 quad
 // in flight per warp, 2 blocks/SM; 1 (kGemvWideVariant): 8 warps, 2 quads, 1 block/SM. 4 and 8
 // tokens use at most 4 warps. They differ in rounding order only (each row's warp partials are
-// added in warp order). gemv_q8 uses 0 for 1-2 tokens and 1 for 3-8 (fastest in the H200 lab
-// runs of 2026-11-29); the lab's other shapes are in tools/kernel_lab/variants_lab.h.
+// added in warp order). gemv_q8 uses 0 for 1-2 tokens and 1 for 3-8 (fastest in the kernel lab:
+// docs/history/performance-2026-11.md); the lab's other shapes are in tools/kernel_lab/variants_lab.h.
 inline constexpr int kGemvVariants = 2, kGemvDefaultVariant = 0, kGemvWideVariant = 1;
 cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
                             size_t ys, cudaStream_t stream);

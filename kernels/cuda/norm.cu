@@ -78,8 +78,8 @@ __global__ void l2_norm_kernel(const float* x, size_t xs, float eps, size_t n_ro
 
 // ---- wide rows (dim >= kWideMinDim): a block per row ----------------------------------------------
 // A lone warp walking a 4096-wide row issues one 128-byte load after another; at decode (one row
-// per call: the block norms, the LM-head norm) that made each rms_norm ~48 us on the H200, about
-// a third of a 9B decode step (ncu, 2026-11-29). A block of 256 threads has every load of the row
+// per call: the block norms, the LM-head norm) that made the rms_norms a large share of a 9B decode
+// step (docs/history/performance-2026-11.md). A block of 256 threads has every load of the row
 // in flight at once.
 constexpr int kWideThreads = 256;
 constexpr size_t kWideMinDim = 1024;
@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kWideThreads)
 // 4096-5120 wide; the prefill rows as many blocks). Every load of a thread's part of the row is
 // issued before its first store: x, delta and y may alias (y == delta is allowed), so a loop that
 // stores x[i] before loading x[i + 256] makes the compiler keep the loads in order, one L2 round
-// trip after another (14.6 us per 4096-wide row on the H200, ncu 2026-11-29: 0.9 ms of a 9B decode
-// step). Same arithmetic and order as the loop it replaces. Rows wider than kWideThreads *
+// trip after another (a visible share of a 9B decode step: docs/history/performance-2026-11.md, session 3).
+// Same arithmetic and order as the loop it replaces. Rows wider than kWideThreads *
 // kAddNormPerThread take the loop.
 constexpr int kAddNormPerThread = 32;  // rows up to 8192 wide held in registers
 
@@ -205,8 +205,8 @@ __global__ void add_rms_norm_rows_kernel(float* x, const float* delta, const flo
 
 // Shared argument checks of the strided row ops.
 // ---- wide decode rows on sm_90+: a cluster of 8 blocks per row -----------------------------------
-// One 256-thread block per 4096-wide row measured 9.6 us per call with warm caches (ncu,
-// 2026-11-29): a decode step has 63 of them (15% of the 9B step). A thread-block cluster spreads a
+// One 256-thread block per 4096-wide row is still latency-bound, and a decode step has 63 of them
+// (measured: docs/history/performance-2026-11.md, session 3). A thread-block cluster spreads a
 // row over kClusterBlocks SMs; the blocks' sums meet in distributed shared memory and every block
 // adds them in rank order, so all hold the same total. rms_norm and add_rms_norm take this path
 // under the same condition (cluster_rows), so a fused step and the separate add + norm at a

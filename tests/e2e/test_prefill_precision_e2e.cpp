@@ -1,7 +1,7 @@
-// `deltaserve serve --prefill-precision` end to end (2 CPU workers): the value reaches the
-// command line of every worker serve starts (each logs its options at start-up: "starting: ...
-// prefill_precision=f32"), and a bad value stops start-up before anything is spawned. CPU
-// workers accept the option and compute in f32 either way; the cuda effect of bf16 vs f32 is
+// `deltaserve serve --prefill-precision` end to end (2 CPU workers): the value reaches every
+// worker in Assign (each logs what it applies: "settings from the coordinator: prefill_precision=f32
+// ..."), not through its command line, and a bad value stops start-up before anything is spawned.
+// CPU workers accept the setting and compute in f32 either way; the cuda effect of bf16 vs f32 is
 // CudaBackendOptions::bf16_prefill, tested by the kernel and model parity tests.
 #include <gtest/gtest.h>
 
@@ -16,37 +16,41 @@
 namespace ds::test {
 namespace {
 
-// The start-up lines of the workers ("[worker R] starting: rank=R ...") in a server log.
-std::vector<std::string> worker_start_lines(const std::string& log) {
+// Lines of a server log holding `needle`.
+std::vector<std::string> lines_with(const std::string& log, const std::string& needle) {
   std::vector<std::string> out;
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("starting: rank=") != std::string::npos) out.push_back(line);
+    if (line.find(needle) != std::string::npos) out.push_back(line);
   }
   return out;
 }
 
-TEST(PrefillPrecisionE2E, ServePassesItToEveryWorkerItStarts) {
+TEST(PrefillPrecisionE2E, ServeSendsItToEveryWorkerInAssign) {
   ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--prefill-precision", "f32"});
-  const std::vector<std::string> starts = worker_start_lines(server.log());
-  ASSERT_EQ(starts.size(), 2u) << server.log();
-  for (const std::string& line : starts) {
+  const std::vector<std::string> applied = lines_with(server.log(), "settings from the coordinator:");
+  ASSERT_EQ(applied.size(), 2u) << server.log();
+  for (const std::string& line : applied) {
     EXPECT_NE(line.find("prefill_precision=f32"), std::string::npos) << line;  // the workers' default is bf16
+  }
+  for (const std::string& line : lines_with(server.log(), "starting: rank=")) {
+    EXPECT_EQ(line.find("--prefill-precision"), std::string::npos) << "not on the worker's command line: " << line;
   }
   const HttpReply r =
       post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
-// --bf16-weight-copy / --decode-gemv (cuda workers' persistent bf16 copy, decode GEMV) travel the
-// same way; cpu workers accept and ignore them (the copy's budget check is cuda-only).
-TEST(PrefillPrecisionE2E, Bf16WeightCopyAndDecodeGemvReachEveryWorker) {
+// --bf16-weight-copy / --decode-gemv / --memory-budget (cuda workers' persistent bf16 copy, decode
+// GEMV, the pools' budget) travel the same way; cpu workers accept and ignore the first two (the
+// copy's budget check is cuda-only).
+TEST(PrefillPrecisionE2E, Bf16WeightCopyDecodeGemvAndBudgetReachEveryWorker) {
   ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--bf16-weight-copy", "auto",
-                        "--decode-gemv", "mma"});
-  const std::vector<std::string> starts = worker_start_lines(server.log());
-  ASSERT_EQ(starts.size(), 2u) << server.log();
-  for (const std::string& line : starts) {
-    EXPECT_NE(line.find("bf16_weight_copy=auto decode_gemv=mma"), std::string::npos) << line;
+                        "--decode-gemv", "mma", "--memory-budget", "512M"});
+  const std::vector<std::string> applied = lines_with(server.log(), "settings from the coordinator:");
+  ASSERT_EQ(applied.size(), 2u) << server.log();
+  for (const std::string& line : applied) {
+    EXPECT_NE(line.find("decode_gemv=mma bf16_weight_copy=auto pool_budget=512.00 MiB"), std::string::npos) << line;
   }
   const HttpReply r = post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;

@@ -1,5 +1,5 @@
 // deltaserve-kernel-lab: kernel-level speed of ds::cuda::matmul (Q8_0) and ds::cuda GDN at the
-// Qwen3.5 9B shapes, against the measured H200 ceilings (4.3 TB/s copy, 790 TFLOP/s bf16 dense).
+// Qwen3.5 9B shapes, against the device's measured ceilings (lab_common.cuh; figures in docs/PERFORMANCE.md).
 //
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
 //   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN f32 vs tensor-core state pass and dequant v1/v2: prefill_ops.cu)

@@ -1,4 +1,4 @@
-// What the kernel lab's sections share (kernel_lab.cu, small_gemm_lab.cu): the H200 ceilings, a
+// What the kernel lab's sections share (kernel_lab.cu, small_gemm_lab.cu): the device ceilings, a
 // checked CUDA call, random device data and the median timer (METHOD.md: one warm-up launch, then
 // N timed launches between CUDA events), and rotated Q8_0 matrices larger than L2 together.
 #pragma once

@@ -4,7 +4,7 @@
 //     GdnMath; both, each alone, slab auto / 32 / 64) at 512/2048/8192 tokens, 16 k heads, 32 (9B) and 48 (27B) v
 //     heads, 128 x 128, conv rows in the model's layout; plus the tc results' max error vs f32;
 //   - Q8_0 -> bf16 dequantization v1 vs v2 (kernels/cuda/dequant_q8.h) on the GEMM weight
-//     shapes; GB/s = (Q8_0 bytes read + bf16 bytes written) / time, % of the 4.3 TB/s copy roof.
+//     shapes; GB/s = (Q8_0 bytes read + bf16 bytes written) / time, % of the copy roof (kHbm).
 // Same method as the rest of the lab: random inputs, one warm-up, median of --reps launches
 // between CUDA events; dequantization rotates over weight copies larger than L2.
 #include <cuda_runtime.h>

@@ -152,7 +152,33 @@ bool backend_available(const std::string& backend) {
   return false;
 }
 
-LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& worker, int n_threads) {
+WorkerOptions with_assigned_settings(const WorkerOptions& own, const ipc::v1::Assign& assign) {
+  WorkerOptions w = own;
+  const auto take = [](const std::string& name, const std::string& given, std::initializer_list<const char*> valid,
+                       std::string* setting) {
+    if (given.empty()) return;
+    bool ok = false;
+    for (const char* v : valid) ok = ok || given == v;
+    if (!ok) throw std::runtime_error("Assign." + name + " = '" + given + "' is not a valid setting");
+    if (given != *setting) {
+      log::info("worker", log::Msg() << name << " " << given << " (the coordinator's; this worker's flag said "
+                                     << *setting << ")");
+    }
+    *setting = given;
+  };
+  take("prefill_precision", assign.prefill_precision(), {"bf16", "f32"}, &w.prefill_precision);
+  take("decode_gemv", assign.decode_gemv(), {"auto", "dp4a", "mma"}, &w.decode_gemv);
+  take("bf16_weight_copy", assign.bf16_weight_copy(), {"off", "on", "auto"}, &w.bf16_weight_copy);
+  if (assign.pool_budget_bytes() != 0) w.memory_budget_bytes = assign.pool_budget_bytes();
+  log::info("worker", log::Msg() << "settings from the coordinator: prefill_precision=" << w.prefill_precision
+                                 << " decode_gemv=" << w.decode_gemv << " bf16_weight_copy=" << w.bf16_weight_copy
+                                 << " pool_budget="
+                                 << (w.memory_budget_bytes ? format_bytes(w.memory_budget_bytes) : "(default)"));
+  return w;
+}
+
+LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& own, int n_threads) {
+  const WorkerOptions worker = with_assigned_settings(own, assign);
 #if DS_HAVE_MODEL
   auto gguf = std::make_shared<const GgufFile>(GgufFile::open(assign.model_path()));
   const ModelConfig config = load_model_config(*gguf);

@@ -40,6 +40,10 @@ using StageLoader = std::function<LoadedStage(const ipc::v1::Assign& assign, con
 // cuda the --gpu-memory-fraction share of the GPU (at most what is free) less the weights and
 // --gpu-workspace-reserve.
 LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& options, int n_threads);
+// The worker's options with the coordinator's numerics and memory settings from Assign applied
+// over its own flags (prefill precision, decode GEMV, bf16 weight copy, pool budget; an empty or
+// 0 field keeps the worker's). Throws std::runtime_error naming a field that holds no valid value.
+WorkerOptions with_assigned_settings(const WorkerOptions& own, const ipc::v1::Assign& assign);
 
 // Whether this build and machine can run `backend` ("cpu" always; "cuda" with a GPU).
 bool backend_available(const std::string& backend);

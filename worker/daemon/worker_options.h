@@ -46,7 +46,7 @@ struct WorkerOptions {
   std::string bf16_weight_copy = "off";
   // cuda: the GEMV of 1..4-token products (decode steps, speculative verify rows): "dp4a" (the
   // int8x3 / float dot GEMV), "mma" (int8 tensor cores: the same cost for 1..4 tokens, so a
-  // verify row of 1 + 3 costs ~1.25x a decode step instead of ~1.75-2x) or "auto" (default:
+  // verify row of 1 + 3 costs little more than a decode step: docs/PERFORMANCE.md) or "auto" (default:
   // worker/decode_gemv.h decode_gemv_is_mma). Every step of one server uses the same GEMV, so speculation keeps plain
   // decoding's bits (CudaBackendOptions::split_gemv_mma).
   std::string decode_gemv = "auto";

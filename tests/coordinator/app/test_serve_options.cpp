@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "coordinator/app/serve_options.h"
+#include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_options.h"
 
 namespace ds {
@@ -46,23 +47,28 @@ bool parse(std::initializer_list<std::string> args, const Env& env, ServeOptions
   return parse_serve_options(a.argc(), a.argv(), env, o, error, &help);
 }
 
-// The values following each "--prefill-precision" in the workers' extra arguments.
-std::vector<std::string> passed_precisions(const ServeOptions& o) {
-  std::vector<std::string> out;
-  const std::vector<std::string>& a = o.engine.worker_extra_args;
-  for (size_t i = 0; i + 1 < a.size(); ++i) {
-    if (a[i] == "--prefill-precision") out.push_back(a[i + 1]);
-  }
-  return out;
+// What a worker with its default options ends up with, given the Assign the engine would send
+// (coordinator/engine/engine.cpp make_assign copies these EngineOptions fields).
+WorkerOptions worker_under(const ServeOptions& serve, WorkerOptions own = {}) {
+  ipc::v1::Assign a;
+  a.set_prefill_precision(serve.engine.prefill_precision);
+  a.set_decode_gemv(serve.engine.decode_gemv);
+  a.set_bf16_weight_copy(serve.engine.bf16_weight_copy);
+  a.set_pool_budget_bytes(serve.engine.pool_budget_bytes);
+  return with_assigned_settings(own, a);
 }
 
-TEST(ServeOptions, PrefillPrecisionUnsetIsNotPassedToTheWorkers) {
+TEST(ServeOptions, PrefillPrecisionUnsetSendsTheDefaultToEveryWorker) {
   ServeOptions o;
   std::string error;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &o, &error)) << error;
   EXPECT_FALSE(o.prefill_precision.has_value());
-  EXPECT_TRUE(passed_precisions(o).empty());  // workers keep bf16 or their own environment
-  EXPECT_NE(describe(o).find("prefill_precision=(worker default)"), std::string::npos) << describe(o);
+  EXPECT_EQ(o.engine.prefill_precision, "bf16");  // sent anyway: every worker computes the same way
+  WorkerOptions own;
+  own.prefill_precision = "f32";  // an external worker started with another flag
+  EXPECT_EQ(worker_under(o, own).prefill_precision, "bf16");
+  EXPECT_TRUE(o.engine.worker_extra_args.empty());
+  EXPECT_NE(describe(o).find("prefill_precision=bf16"), std::string::npos) << describe(o);
 }
 
 TEST(ServeOptions, PrefillPrecisionFromFlagEnvironmentAndConfigFile) {
@@ -74,18 +80,18 @@ TEST(ServeOptions, PrefillPrecisionFromFlagEnvironmentAndConfigFile) {
   ServeOptions from_file;
   std::string error;
   ASSERT_TRUE(parse({"--config", path}, {}, &from_file, &error)) << error;
-  EXPECT_EQ(passed_precisions(from_file), std::vector<std::string>{"f32"});
+  EXPECT_EQ(from_file.engine.prefill_precision, "f32");
 
   ServeOptions from_env;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &from_env, &error)) << error;
-  EXPECT_EQ(passed_precisions(from_env), std::vector<std::string>{"f32"});
+  EXPECT_EQ(from_env.engine.prefill_precision, "f32");
 
-  // All three layers set it: the flag wins, and the workers get it once.
+  // All three layers set it: the flag wins.
   ServeOptions all;
   ASSERT_TRUE(parse({"--config", path, "--prefill-precision=bf16"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &all,
                     &error))
       << error;
-  EXPECT_EQ(passed_precisions(all), std::vector<std::string>{"bf16"});
+  EXPECT_EQ(all.engine.prefill_precision, "bf16");
   EXPECT_NE(describe(all).find("prefill_precision=bf16"), std::string::npos) << describe(all);
 }
 
@@ -103,52 +109,49 @@ TEST(ServeOptions, BadPrefillPrecisionIsRefusedWithItsSource) {
   EXPECT_NE(error.find("environment DELTASERVE_PREFILL_PRECISION: bad value 'half'"), std::string::npos) << error;
 }
 
-// The arguments serve appends for its workers parse as worker options with the same value
-// (the engine hands worker_extra_args to every worker it starts, after its own flags).
-TEST(ServeOptions, WorkersAcceptThePrefillPrecisionServePasses) {
+// The settings serve sends in Assign are what the workers compute with, whatever their own flags.
+TEST(ServeOptions, WorkersTakeTheNumericsServeSendsInAssign) {
   for (const std::string& precision : std::vector<std::string>{"f32", "bf16"}) {
     ServeOptions serve;
     std::string error;
-    ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-precision", precision, "--gpu-memory-fraction", "0.5"}, {},
-                      &serve, &error))
+    ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-precision", precision, "--decode-gemv", "mma",
+                       "--gpu-memory-fraction", "0.5"},
+                      {}, &serve, &error))
         << error;
-    Argv worker({"deltaserve-worker", "--coordinator", "ipc:///tmp/x", "--rank", "0", "--backend", "cuda"},
-                serve.engine.worker_extra_args);
-    WorkerOptions w;
-    bool help = false;
-    ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
+    WorkerOptions own;
+    own.decode_gemv = "dp4a";
+    const WorkerOptions w = worker_under(serve, own);
     EXPECT_EQ(w.prefill_precision, precision);
+    EXPECT_EQ(w.decode_gemv, "mma");
     // The fraction goes to the engine, which splits it among workers sharing a GPU and passes
     // each its own share (tests/coordinator/engine/test_gpu_share.cpp).
     EXPECT_EQ(serve.engine.gpu_memory_fraction, 0.5);
     EXPECT_EQ(w.gpu_memory_fraction, 0.9) << "the worker keeps its default unless the engine passes a share";
   }
+  ipc::v1::Assign bad;
+  bad.set_decode_gemv("fast");
+  EXPECT_THROW(with_assigned_settings({}, bad), std::runtime_error);
 }
 
-// --bf16-weight-copy: validated by serve, passed once (the winning value) to the workers it
-// starts, which parse it back to the same value; unset: not passed. --prefill-gemm is gone.
+// --bf16-weight-copy: validated by serve and sent in Assign (the winning value); unset: off.
+// --prefill-gemm is gone.
 TEST(ServeOptions, Bf16WeightCopyIsPassedToTheWorkers) {
   ServeOptions unset;
   std::string error;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &unset, &error)) << error;
   EXPECT_TRUE(unset.engine.worker_extra_args.empty());
-  EXPECT_NE(describe(unset).find("bf16_weight_copy=(worker default)"), std::string::npos) << describe(unset);
+  EXPECT_EQ(unset.engine.bf16_weight_copy, "off");
 
   ServeOptions serve;
   ASSERT_TRUE(parse({"--model", "m.gguf", "--bf16-weight-copy=on"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &serve,
                     &error))
       << error;
-  EXPECT_EQ(serve.engine.worker_extra_args, (std::vector<std::string>{"--bf16-weight-copy", "on"}));
-  Argv worker({"deltaserve-worker", "--coordinator", "ipc:///tmp/x", "--rank", "0", "--backend", "cuda"},
-              serve.engine.worker_extra_args);
-  WorkerOptions w;
-  bool help = false;
-  ASSERT_TRUE(parse_worker_options(worker.argc(), worker.argv(), &w, &error, &help)) << error;
-  EXPECT_EQ(w.bf16_weight_copy, "on");
+  EXPECT_EQ(serve.engine.bf16_weight_copy, "on");
+  EXPECT_EQ(worker_under(serve).bf16_weight_copy, "on");
 
   ServeOptions from_env;
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &from_env, &error)) << error;
-  EXPECT_EQ(from_env.engine.worker_extra_args, (std::vector<std::string>{"--bf16-weight-copy", "auto"}));
+  EXPECT_EQ(from_env.engine.bf16_weight_copy, "auto");
 
   ServeOptions gemm;
   EXPECT_FALSE(parse({"--model", "m.gguf", "--prefill-gemm", "mma"}, {}, &gemm, &error));
@@ -261,7 +264,9 @@ TEST(ServeOptions, DescribeAndHelpListEveryOption) {
   }
   EXPECT_NE(line.find(" memory_budget=2G "), std::string::npos) << line;
   for (const char* retired : {"--micro-batches", "--prefill-gemm"}) EXPECT_EQ(text.find(retired), std::string::npos);
-  EXPECT_EQ(o.engine.worker_extra_args, (std::vector<std::string>{"--memory-budget", "2G"}));
+  EXPECT_TRUE(o.engine.worker_extra_args.empty());
+  EXPECT_EQ(o.engine.pool_budget_bytes, uint64_t{2} << 30);  // sent in Assign
+  EXPECT_EQ(worker_under(o).memory_budget_bytes, uint64_t{2} << 30);
 }
 
 }  // namespace

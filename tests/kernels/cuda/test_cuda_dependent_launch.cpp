@@ -166,8 +166,8 @@ TEST(CudaDependentLaunch, ProbeCatchesAKernelWithoutItsWait) {
     DS_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     caught += !same_bits(dst.download(), src.download());
   }
-  // Most repeats, not all: on the H200 (driver 580, 2026-11-29) the first launch of a fresh stream
-  // sometimes starts too late to overlap (3 of 4 caught). One catch shows the probe can expose it.
+  // Most repeats, not all: on the GPU the first launch of a fresh stream sometimes starts too late
+  // to overlap. One catch shows the probe can expose it.
   EXPECT_GE(caught, 1) << "the late copy never exposed a kernel that skips its wait";
 }
 

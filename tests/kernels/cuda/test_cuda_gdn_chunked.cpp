@@ -5,10 +5,10 @@
 // Tolerance (rel_error: max |got - want| / max |want|):
 //   vs the CPU recurrence kRecTol = 2e-5: the chunked form is the same function in another order
 //   (decays applied as e^(gam_t - gam_s) products, a triangular inverse, sums of 64-128 terms). We
-//   expected ~1e-4 on random data; measured on the H200 (2026-11-29, these cases, then under a
-//   5e-4 bound): outputs at most 1.9e-6. 2e-5 keeps 10x headroom (the other GDN tests' bound)
-//   while a wrong term, mask or chunk edge is O(1). States are held to the same bound (every output
-//   is read from them; their error was not printed separately).
+//   expected ~1e-4 on random data; measured on the GPU (these cases, then under a 5e-4 bound:
+//   docs/history/performance-2026-11.md): outputs at most 1.9e-6. 2e-5 keeps 10x headroom (the
+//   other GDN tests' bound) while a wrong term, mask or chunk edge is O(1). States are held to the
+//   same bound (every output is read from them; their error was not printed separately).
 //   vs the CPU chunked form kChunkTol = 1e-5: the same algorithm, summation order only (measured
 //   at most 5.8e-7).
 //

@@ -6,7 +6,8 @@
 //
 // Tolerances (rel_error: max |got - want| / max |want|):
 //   vs the CPU recurrence kRecTol = 2e-5, the bound test_cuda_gdn_chunked.cpp holds v2 to (v2
-//   measured at most 1.9e-6 on the H200): v3 computes the same sums in the same order.
+//   measured at most 1.9e-6 on the GPU: docs/history/performance-2026-11.md): v3 computes the same
+//   sums in the same order.
 //   vs v2 kV2Tol = 1e-6: identical operands and summation order; only the compiler's
 //   multiply-add contraction may differ (e^gam Q - P W is an fma in v2, a product then a
 //   difference in v3): an ulp (6e-8) per term, a few ulp after the triangular products. A wrong

@@ -209,9 +209,10 @@ TEST(CudaModel, LogitsMatchCpuBackend) {
 // carry 8192 positions). bf16 prefill (the backend's default: bf16 tensor-core GEMMs and GDN
 // tensor cores): the fixture's random weights amplify rounding (~1e4x, see test_cuda_model_bf16.cpp),
 // so its bound is relative: the rms of the logit error below 25% of the logits' rms — 2x the level
-// measured on the H200 (2026-11-29: 0.128, max |diff| 0.37; f32: 2.3e-5) — while a wrong kernel, a
-// lost chunk's state or a misplaced KV row gives errors of the logits' own size (~1). The bf16
-// kernels' tight bounds are their own parity tests; this one checks they compose over 8192 tokens.
+// measured on the GPU (0.128, max |diff| 0.37; f32: 2.3e-5; docs/history/performance-2026-11.md) —
+// while a wrong kernel, a lost chunk's state or a misplaced KV row gives errors of the logits' own
+// size (~1). The bf16 kernels' tight bounds are their own parity tests; this one checks they
+// compose over 8192 tokens.
 TEST(CudaModel, LongPromptLastLogitsMatchCpu) {
   DS_REQUIRE_GPU();
   const Fixture& f = fixture();

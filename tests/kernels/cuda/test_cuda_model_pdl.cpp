@@ -1,5 +1,5 @@
 // Decode with the small kernels and the GEMVs as programmatic dependent launches
-// (CudaBackendOptions::decode_pdl, the default) against the same stage with them off: the
+// (CudaAblations::decode_pdl, the default) against the same stage with them off: the
 // logits must be bit-identical (no tolerance: the switch changes when kernels may start, never
 // what they compute), over single-sequence steps, batched steps of three sequences (batched decode
 // attention, conv / GDN over slots) and device-digest steps.
