@@ -14,14 +14,13 @@ struct TypeEntry {
 };
 
 constexpr TypeEntry kTypes[] = {
-    {0, {"F32", 1, 4, true}},       {1, {"F16", 1, 2, true}},     {2, {"Q4_0", 32, 18, false}},
-    {3, {"Q4_1", 32, 20, false}},   {6, {"Q5_0", 32, 22, false}}, {7, {"Q5_1", 32, 24, false}},
-    {8, {"Q8_0", 32, 34, true}},    {9, {"Q8_1", 32, 36, false}}, {10, {"Q2_K", 256, 84, false}},
-    {11, {"Q3_K", 256, 110, false}}, {12, {"Q4_K", 256, 144, true}},
-    {13, {"Q5_K", 256, 176, false}}, {14, {"Q6_K", 256, 210, true}},
-    {15, {"Q8_K", 256, 292, false}}, {24, {"I8", 1, 1, false}},   {25, {"I16", 1, 2, false}},
-    {26, {"I32", 1, 4, false}},     {27, {"I64", 1, 8, false}},   {28, {"F64", 1, 8, false}},
-    {30, {"BF16", 1, 2, true}},
+    {0, {"F32", 1, 4, true}},        {1, {"F16", 1, 2, true}},        {2, {"Q4_0", 32, 18, false}},
+    {3, {"Q4_1", 32, 20, false}},    {6, {"Q5_0", 32, 22, false}},    {7, {"Q5_1", 32, 24, false}},
+    {8, {"Q8_0", 32, 34, true}},     {9, {"Q8_1", 32, 36, false}},    {10, {"Q2_K", 256, 84, false}},
+    {11, {"Q3_K", 256, 110, false}}, {12, {"Q4_K", 256, 144, true}},  {13, {"Q5_K", 256, 176, false}},
+    {14, {"Q6_K", 256, 210, true}},  {15, {"Q8_K", 256, 292, false}}, {24, {"I8", 1, 1, false}},
+    {25, {"I16", 1, 2, false}},      {26, {"I32", 1, 4, false}},      {27, {"I64", 1, 8, false}},
+    {28, {"F64", 1, 8, false}},      {30, {"BF16", 1, 2, true}},
 };
 
 void dequant_q8_0(const uint8_t* src, float* dst, size_t n_blocks) {
@@ -117,8 +116,8 @@ size_t ggml_row_bytes(GgmlType type, uint64_t ne0) {
     throw FormatError("unknown ggml type id " + std::to_string(static_cast<uint32_t>(type)));
   }
   if (ne0 % t.block_elems != 0) {
-    throw FormatError(std::string("row of ") + std::to_string(ne0) + " elements is not a multiple of the " +
-                      t.name + " block size " + std::to_string(t.block_elems));
+    throw FormatError(std::string("row of ") + std::to_string(ne0) + " elements is not a multiple of the " + t.name +
+                      " block size " + std::to_string(t.block_elems));
   }
   return static_cast<size_t>(ne0 / t.block_elems) * t.block_bytes;
 }
@@ -186,7 +185,7 @@ uint16_t fp32_to_fp16(float f) {
   std::memcpy(&x, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t abs = x & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00);  // NaN
+  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00);   // NaN
   if (abs >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7C00);  // >= 65536: inf
   if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
     // value = abs_f * 2^24 rounded to an integer mantissa (nearest even via float math)

@@ -35,7 +35,9 @@ size_t scalar_size(GgufType t) {
   }
 }
 
-bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::FLOAT64); }
+bool valid_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::FLOAT64);
+}
 
 // Bounds-checked little-endian cursor over the file bytes.
 class Cursor {
@@ -46,9 +48,8 @@ class Cursor {
 
   void need(uint64_t n, const char* what) const {
     if (n > remaining()) {
-      throw FormatError(std::string("truncated file: ") + what + " needs " + std::to_string(n) +
-                        " bytes at offset " + std::to_string(pos_) + ", " + std::to_string(remaining()) +
-                        " left");
+      throw FormatError(std::string("truncated file: ") + what + " needs " + std::to_string(n) + " bytes at offset " +
+                        std::to_string(pos_) + ", " + std::to_string(remaining()) + " left");
     }
   }
   template <typename T>
@@ -61,7 +62,8 @@ class Cursor {
   }
   std::string_view read_string(const char* what) {
     const uint64_t len = read<uint64_t>(what);
-    if (len > kMaxStringBytes) throw FormatError(std::string(what) + ": string length " + std::to_string(len) + " is implausible");
+    if (len > kMaxStringBytes)
+      throw FormatError(std::string(what) + ": string length " + std::to_string(len) + " is implausible");
     need(len, what);
     std::string_view s(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
@@ -83,24 +85,47 @@ class Cursor {
 void read_scalar(Cursor& c, GgufType t, GgufValue& v, const std::string& key) {
   const char* what = key.c_str();
   switch (t) {
-    case GgufType::UINT8: v.u64 = c.read<uint8_t>(what); break;
-    case GgufType::INT8: v.i64 = c.read<int8_t>(what); break;
-    case GgufType::UINT16: v.u64 = c.read<uint16_t>(what); break;
-    case GgufType::INT16: v.i64 = c.read<int16_t>(what); break;
-    case GgufType::UINT32: v.u64 = c.read<uint32_t>(what); break;
-    case GgufType::INT32: v.i64 = c.read<int32_t>(what); break;
-    case GgufType::UINT64: v.u64 = c.read<uint64_t>(what); break;
-    case GgufType::INT64: v.i64 = c.read<int64_t>(what); break;
-    case GgufType::FLOAT32: v.f64 = c.read<float>(what); break;
-    case GgufType::FLOAT64: v.f64 = c.read<double>(what); break;
+    case GgufType::UINT8:
+      v.u64 = c.read<uint8_t>(what);
+      break;
+    case GgufType::INT8:
+      v.i64 = c.read<int8_t>(what);
+      break;
+    case GgufType::UINT16:
+      v.u64 = c.read<uint16_t>(what);
+      break;
+    case GgufType::INT16:
+      v.i64 = c.read<int16_t>(what);
+      break;
+    case GgufType::UINT32:
+      v.u64 = c.read<uint32_t>(what);
+      break;
+    case GgufType::INT32:
+      v.i64 = c.read<int32_t>(what);
+      break;
+    case GgufType::UINT64:
+      v.u64 = c.read<uint64_t>(what);
+      break;
+    case GgufType::INT64:
+      v.i64 = c.read<int64_t>(what);
+      break;
+    case GgufType::FLOAT32:
+      v.f64 = c.read<float>(what);
+      break;
+    case GgufType::FLOAT64:
+      v.f64 = c.read<double>(what);
+      break;
     case GgufType::BOOL: {
       const uint8_t b = c.read<uint8_t>(what);
       if (b > 1) throw FormatError("metadata '" + key + "': bool value " + std::to_string(b) + " is not 0 or 1");
       v.u64 = b;
       break;
     }
-    case GgufType::STRING: v.str = c.read_string(what); break;
-    default: throw FormatError("metadata '" + key + "': unexpected value type");
+    case GgufType::STRING:
+      v.str = c.read_string(what);
+      break;
+    default:
+      throw FormatError("metadata '" + key + "': unexpected value type");
   }
 }
 
@@ -118,12 +143,14 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& key) {
   v.count = c.read<uint64_t>(key.c_str());
   if (v.elem_type == GgufType::STRING) {
     // Each string needs at least its 8-byte length: reject counts the file cannot hold.
-    if (v.count > c.remaining() / 8) throw FormatError("metadata '" + key + "': array count " + std::to_string(v.count) + " exceeds the file size");
+    if (v.count > c.remaining() / 8)
+      throw FormatError("metadata '" + key + "': array count " + std::to_string(v.count) + " exceeds the file size");
     v.strings.reserve(v.count);
     for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.read_string(key.c_str()));
   } else {
     const size_t es = scalar_size(v.elem_type);
-    if (v.count > c.remaining() / es) throw FormatError("metadata '" + key + "': array count " + std::to_string(v.count) + " exceeds the file size");
+    if (v.count > c.remaining() / es)
+      throw FormatError("metadata '" + key + "': array count " + std::to_string(v.count) + " exceeds the file size");
     v.array_data = c.take(v.count * es, key.c_str());
   }
   return v;
@@ -138,27 +165,46 @@ uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& what) {
 
 const char* gguf_type_name(GgufType type) {
   switch (type) {
-    case GgufType::UINT8: return "uint8";
-    case GgufType::INT8: return "int8";
-    case GgufType::UINT16: return "uint16";
-    case GgufType::INT16: return "int16";
-    case GgufType::UINT32: return "uint32";
-    case GgufType::INT32: return "int32";
-    case GgufType::FLOAT32: return "float32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::UINT64: return "uint64";
-    case GgufType::INT64: return "int64";
-    case GgufType::FLOAT64: return "float64";
+    case GgufType::UINT8:
+      return "uint8";
+    case GgufType::INT8:
+      return "int8";
+    case GgufType::UINT16:
+      return "uint16";
+    case GgufType::INT16:
+      return "int16";
+    case GgufType::UINT32:
+      return "uint32";
+    case GgufType::INT32:
+      return "int32";
+    case GgufType::FLOAT32:
+      return "float32";
+    case GgufType::BOOL:
+      return "bool";
+    case GgufType::STRING:
+      return "string";
+    case GgufType::ARRAY:
+      return "array";
+    case GgufType::UINT64:
+      return "uint64";
+    case GgufType::INT64:
+      return "int64";
+    case GgufType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
+    case GgufType::UINT8:
+    case GgufType::INT8:
+    case GgufType::UINT16:
+    case GgufType::INT16:
+    case GgufType::UINT32:
+    case GgufType::INT32:
+    case GgufType::UINT64:
+    case GgufType::INT64:
       return true;
     default:
       return false;
@@ -179,24 +225,61 @@ std::string GgufTensor::shape_string() const {
 double gguf_array_f64(const GgufValue& v, uint64_t i) {
   const uint8_t* p = v.array_data + i * scalar_size(v.elem_type);
   switch (v.elem_type) {
-    case GgufType::FLOAT32: { float f; std::memcpy(&f, p, 4); return f; }
-    case GgufType::FLOAT64: { double d; std::memcpy(&d, p, 8); return d; }
-    default: return static_cast<double>(gguf_array_i64(v, i));
+    case GgufType::FLOAT32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case GgufType::FLOAT64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    default:
+      return static_cast<double>(gguf_array_i64(v, i));
   }
 }
 
 int64_t gguf_array_i64(const GgufValue& v, uint64_t i) {
   const uint8_t* p = v.array_data + i * scalar_size(v.elem_type);
   switch (v.elem_type) {
-    case GgufType::UINT8: case GgufType::BOOL: return *p;
-    case GgufType::INT8: return static_cast<int8_t>(*p);
-    case GgufType::UINT16: { uint16_t x; std::memcpy(&x, p, 2); return x; }
-    case GgufType::INT16: { int16_t x; std::memcpy(&x, p, 2); return x; }
-    case GgufType::UINT32: { uint32_t x; std::memcpy(&x, p, 4); return x; }
-    case GgufType::INT32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case GgufType::UINT64: { uint64_t x; std::memcpy(&x, p, 8); return static_cast<int64_t>(x); }
-    case GgufType::INT64: { int64_t x; std::memcpy(&x, p, 8); return x; }
-    default: return 0;
+    case GgufType::UINT8:
+    case GgufType::BOOL:
+      return *p;
+    case GgufType::INT8:
+      return static_cast<int8_t>(*p);
+    case GgufType::UINT16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return x;
+    }
+    case GgufType::INT16: {
+      int16_t x;
+      std::memcpy(&x, p, 2);
+      return x;
+    }
+    case GgufType::UINT32: {
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case GgufType::INT32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case GgufType::UINT64: {
+      uint64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<int64_t>(x);
+    }
+    case GgufType::INT64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
+    default:
+      return 0;
   }
 }
 
@@ -245,7 +328,8 @@ void GgufFile::parse() {
   const uint64_t n_kv = c.read<uint64_t>("kv_count");
   // The smallest KV pair is 8 (key len) + 4 (type) + 1 bytes; the smallest tensor info 8+4+4+8.
   if (n_kv > c.remaining() / 13) throw FormatError("kv_count " + std::to_string(n_kv) + " exceeds the file size");
-  if (n_tensors > c.remaining() / 24) throw FormatError("tensor_count " + std::to_string(n_tensors) + " exceeds the file size");
+  if (n_tensors > c.remaining() / 24)
+    throw FormatError("tensor_count " + std::to_string(n_tensors) + " exceeds the file size");
 
   kv_.reserve(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
@@ -270,17 +354,23 @@ void GgufFile::parse() {
     GgufTensor t;
     t.name = std::string(c.read_string("tensor name"));
     t.n_dims = c.read<uint32_t>("tensor n_dims");
-    if (t.n_dims == 0 || t.n_dims > kMaxDims) throw FormatError("tensor '" + t.name + "': n_dims " + std::to_string(t.n_dims) + " out of range 1..4");
+    if (t.n_dims == 0 || t.n_dims > kMaxDims)
+      throw FormatError("tensor '" + t.name + "': n_dims " + std::to_string(t.n_dims) + " out of range 1..4");
     for (uint32_t d = 0; d < t.n_dims; ++d) {
       t.ne[d] = c.read<uint64_t>("tensor dims");
-      if (t.ne[d] == 0 || t.ne[d] > (uint64_t{1} << 40)) throw FormatError("tensor '" + t.name + "': dimension " + std::to_string(d) + " = " + std::to_string(t.ne[d]) + " out of range");
+      if (t.ne[d] == 0 || t.ne[d] > (uint64_t{1} << 40))
+        throw FormatError("tensor '" + t.name + "': dimension " + std::to_string(d) + " = " + std::to_string(t.ne[d]) +
+                          " out of range");
     }
     const uint32_t type = c.read<uint32_t>("tensor type");
     GgmlTypeTraits traits;
-    if (!ggml_type_traits(type, &traits)) throw FormatError("tensor '" + t.name + "': unknown ggml type " + std::to_string(type));
+    if (!ggml_type_traits(type, &traits))
+      throw FormatError("tensor '" + t.name + "': unknown ggml type " + std::to_string(type));
     t.type = static_cast<GgmlType>(type);
     t.offset = c.read<uint64_t>("tensor offset");
-    if (t.ne[0] % traits.block_elems != 0) throw FormatError("tensor '" + t.name + "': ne0 " + std::to_string(t.ne[0]) + " is not a multiple of the " + traits.name + " block size");
+    if (t.ne[0] % traits.block_elems != 0)
+      throw FormatError("tensor '" + t.name + "': ne0 " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+                        traits.name + " block size");
     uint64_t rows = checked_mul(checked_mul(t.ne[1], t.ne[2], t.name), t.ne[3], t.name);
     t.nbytes = checked_mul(t.ne[0] / traits.block_elems * traits.block_bytes, rows, t.name);
     if (tensor_index_.count(t.name)) throw FormatError("duplicate tensor '" + t.name + "'");
@@ -292,9 +382,13 @@ void GgufFile::parse() {
   if (data_offset_ > size_ && n_tensors > 0) throw FormatError("truncated file: data section starts past the end");
   const uint64_t data_size = size_ >= data_offset_ ? size_ - data_offset_ : 0;
   for (auto& t : tensors_) {
-    if (t.offset % alignment_ != 0) throw FormatError("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not aligned to " + std::to_string(alignment_));
+    if (t.offset % alignment_ != 0)
+      throw FormatError("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not aligned to " +
+                        std::to_string(alignment_));
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      throw FormatError("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) + ") lies outside the data section of " + std::to_string(data_size) + " bytes (truncated file?)");
+      throw FormatError("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", +" +
+                        std::to_string(t.nbytes) + ") lies outside the data section of " + std::to_string(data_size) +
+                        " bytes (truncated file?)");
     }
     t.data = base_ + data_offset_ + t.offset;
   }
@@ -320,12 +414,17 @@ namespace {
 int64_t GgufFile::get_i64(std::string_view key) const {
   const GgufValue& v = require(key, "integer");
   switch (v.type) {
-    case GgufType::UINT8: case GgufType::UINT16: case GgufType::UINT32:
+    case GgufType::UINT8:
+    case GgufType::UINT16:
+    case GgufType::UINT32:
       return static_cast<int64_t>(v.u64);
     case GgufType::UINT64:
       if (v.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) wrong_type(key, "int64", v);
       return static_cast<int64_t>(v.u64);
-    case GgufType::INT8: case GgufType::INT16: case GgufType::INT32: case GgufType::INT64:
+    case GgufType::INT8:
+    case GgufType::INT16:
+    case GgufType::INT32:
+    case GgufType::INT64:
       return v.i64;
     default:
       wrong_type(key, "integer", v);
@@ -337,7 +436,9 @@ uint64_t GgufFile::get_u64(std::string_view key) const {
   if (!v.is_integer()) wrong_type(key, "unsigned integer", v);
   if (v.type == GgufType::UINT64) return v.u64;
   const int64_t x = get_i64(key);
-  if (x < 0) throw FormatError("GGUF key '" + std::string(key) + "': expected a non-negative integer, found " + std::to_string(x));
+  if (x < 0)
+    throw FormatError("GGUF key '" + std::string(key) + "': expected a non-negative integer, found " +
+                      std::to_string(x));
   return static_cast<uint64_t>(x);
 }
 
@@ -345,7 +446,8 @@ uint32_t GgufFile::get_u32(std::string_view key) const {
   const GgufValue& v = require(key, "uint32");
   if (!v.is_integer()) wrong_type(key, "uint32", v);
   const uint64_t x = get_u64(key);
-  if (x > std::numeric_limits<uint32_t>::max()) throw FormatError("GGUF key '" + std::string(key) + "': value " + std::to_string(x) + " does not fit uint32");
+  if (x > std::numeric_limits<uint32_t>::max())
+    throw FormatError("GGUF key '" + std::string(key) + "': value " + std::to_string(x) + " does not fit uint32");
   return static_cast<uint32_t>(x);
 }
 

@@ -87,11 +87,14 @@ void GgufWriter::add_f32_array(const std::string& key, const std::vector<float>&
   add_raw(key, GgufType::ARRAY, b);
 }
 
-void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne, std::vector<uint8_t> data) {
+void GgufWriter::add_tensor(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne,
+                            std::vector<uint8_t> data) {
   uint64_t rows = 1;
   for (size_t i = 1; i < ne.size(); ++i) rows *= ne[i];
   const size_t want = ggml_row_bytes(type, ne.at(0)) * rows;
-  if (data.size() != want) throw FormatError("GgufWriter: tensor '" + name + "' has " + std::to_string(data.size()) + " bytes, shape needs " + std::to_string(want));
+  if (data.size() != want)
+    throw FormatError("GgufWriter: tensor '" + name + "' has " + std::to_string(data.size()) + " bytes, shape needs " +
+                      std::to_string(want));
   tensors_.push_back({name, type, ne, std::move(data)});
 }
 

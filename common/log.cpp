@@ -25,8 +25,8 @@ std::string iso8601_utc(int64_t unix_ms) {
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
 }
 
@@ -38,8 +38,12 @@ void append_json_string(std::string& out, std::string_view s) {
 
 }  // namespace
 
-void configure(const Config& config) { mutable_config() = config; }
-const Config& config() { return mutable_config(); }
+void configure(const Config& config) {
+  mutable_config() = config;
+}
+const Config& config() {
+  return mutable_config();
+}
 
 bool parse_format(std::string_view name, Format* out) {
   if (name == "text") {
@@ -54,10 +58,14 @@ bool parse_format(std::string_view name, Format* out) {
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kDebug: return "debug";
-    case Level::kInfo: return "info";
-    case Level::kWarn: return "warn";
-    case Level::kError: return "error";
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarn:
+      return "warn";
+    case Level::kError:
+      return "error";
   }
   return "info";
 }
@@ -69,13 +77,27 @@ std::string json_escape(std::string_view s) {
   for (const char ch : valid) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           char buf[8];
@@ -126,9 +148,9 @@ std::string format_line(const Config& config, Level level, std::string_view comp
 void write(Level level, std::string_view component, std::string_view msg, std::string_view request_id) {
   const Config& c = config();
   if (level < c.min_level) return;
-  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const std::string line = format_line(c, level, component, msg, request_id, now_ms);
   // One write per line (retried on partial writes) keeps concurrent lines whole.
   size_t done = 0;

@@ -8,7 +8,9 @@
 namespace ds {
 namespace {
 
-std::string key(const ModelConfig& c, const char* suffix) { return c.arch + "." + suffix; }
+std::string key(const ModelConfig& c, const char* suffix) {
+  return c.arch + "." + suffix;
+}
 
 // Some converters write per-layer arrays for head counts / FFN sizes (0 on GDN layers).
 // Accept a scalar, or an array whose non-zero entries all agree.
@@ -23,7 +25,8 @@ uint32_t scalar_or_layer_array(const GgufFile& g, const std::string& k, uint32_t
   for (int64_t x : g.get_int_array(k)) {
     if (x < 0) throw ConfigError("GGUF key '" + k + "': negative entry");
     if (x == 0) continue;
-    if (value != 0 && static_cast<uint32_t>(x) != value) throw ConfigError("GGUF key '" + k + "': per-layer values differ, which deltaserve does not support");
+    if (value != 0 && static_cast<uint32_t>(x) != value)
+      throw ConfigError("GGUF key '" + k + "': per-layer values differ, which deltaserve does not support");
     value = static_cast<uint32_t>(x);
   }
   if (value == 0) throw ConfigError("GGUF key '" + k + "': all entries are zero");
@@ -53,14 +56,18 @@ void read_layer_kinds(const GgufFile& g, ModelConfig& c) {
   const std::string rk = key(c, "attention.recurrent_layers");
   if (g.has(rk)) {
     std::vector<int64_t> flags = g.get_int_array(rk);
-    if (flags.size() < c.n_layer) throw ConfigError("GGUF key '" + rk + "' has " + std::to_string(flags.size()) + " entries, need " + std::to_string(c.n_layer));
-    for (uint32_t i = 0; i < c.n_layer; ++i) c.layer_kinds[i] = flags[i] ? LayerKind::kLinearAttention : LayerKind::kFullAttention;
+    if (flags.size() < c.n_layer)
+      throw ConfigError("GGUF key '" + rk + "' has " + std::to_string(flags.size()) + " entries, need " +
+                        std::to_string(c.n_layer));
+    for (uint32_t i = 0; i < c.n_layer; ++i)
+      c.layer_kinds[i] = flags[i] ? LayerKind::kLinearAttention : LayerKind::kFullAttention;
     return;
   }
   c.full_attention_interval = g.get_u32_or(key(c, "full_attention_interval"), 4);
   if (c.full_attention_interval == 0) throw ConfigError(key(c, "full_attention_interval") + " must be > 0");
   for (uint32_t i = 0; i < c.n_layer; ++i) {
-    c.layer_kinds[i] = ((i + 1) % c.full_attention_interval == 0) ? LayerKind::kFullAttention : LayerKind::kLinearAttention;
+    c.layer_kinds[i] =
+        ((i + 1) % c.full_attention_interval == 0) ? LayerKind::kFullAttention : LayerKind::kLinearAttention;
   }
 }
 
@@ -69,14 +76,18 @@ void read_hparams(const GgufFile& g, ModelConfig& c) {
   c.n_embd = g.get_u32(key(c, "embedding_length"));
   const uint32_t blocks = g.get_u32(key(c, "block_count"));
   c.n_nextn = g.get_u32_or(key(c, "nextn_predict_layers"), 0);
-  if (c.n_nextn >= blocks) throw ConfigError(key(c, "nextn_predict_layers") + " (" + std::to_string(c.n_nextn) + ") must be smaller than block_count (" + std::to_string(blocks) + ")");
+  if (c.n_nextn >= blocks)
+    throw ConfigError(key(c, "nextn_predict_layers") + " (" + std::to_string(c.n_nextn) +
+                      ") must be smaller than block_count (" + std::to_string(blocks) + ")");
   c.n_layer = blocks - c.n_nextn;
   c.n_ff = scalar_or_layer_array(g, key(c, "feed_forward_length"), 0, true);
   c.n_head = scalar_or_layer_array(g, key(c, "attention.head_count"), 0, true);
   c.n_head_kv = scalar_or_layer_array(g, key(c, "attention.head_count_kv"), c.n_head, false);
   c.head_dim = g.get_u32_or(key(c, "attention.key_length"), c.n_head ? c.n_embd / c.n_head : 0);
   const uint32_t vdim = g.get_u32_or(key(c, "attention.value_length"), c.head_dim);
-  if (vdim != c.head_dim) throw ConfigError("attention key_length " + std::to_string(c.head_dim) + " != value_length " + std::to_string(vdim) + " is not supported");
+  if (vdim != c.head_dim)
+    throw ConfigError("attention key_length " + std::to_string(c.head_dim) + " != value_length " +
+                      std::to_string(vdim) + " is not supported");
   c.n_rot = g.get_u32_or(key(c, "rope.dimension_count"), c.head_dim);
   c.rope_theta = g.get_f32_or(key(c, "rope.freq_base"), c.arch == "qwen3" ? 1e6f : 1e7f);
   c.rms_eps = g.get_f32_or(key(c, "attention.layer_norm_rms_epsilon"), 1e-6f);
@@ -98,12 +109,18 @@ void read_hparams(const GgufFile& g, ModelConfig& c) {
 
 void check_divisibility(const ModelConfig& c) {
   auto fail = [](const std::string& m) { throw ConfigError("inconsistent model config: " + m); };
-  if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 || c.n_ff == 0) fail("zero-sized dimension");
-  if (c.n_head % c.n_head_kv != 0) fail("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
-  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) fail("rope dimension_count " + std::to_string(c.n_rot) + " must be even and <= head dim");
+  if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 || c.n_ff == 0)
+    fail("zero-sized dimension");
+  if (c.n_head % c.n_head_kv != 0)
+    fail("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
+         std::to_string(c.n_head_kv));
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    fail("rope dimension_count " + std::to_string(c.n_rot) + " must be even and <= head dim");
   if (c.arch != "qwen35") return;
-  if (c.ssm_conv_kernel < 1 || c.ssm_d_state == 0 || c.ssm_n_group == 0 || c.ssm_dt_rank == 0) fail("zero-sized GDN dimension");
-  if (c.ssm_dt_rank % c.ssm_n_group != 0) fail("ssm.time_step_rank (value heads) must be a multiple of ssm.group_count (key heads)");
+  if (c.ssm_conv_kernel < 1 || c.ssm_d_state == 0 || c.ssm_n_group == 0 || c.ssm_dt_rank == 0)
+    fail("zero-sized GDN dimension");
+  if (c.ssm_dt_rank % c.ssm_n_group != 0)
+    fail("ssm.time_step_rank (value heads) must be a multiple of ssm.group_count (key heads)");
   if (c.ssm_d_inner % c.ssm_dt_rank != 0) fail("ssm.inner_size must be a multiple of ssm.time_step_rank");
 }
 
@@ -187,8 +204,9 @@ std::string ModelConfig::describe() const {
     << n_rot << ", rope theta " << rope_theta << ", sections [" << rope_sections[0] << ", " << rope_sections[1] << ", "
     << rope_sections[2] << ", " << rope_sections[3] << "]\n";
   if (arch == "qwen35") {
-    o << "gated deltanet: " << ssm_n_group << " key heads / " << ssm_dt_rank << " value heads, dk " << ssm_d_state << ", dv "
-      << ssm_head_v_dim() << ", conv kernel " << ssm_conv_kernel << " (value head n reads key head n mod " << ssm_n_group << ")\n";
+    o << "gated deltanet: " << ssm_n_group << " key heads / " << ssm_dt_rank << " value heads, dk " << ssm_d_state
+      << ", dv " << ssm_head_v_dim() << ", conv kernel " << ssm_conv_kernel << " (value head n reads key head n mod "
+      << ssm_n_group << ")\n";
   }
   o << "rms eps: " << rms_eps << ", context: " << context_length << "\n"
     << "embeddings: " << (tied_embeddings ? "tied (LM head = token_embd)" : "untied (output.weight)") << "\n";

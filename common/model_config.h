@@ -16,17 +16,17 @@ enum class LayerKind : uint8_t { kLinearAttention, kFullAttention };
 const char* layer_kind_name(LayerKind kind);
 
 struct ModelConfig {
-  std::string arch;             // "qwen35" or "qwen3"
-  std::string name;             // general.name (informational)
-  uint32_t n_embd = 0;          // D, hidden size
-  uint32_t n_layer = 0;         // main-stack depth (block_count - nextn)
-  uint32_t n_nextn = 0;         // MTP blocks after the main stack (blk.n_layer ...)
-  uint32_t n_vocab = 0;         // rows of token_embd
-  uint32_t n_ff = 0;            // F, FFN intermediate size
-  uint32_t n_head = 0;          // H, attention query heads
-  uint32_t n_head_kv = 0;       // Hkv
-  uint32_t head_dim = 0;        // d (attention.key_length)
-  uint32_t n_rot = 0;           // r, rotary dims (first r of d)
+  std::string arch;                                  // "qwen35" or "qwen3"
+  std::string name;                                  // general.name (informational)
+  uint32_t n_embd = 0;                               // D, hidden size
+  uint32_t n_layer = 0;                              // main-stack depth (block_count - nextn)
+  uint32_t n_nextn = 0;                              // MTP blocks after the main stack (blk.n_layer ...)
+  uint32_t n_vocab = 0;                              // rows of token_embd
+  uint32_t n_ff = 0;                                 // F, FFN intermediate size
+  uint32_t n_head = 0;                               // H, attention query heads
+  uint32_t n_head_kv = 0;                            // Hkv
+  uint32_t head_dim = 0;                             // d (attention.key_length)
+  uint32_t n_rot = 0;                                // r, rotary dims (first r of d)
   std::array<int32_t, 4> rope_sections{0, 0, 0, 0};  // M-RoPE (t, h, w, e)
   float rope_theta = 10000.0f;
   float rms_eps = 1e-6f;
@@ -43,8 +43,8 @@ struct ModelConfig {
   uint32_t ssm_head_v_dim() const { return ssm_dt_rank ? ssm_d_inner / ssm_dt_rank : 0; }
   uint32_t ssm_conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_d_inner; }
 
-  bool tied_embeddings = false;  // no output.weight: the LM head is token_embd
-  bool attn_output_gate = true;  // qwen35: attn_q carries [query | gate] per head
+  bool tied_embeddings = false;             // no output.weight: the LM head is token_embd
+  bool attn_output_gate = true;             // qwen35: attn_q carries [query | gate] per head
   bool norm_weights_plus_one_baked = true;  // informational: +1 folded by the converter
 
   // Qwen3 embedding / reranker extras.

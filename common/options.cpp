@@ -119,8 +119,9 @@ std::string option_variable(const std::string& prefix, const std::string& name) 
 std::string options_help(const OptionParser& parser, const OptionTable& table) {
   std::ostringstream s;
   s << parser.usage << "\n";
-  append_help_lines(s, "  --config FILE",
-                    "read `name = value` lines, `#` comments (also " + option_variable(parser.env_prefix, "config") + ")");
+  append_help_lines(
+      s, "  --config FILE",
+      "read `name = value` lines, `#` comments (also " + option_variable(parser.env_prefix, "config") + ")");
   for (const OptionSpec& o : table) {
     const std::string left = "  --" + o.name + (o.value_name.empty() ? "" : " " + o.value_name);
     const std::string shown = o.default_text.empty() ? o.show() : o.default_text;

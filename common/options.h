@@ -43,13 +43,13 @@ struct OptionParser {
   // How a bad setting reads: "WHERE: unknown option 'NAME'" / "WHERE: bad value 'V' for NAME"
   // (false), or the worker's "WHERE: bad option or value: NAME 'V'" for both (true).
   bool combined_errors = false;
-  std::string footer;      // last help lines
+  std::string footer;  // last help lines
 };
 
 struct ParsedOptions {
   bool ok = false;
-  bool help = false;   // --help / -h: `error` holds the help text
-  std::string error;   // the problem, followed by the help text
+  bool help = false;                           // --help / -h: `error` holds the help text
+  std::string error;                           // the problem, followed by the help text
   std::map<std::string, OptionSource> set_by;  // options given, by where the winning value came from
 };
 

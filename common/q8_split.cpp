@@ -13,8 +13,8 @@ constexpr size_t kBlock = 32, kBlockBytes = sizeof(BlockQ8_0);
 
 void require_eligible(size_t cols) {
   if (!q8_split_eligible(cols, cols / kBlock * kBlockBytes)) {
-    throw FormatError("Q8_0 split layout needs a multiple of " + std::to_string(kQ8SplitColAlign) +
-                      " columns, got " + std::to_string(cols));
+    throw FormatError("Q8_0 split layout needs a multiple of " + std::to_string(kQ8SplitColAlign) + " columns, got " +
+                      std::to_string(cols));
   }
 }
 

@@ -81,8 +81,7 @@ int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& pa
   return cand[kept - 1];  // u == 1 or rounding: the last kept candidate
 }
 
-LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u,
-                          uint32_t top_k) {
+LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u, uint32_t top_k) {
   check_row(logits, n_vocab);
   LogitDigest d;
   const size_t k = std::min<size_t>(top_k, n_vocab);

@@ -29,11 +29,11 @@ int32_t argmax_token(const float* logits, size_t n_vocab);
 
 // Top-k candidates of a logits row with their log-probabilities, plus the row's log-sum-exp.
 struct LogitDigest {
-  std::vector<int32_t> top_ids;      // best first; ties -> lower id
-  std::vector<float> top_logprobs;   // logit - logsumexp, same order
-  double logsumexp = 0.0;            // over the whole row, unscaled
-  int32_t token = -1;                // sample_token(...) for the row's u
-  float token_logprob = 0.0f;        // log-probability of `token` (logit - logsumexp)
+  std::vector<int32_t> top_ids;     // best first; ties -> lower id
+  std::vector<float> top_logprobs;  // logit - logsumexp, same order
+  double logsumexp = 0.0;           // over the whole row, unscaled
+  int32_t token = -1;               // sample_token(...) for the row's u
+  float token_logprob = 0.0f;       // log-probability of `token` (logit - logsumexp)
 };
 
 constexpr uint32_t kDigestTopK = 16;

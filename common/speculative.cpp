@@ -21,7 +21,9 @@ std::vector<double> rule_distribution(const float* logits, size_t n_vocab, const
   // the normalization).
   std::vector<int32_t> cand(n_vocab);
   std::iota(cand.begin(), cand.end(), 0);
-  const auto before = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const auto before = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   const bool top_p_cuts = rule.top_p > 0.0f && rule.top_p < 1.0f;
   if (rule.top_k > 0 && rule.top_k < n_vocab) {
     std::partial_sort(cand.begin(), cand.begin() + rule.top_k, cand.end(), before);

@@ -26,12 +26,17 @@ bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, StageRange range, 
   const bool last = range.last_layer == cfg.n_layer;
   const TensorPlace p = tensor_place(t.name, cfg);
   switch (p.role) {
-    case TensorRole::kLayer: return p.layer >= range.first_layer && p.layer < range.last_layer;
-    case TensorRole::kMtp: return last;
-    case TensorRole::kEmbedding: return (first && !as_matrix) || (last && cfg.tied_embeddings);
+    case TensorRole::kLayer:
+      return p.layer >= range.first_layer && p.layer < range.last_layer;
+    case TensorRole::kMtp:
+      return last;
+    case TensorRole::kEmbedding:
+      return (first && !as_matrix) || (last && cfg.tied_embeddings);
     case TensorRole::kHead:
-    case TensorRole::kFinalNorm: return last;
-    case TensorRole::kOther: return last;  // as before: unknown top-level tensors go with the head
+    case TensorRole::kFinalNorm:
+      return last;
+    case TensorRole::kOther:
+      return last;  // as before: unknown top-level tensors go with the head
   }
   return false;
 }

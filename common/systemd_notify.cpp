@@ -63,8 +63,8 @@ bool notify_raw(const std::string& message) {
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   // systemd learns the sender's pid from SO_PASSCRED on its side; nothing extra to attach.
-  const ssize_t sent = ::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL,
-                                reinterpret_cast<const sockaddr*>(&addr), addr_len);
+  const ssize_t sent =
+      ::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr), addr_len);
   const int saved = errno;
   ::close(fd);
   errno = saved;
@@ -75,11 +75,17 @@ bool notify_ready(const std::string& status) {
   return notify_raw(status.empty() ? "READY=1" : "READY=1\nSTATUS=" + one_line(status));
 }
 
-bool notify_status(const std::string& text) { return notify_raw("STATUS=" + one_line(text)); }
+bool notify_status(const std::string& text) {
+  return notify_raw("STATUS=" + one_line(text));
+}
 
-bool notify_watchdog() { return notify_raw("WATCHDOG=1"); }
+bool notify_watchdog() {
+  return notify_raw("WATCHDOG=1");
+}
 
-bool notify_stopping() { return notify_raw("STOPPING=1"); }
+bool notify_stopping() {
+  return notify_raw("STOPPING=1");
+}
 
 std::chrono::microseconds watchdog_interval() {
   uint64_t usec = 0;

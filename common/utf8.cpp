@@ -16,10 +16,10 @@ bool lead_info(uint8_t b, LeadInfo& li) {
     li = {1, b & 0x1Fu, 0x80, 0xBF};
   } else if (b >= 0xE0 && b <= 0xEF) {
     li = {2, b & 0x0Fu, static_cast<uint8_t>(b == 0xE0 ? 0xA0 : 0x80),  // E0: no overlongs
-          static_cast<uint8_t>(b == 0xED ? 0x9F : 0xBF)};                // ED: no surrogates
+          static_cast<uint8_t>(b == 0xED ? 0x9F : 0xBF)};               // ED: no surrogates
   } else if (b >= 0xF0 && b <= 0xF4) {
     li = {3, b & 0x07u, static_cast<uint8_t>(b == 0xF0 ? 0x90 : 0x80),  // F0: no overlongs
-          static_cast<uint8_t>(b == 0xF4 ? 0x8F : 0xBF)};                // F4: <= U+10FFFF
+          static_cast<uint8_t>(b == 0xF4 ? 0x8F : 0xBF)};               // F4: <= U+10FFFF
   } else {
     return false;
   }

@@ -24,10 +24,12 @@
 namespace ds::utf8 {
 
 inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-inline constexpr uint32_t kReplacement = 0xFFFD;           // U+FFFD REPLACEMENT CHARACTER
+inline constexpr uint32_t kReplacement = 0xFFFD;  // U+FFFD REPLACEMENT CHARACTER
 inline constexpr std::string_view kReplacementBytes = "\xEF\xBF\xBD";
 
-constexpr bool is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
+constexpr bool is_continuation(uint8_t b) {
+  return (b & 0xC0) == 0x80;
+}
 
 // Sequence length a lead byte announces by its bit pattern alone: 1 (00..7F), 2 (C0..DF),
 // 3 (E0..EF) or 4 (F0..F7); 0 for bytes that start nothing (continuations 80..BF, F8..FF).
@@ -77,8 +79,7 @@ enum class Replace {
 // When `final` is false, an incomplete sequence at the very end is left unconsumed (for a
 // stream to hold back until more bytes arrive); when true it is replaced too.
 // Returns the number of bytes of `in` consumed.
-size_t append_sanitized(std::string_view in, std::string& out, bool final,
-                        Replace mode = Replace::kMaximalSubpart);
+size_t append_sanitized(std::string_view in, std::string& out, bool final, Replace mode = Replace::kMaximalSubpart);
 
 // `in` as valid UTF-8 (append_sanitized with final = true).
 std::string sanitize(std::string_view in, Replace mode = Replace::kMaximalSubpart);

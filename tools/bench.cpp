@@ -12,9 +12,9 @@
 // per step, llama-bench's ubatch), timed from submission to logits on
 // the host; decode: --gen greedy steps of one token right after the prompt (so "tg128 at
 // context n"; --gen 0 skips it). Every forward ends by downloading logits (on cuda, decode steps
-// download a greedy digest computed on the device instead; --ablate device-digest: the full logits), which waits for the
-// device stream, so host wall time is device time plus the host's share. A short warm-up run
-// goes first (module load, first allocations).
+// download a greedy digest computed on the device instead; --ablate device-digest: the full logits), which waits for
+// the device stream, so host wall time is device time plus the host's share. A short warm-up run goes first (module
+// load, first allocations).
 // --ablate NAME,... (cuda, in-process): switch production choices of the backend off, one name
 // each (kAblations below; an unknown name is an error listing the valid ones).
 // Each table figure is the best of --repeat runs (METHOD.md: report best-of with the spread);
@@ -81,28 +81,30 @@ struct Options {
   int repeat = 3;
   int threads = 2;
   std::string backend = "cpu";
-  bool bf16_prefill = true;  // --prefill-precision f32: cuda prefill products on f32 SIMT (not bf16 tensor cores)
+  bool bf16_prefill = true;   // --prefill-precision f32: cuda prefill products on f32 SIMT (not bf16 tensor cores)
   bool bf16_weights = false;  // --bf16-weights: persistent bf16 weight copies (no per-call dequant)
   // --decode-gemv: 1..4-token GEMVs on int8 tensor cores ("mma"), the dp4a GEMV ("dp4a"), or as a
   // worker picks it ("auto": mma with --spec-k or for models wider than 4096, else dp4a)
   std::string decode_gemv = "auto";
-  std::vector<std::string> ablate;  // --ablate a,b,...: production choices of the CUDA backend switched off (kAblations)
+  std::vector<std::string>
+      ablate;  // --ablate a,b,...: production choices of the CUDA backend switched off (kAblations)
   int device = 0;
-  std::vector<int> devices;    // --workers on cuda: GPU of each worker; empty = worker r on GPU r
+  std::vector<int> devices;  // --workers on cuda: GPU of each worker; empty = worker r on GPU r
   bool warmup = true;
-  bool profile_decode = false;  // --profile-decode: cudaProfilerStart/Stop around each decode run (and each greedy verify step of --spec-k)
-  bool profile_prefill = false;  // --profile-prefill: the same around each prefill run
-  uint32_t workers = 0;        // 0: in-process; N: N deltaserve-worker processes (pipeline)
-  uint32_t pipeline_depth = 0;  // --pipeline-depth: prefill chunks in flight (0 = min(workers + 1, 4), 1 = off)
-  uint32_t decode_groups = 1;   // --decode-groups: batched decode rows split into groups in flight over the workers
+  bool profile_decode = false;     // --profile-decode: cudaProfilerStart/Stop around each decode run (and each greedy
+                                   // verify step of --spec-k)
+  bool profile_prefill = false;    // --profile-prefill: the same around each prefill run
+  uint32_t workers = 0;            // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  uint32_t pipeline_depth = 0;     // --pipeline-depth: prefill chunks in flight (0 = min(workers + 1, 4), 1 = off)
+  uint32_t decode_groups = 1;      // --decode-groups: batched decode rows split into groups in flight over the workers
   std::string busy_poll = "auto";  // --busy-poll auto|on|off: the engine and its workers (EngineOptions::busy_poll)
   std::string early_handoff = "on";  // --early-handoff on|host|off (EngineOptions::early_handoff)
-  std::string mps = "auto";        // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
-  bool json = false;           // -o json: one JSON object per result row instead of the table
-  uint32_t spec_k = 0;         // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
-  uint32_t draft_vocab = 0;    // --draft-vocab: drafts among the first N ids (StageOptions::draft_vocab)
+  std::string mps = "auto";  // --mps off|auto|on: workers sharing a GPU under a private MPS daemon (EngineOptions::mps)
+  bool json = false;         // -o json: one JSON object per result row instead of the table
+  uint32_t spec_k = 0;       // > 0: also time MTP speculation's pieces per prompt (tools/bench_spec.h)
+  uint32_t draft_vocab = 0;  // --draft-vocab: drafts among the first N ids (StageOptions::draft_vocab)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
-  double peak_gbps = 0;        // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
+  double peak_gbps = 0;             // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
 };
 
 // --ablate names: each switches one production choice of the in-process CUDA stage off
@@ -142,14 +144,18 @@ constexpr double kH200CopyGbps = 4300;
 
 using ds::cli::parse_number;
 
-const ds::cli::Usage kUsage{"deltaserve-bench",
-                            "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
-                            "[--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...] [--prompt 512,2048] [--gen 128] [-b|--batch N] [--repeat 3] [--threads T] "
-                            "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] [--spec-k K] [--draft-vocab N] "
-                            "[--parallel 1,8,32,64] [--peak-gbps G] "
-                            "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags]; --ablate names: "
-                            "cublaslt, device-digest, fused-decode-ops, stacked-weights, gdn-tensor-cores, "
-                            "prefill-fusions, split-small, q8-split, pdl)"};
+const ds::cli::Usage kUsage{
+    "deltaserve-bench",
+    "--model F.gguf [--backend cpu|cuda] [--device N] [--prefill-precision bf16|f32] "
+    "[--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...] [--prompt 512,2048] [--gen 128] [-b|--batch N] "
+    "[--repeat 3] [--threads T] "
+    "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps "
+    "auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] "
+    "[--spec-k K] [--draft-vocab N] "
+    "[--parallel 1,8,32,64] [--peak-gbps G] "
+    "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags]; --ablate names: "
+    "cublaslt, device-digest, fused-decode-ops, stacked-weights, gdn-tensor-cores, "
+    "prefill-fusions, split-small, q8-split, pdl)"};
 
 // -o table | json; anything else is a usage error.
 bool parse_output_format(const std::string& v) {
@@ -170,8 +176,8 @@ std::vector<std::string> parse_ablations(const std::string& v) {
   while (start <= v.size()) {
     const size_t end = std::min(v.find(',', start), v.size());
     const std::string name = v.substr(start, end - start);
-    const bool known = std::any_of(std::begin(kAblations), std::end(kAblations),
-                                   [&](const Ablation& a) { return name == a.name; });
+    const bool known =
+        std::any_of(std::begin(kAblations), std::end(kAblations), [&](const Ablation& a) { return name == a.name; });
     if (!known) kUsage.fail("--ablate: unknown name '" + name + "' (valid: " + ablation_names() + ")");
     names.push_back(name);
     start = end + 1;
@@ -190,7 +196,8 @@ bool wants_batched(const Options& o) {
 // --parallel N > 1 times decode steps only, and --spec-k belongs to the N = 1 rows.
 void check_parallel(Options& o) {
   if (wants_batched(o) && o.gen == 0) kUsage.fail("--parallel N > 1 times batched decode steps: --gen must be >= 1");
-  if (o.spec_k > 0 && !wants_single(o)) kUsage.fail("--spec-k runs with the single-sequence rows: include 1 in --parallel");
+  if (o.spec_k > 0 && !wants_single(o))
+    kUsage.fail("--spec-k runs with the single-sequence rows: include 1 in --parallel");
   if (o.peak_gbps == 0 && o.backend == "cuda") o.peak_gbps = kH200CopyGbps;
 }
 
@@ -228,7 +235,8 @@ Options parse(int argc, char** argv) {
       o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 64);
     } else if (a == "--mps") {
       o.mps = args.value();
-      if (o.mps != "auto" && o.mps != "on" && o.mps != "off") kUsage.fail("--mps must be auto, on or off, got '" + o.mps + "'");
+      if (o.mps != "auto" && o.mps != "on" && o.mps != "off")
+        kUsage.fail("--mps must be auto, on or off, got '" + o.mps + "'");
     } else if (a == "--early-handoff") {
       o.early_handoff = args.value();
       if (o.early_handoff != "on" && o.early_handoff != "host" && o.early_handoff != "off") {
@@ -279,7 +287,8 @@ Options parse(int argc, char** argv) {
   }
   if (o.model.empty()) kUsage.fail("--model is required");
   if (o.spec_k > 0 && o.workers > 0) kUsage.fail("--spec-k times the in-process stage; drop --workers");
-  if (o.decode_groups > 1 && o.workers == 0) kUsage.fail("--decode-groups splits batched decode over worker processes: give --workers N");
+  if (o.decode_groups > 1 && o.workers == 0)
+    kUsage.fail("--decode-groups splits batched decode over worker processes: give --workers N");
   check_devices(o);
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
   if (!o.ablate.empty() && (o.backend != "cuda" || o.workers > 0)) {
@@ -287,7 +296,8 @@ Options parse(int argc, char** argv) {
   }
   check_parallel(o);
 #ifndef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
+  if (o.backend == "cuda")
+    kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
 #endif
   return o;
 }
@@ -362,7 +372,8 @@ ds::CudaBackendOptions cuda_options(const Options& o, const ds::ModelConfig& cfg
 ds::CudaAblations cuda_ablations(const Options& o) {
   const auto on = [&](const char* name) { return !ablated(o.ablate, name); };
   ds::CudaAblations a;
-  a.prefill_gemm = on("cublaslt") ? ds::CudaAblations::PrefillGemm::kCublasLt : ds::CudaAblations::PrefillGemm::kMmaSync;
+  a.prefill_gemm =
+      on("cublaslt") ? ds::CudaAblations::PrefillGemm::kCublasLt : ds::CudaAblations::PrefillGemm::kMmaSync;
   a.device_logit_digest = on("device-digest");
   a.fused_decode_ops = on("fused-decode-ops");
   a.stacked_weights = on("stacked-weights");
@@ -382,7 +393,8 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   so.draft_vocab = o.draft_vocab;
 #ifdef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") {
-    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, ds::make_cuda_backend(o.device, cuda_options(o, cfg), cuda_ablations(o)));
+    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so,
+                          ds::make_cuda_backend(o.device, cuda_options(o, cfg), cuda_ablations(o)));
   }
 #endif
   return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
@@ -503,7 +515,7 @@ std::string stage_breakdown(const char* what, const ds::bench::RunStats& r) {
 struct PromptResult {
   ds::bench::ReportRow pp;
   ds::bench::ReportRow tg;
-  std::string stages;  // stage_breakdown of the last run (worker processes only)
+  std::string stages;   // stage_breakdown of the last run (worker processes only)
   double mem_gib = -1;  // device memory in use with the sequence cached (in-process cuda only)
 };
 
@@ -607,8 +619,8 @@ void print_batch_header(const Options& o) {
   if (o.peak_gbps > 0) std::snprintf(limit, sizeof limit, "byte limit at %.0f GB/s", o.peak_gbps);
   std::printf("batched decode: N sequences advance one token per forward step; mean of %d runs%s; %s\n", o.repeat,
               o.warmup ? " after a warm-up run per N" : "", limit);
-  std::printf("%-7s %-5s %-9s %-11s %-9s %-8s %-11s %-8s %-8s\n", "prompt", "seqs", "step_ms", "agg_tok/s",
-              "GB/step", "GB/s", "limit_tok/s", "of_limit", "mem_GiB");
+  std::printf("%-7s %-5s %-9s %-11s %-9s %-8s %-11s %-8s %-8s\n", "prompt", "seqs", "step_ms", "agg_tok/s", "GB/step",
+              "GB/s", "limit_tok/s", "of_limit", "mem_GiB");
   std::fflush(stdout);
 }
 
@@ -621,8 +633,8 @@ void print_batch_row(const BatchResult& r) {
     std::snprintf(frac_s, sizeof frac_s, "%.1f%%", 100 * agg / r.tg.limit_ts);
   }
   if (r.mem_gib >= 0) std::snprintf(mem_s, sizeof mem_s, "%.2f", r.mem_gib);
-  std::printf("%-7zu %-5zu %-9.3f %-11.1f %-9.3f %-8.1f %-11s %-8s %-8s\n", r.tg.n_depth, r.tg.n_parallel, step_ms,
-              agg, r.gb_per_step, step_ms > 0 ? r.gb_per_step * 1e3 / step_ms : 0, limit_s, frac_s, mem_s);
+  std::printf("%-7zu %-5zu %-9.3f %-11.1f %-9.3f %-8.1f %-11s %-8s %-8s\n", r.tg.n_depth, r.tg.n_parallel, step_ms, agg,
+              r.gb_per_step, step_ms > 0 ? r.gb_per_step * 1e3 / step_ms : 0, limit_s, frac_s, mem_s);
   std::fputs(r.stages.c_str(), stdout);
 }
 
@@ -652,7 +664,8 @@ void run_batched(ds::bench::BenchRunner& runner, const Options& o, const ModelCo
       const BatchResult r = measure_batch(runner, o, cost, ids, n_seqs, seq);
       if (o.json) {
         const size_t n = ids.size();
-        const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers, o.threads};
+        const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers,
+                                           o.threads};
         std::printf("%s\n", ds::bench::json_row(ctx, r.tg).c_str());
       } else {
         print_batch_row(r);

@@ -33,9 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const ds::cli::Usage kUsage{"deltaserve-bench-http",
-                            "--port P [--host H] | --url http://H:P  [--concurrency 1,4,16,64] [--requests N] "
-                            "[--prompt-tokens T] [--max-tokens M] [--vocab N] [--api-key KEY] [-o|--output table|json]"};
+const ds::cli::Usage kUsage{
+    "deltaserve-bench-http",
+    "--port P [--host H] | --url http://H:P  [--concurrency 1,4,16,64] [--requests N] "
+    "[--prompt-tokens T] [--max-tokens M] [--vocab N] [--api-key KEY] [-o|--output table|json]"};
 
 struct Options {
   std::string host = "127.0.0.1";
@@ -146,7 +147,7 @@ double percentile(std::vector<double> v, double p) {
 struct LevelResult {
   uint32_t concurrency = 0;
   uint32_t requests = 0;
-  uint32_t ok = 0;           // requests that streamed to [DONE] with at least one token
+  uint32_t ok = 0;  // requests that streamed to [DONE] with at least one token
   double wall_s = 0;
   uint64_t tokens = 0;       // output tokens of the ok requests (usage.completion_tokens)
   std::vector<double> ttft;  // seconds, per ok request
@@ -162,13 +163,14 @@ void print_table_level(const LevelResult& r) {
 
 // Latencies in milliseconds; percentiles of an empty set (every request failed) are 0.
 void print_json_level(const LevelResult& r) {
-  std::printf("{\"concurrency\": %u, \"requests\": %u, \"failed\": %u, \"wall_s\": %.6g, \"requests_per_s\": %.6g, "
-              "\"output_tokens\": %llu, \"output_tok_per_s\": %.6g, \"ttft_ms_p50\": %.6g, \"ttft_ms_p99\": %.6g, "
-              "\"itl_ms_p50\": %.6g, \"itl_ms_p99\": %.6g}\n",
-              r.concurrency, r.requests, r.requests - r.ok, r.wall_s, r.ok / r.wall_s,
-              static_cast<unsigned long long>(r.tokens), static_cast<double>(r.tokens) / r.wall_s,
-              1e3 * percentile(r.ttft, 0.5), 1e3 * percentile(r.ttft, 0.99), 1e3 * percentile(r.itl, 0.5),
-              1e3 * percentile(r.itl, 0.99));
+  std::printf(
+      "{\"concurrency\": %u, \"requests\": %u, \"failed\": %u, \"wall_s\": %.6g, \"requests_per_s\": %.6g, "
+      "\"output_tokens\": %llu, \"output_tok_per_s\": %.6g, \"ttft_ms_p50\": %.6g, \"ttft_ms_p99\": %.6g, "
+      "\"itl_ms_p50\": %.6g, \"itl_ms_p99\": %.6g}\n",
+      r.concurrency, r.requests, r.requests - r.ok, r.wall_s, r.ok / r.wall_s,
+      static_cast<unsigned long long>(r.tokens), static_cast<double>(r.tokens) / r.wall_s,
+      1e3 * percentile(r.ttft, 0.5), 1e3 * percentile(r.ttft, 0.99), 1e3 * percentile(r.itl, 0.5),
+      1e3 * percentile(r.itl, 0.99));
 }
 
 void run_level(const Options& o, uint32_t concurrency, uint32_t level_index) {
@@ -258,10 +260,11 @@ int run(int argc, char** argv) {
   }
   if (o.port == 0) kUsage.fail("--port (or --url) is required");
   if (!o.json) {
-    std::printf("prompt %u tokens, %u output tokens per request (streaming, greedy, ignore_eos)\n\n",
-                o.prompt_tokens, o.max_tokens);
-    std::printf("| concurrency | requests | failed | wall s | requests/s | output tok/s | TTFT p50 / p99 ms | "
-                "inter-token p50 / p99 ms |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    std::printf("prompt %u tokens, %u output tokens per request (streaming, greedy, ignore_eos)\n\n", o.prompt_tokens,
+                o.max_tokens);
+    std::printf(
+        "| concurrency | requests | failed | wall s | requests/s | output tok/s | TTFT p50 / p99 ms | "
+        "inter-token p50 / p99 ms |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   }
   for (size_t i = 0; i < o.concurrency.size(); ++i) run_level(o, o.concurrency[i], static_cast<uint32_t>(i));
   return 0;

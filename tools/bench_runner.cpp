@@ -75,8 +75,8 @@ void pick_greedy(const StepOutput& out, size_t n_vocab, std::vector<int32_t>& to
     return;
   }
   if (out.logits.size() != toks.size() * n_vocab) {
-    throw std::runtime_error("batched decode step returned " + std::to_string(out.logits.size()) +
-                             " logits for " + std::to_string(toks.size()) + " rows");
+    throw std::runtime_error("batched decode step returned " + std::to_string(out.logits.size()) + " logits for " +
+                             std::to_string(toks.size()) + " rows");
   }
   for (size_t s = 0; s < toks.size(); ++s) {
     const auto row = out.logits.begin() + static_cast<std::ptrdiff_t>(s * n_vocab);

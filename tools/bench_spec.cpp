@@ -14,7 +14,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -43,13 +45,15 @@ SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const st
                              uint32_t spec_k, int iters, uint64_t seq_id,
                              const std::function<void(bool)>& around_verify) {
   if (spec_k == 0 || spec_k > 4) throw std::invalid_argument("--spec-k must be 1..4");
-  if (prompt.empty() || !model.is_first() || !model.is_last()) throw std::invalid_argument("spec bench: one whole-model stage");
+  if (prompt.empty() || !model.is_first() || !model.is_last())
+    throw std::invalid_argument("spec bench: one whole-model stage");
   const size_t D = cfg.n_embd;
   const auto n = static_cast<uint32_t>(prompt.size());
   StepOutput pre = forward(model, seq_id, 0, prompt, 0, n - 1, true);
   // MTP catch-up over the prompt (row p = token p, hidden of p - 1), so drafts have a cache.
   std::vector<float> h(n * D, 0.0f);
-  std::copy(pre.final_hidden.begin(), pre.final_hidden.end() - static_cast<std::ptrdiff_t>(D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::copy(pre.final_hidden.begin(), pre.final_hidden.end() - static_cast<std::ptrdiff_t>(D),
+            h.begin() + static_cast<std::ptrdiff_t>(D));
   std::vector<float> logits, m_out;
   model.forward_mtp(seq_id, 0, prompt, h.data(), &logits, &m_out);
   const std::vector<float> h_row(pre.final_hidden.end() - static_cast<std::ptrdiff_t>(D), pre.final_hidden.end());
@@ -63,7 +67,8 @@ SpecCosts measure_spec_costs(StageModel& model, const ModelConfig& cfg, const st
   const std::vector<int32_t> verify_tokens(spec_k + 1, tok);
   const std::vector<int32_t> first_ids(spec_k + 2, tok);  // catch-up of 1 + K rows + the first draft row
   std::vector<float> first_h((spec_k + 2) * D);
-  for (size_t r = 0; r < spec_k + 2; ++r) std::copy(h_row.begin(), h_row.end(), first_h.begin() + static_cast<std::ptrdiff_t>(r * D));
+  for (size_t r = 0; r < spec_k + 2; ++r)
+    std::copy(h_row.begin(), h_row.end(), first_h.begin() + static_cast<std::ptrdiff_t>(r * D));
   for (int it = 0; it < iters; ++it) {
     auto t0 = Clock::now();
     forward(model, seq_id, pos, {tok}, 0, 0, false);
@@ -117,24 +122,28 @@ void print_spec_costs(const SpecCosts& c, uint32_t spec_k, size_t context, bool 
   const double step = c.verify_ms + mtp;
   const double break_even = c.decode_ms > 0 ? step / c.decode_ms : 0;  // tokens per step to pay off
   if (json) {
-    std::printf("{\"test\":\"spec\",\"spec_k\":%u,\"n_depth\":%zu,\"decode_ms\":%.4f,\"verify_ms\":%.4f,"
-                "\"mtp_row_ms\":%.4f,\"mtp_first_ms\":%.4f,\"spec_step_ms\":%.4f,\"break_even_tokens_per_step\":%.3f,"
-                "\"decode_digest_ms\":%.4f,\"verify_digest_ms\":%.4f,\"mtp_row_digest_ms\":%.4f,\"mtp_first_digest_ms\":%.4f}\n",
-                spec_k, context, c.decode_ms, c.verify_ms, c.mtp_row_ms, c.mtp_first_ms, step, break_even, c.decode_digest_ms,
-                c.verify_digest_ms, c.mtp_row_digest_ms, c.mtp_first_digest_ms);
+    std::printf(
+        "{\"test\":\"spec\",\"spec_k\":%u,\"n_depth\":%zu,\"decode_ms\":%.4f,\"verify_ms\":%.4f,"
+        "\"mtp_row_ms\":%.4f,\"mtp_first_ms\":%.4f,\"spec_step_ms\":%.4f,\"break_even_tokens_per_step\":%.3f,"
+        "\"decode_digest_ms\":%.4f,\"verify_digest_ms\":%.4f,\"mtp_row_digest_ms\":%.4f,\"mtp_first_digest_ms\":%.4f}"
+        "\n",
+        spec_k, context, c.decode_ms, c.verify_ms, c.mtp_row_ms, c.mtp_first_ms, step, break_even, c.decode_digest_ms,
+        c.verify_digest_ms, c.mtp_row_digest_ms, c.mtp_first_digest_ms);
     return;
   }
-  std::printf("spec K=%u at context %zu: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms (%.2fx), "
-              "first MTP call (%u rows) %.3f ms | step %.3f ms (%.2fx): pays off above %.2f tokens/step\n",
-              spec_k, context, c.decode_ms, spec_k, c.verify_ms, c.verify_ms / c.decode_ms, c.mtp_row_ms,
-              c.mtp_row_ms / c.decode_ms, spec_k + 2, c.mtp_first_ms, step, step / c.decode_ms, break_even);
+  std::printf(
+      "spec K=%u at context %zu: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms (%.2fx), "
+      "first MTP call (%u rows) %.3f ms | step %.3f ms (%.2fx): pays off above %.2f tokens/step\n",
+      spec_k, context, c.decode_ms, spec_k, c.verify_ms, c.verify_ms / c.decode_ms, c.mtp_row_ms,
+      c.mtp_row_ms / c.decode_ms, spec_k + 2, c.mtp_first_ms, step, step / c.decode_ms, break_even);
   const double dd = c.decode_digest_ms;
-  std::printf("spec K=%u greedy, device digests: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms "
-              "(%.2fx), first MTP call %.3f ms (%.2fx) | step %.3f ms (%.2fx)\n",
-              spec_k, dd, spec_k, c.verify_digest_ms, c.verify_digest_ms / dd, c.mtp_row_digest_ms, c.mtp_row_digest_ms / dd,
-              c.mtp_first_digest_ms, c.mtp_first_digest_ms / dd,
-              c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms,
-              (c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms) / dd);
+  std::printf(
+      "spec K=%u greedy, device digests: decode %.3f ms | verify 1+%u %.3f ms (%.2fx) | MTP draft row %.3f ms "
+      "(%.2fx), first MTP call %.3f ms (%.2fx) | step %.3f ms (%.2fx)\n",
+      spec_k, dd, spec_k, c.verify_digest_ms, c.verify_digest_ms / dd, c.mtp_row_digest_ms, c.mtp_row_digest_ms / dd,
+      c.mtp_first_digest_ms, c.mtp_first_digest_ms / dd,
+      c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms,
+      (c.verify_digest_ms + c.mtp_first_digest_ms + (spec_k - 1) * c.mtp_row_digest_ms) / dd);
 }
 
 }  // namespace ds::bench

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/tokenizer/tokenizer.h"
 #include "common/utf8.h"
+#include "coordinator/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -28,13 +28,19 @@ struct Lcg {
   uint32_t below(uint32_t n) { return next() % n; }
 };
 
-const char* const kWords[] = {"the", "model", "server", "request", "token", "latency", "because", "which",
-                              "throughput", "memory", "Layer", "attention", "cache", "quickly", "about", "would",
-                              "they're", "it's", "we'll", "inference", "batch", "scheduler", "GPU", "weights"};
-const char* const kCode[] = {"for (int i = 0; i < n; ++i) {\n", "  sum += x[i] * w[i];\n", "}\n",
-                             "if (ptr == nullptr) return -1;\n", "    auto it = map.find(key);\n",
-                             "def forward(self, x):\n    return self.proj(x)\n", "#include <vector>\n",
-                             "\tconst float scale = 1.0f / std::sqrt(d);\n", "x = np.zeros((64, 128))\n"};
+const char* const kWords[] = {"the",     "model",     "server",     "request",   "token",   "latency",
+                              "because", "which",     "throughput", "memory",    "Layer",   "attention",
+                              "cache",   "quickly",   "about",      "would",     "they're", "it's",
+                              "we'll",   "inference", "batch",      "scheduler", "GPU",     "weights"};
+const char* const kCode[] = {"for (int i = 0; i < n; ++i) {\n",
+                             "  sum += x[i] * w[i];\n",
+                             "}\n",
+                             "if (ptr == nullptr) return -1;\n",
+                             "    auto it = map.find(key);\n",
+                             "def forward(self, x):\n    return self.proj(x)\n",
+                             "#include <vector>\n",
+                             "\tconst float scale = 1.0f / std::sqrt(d);\n",
+                             "x = np.zeros((64, 128))\n"};
 const char* const kEmoji[] = {"😀", "🚀", "🦙", "✅", "👍🏽", "😶‍🌫️", "🎉", "❤️"};
 
 void append_prose(Lcg& r, std::string& s) {
@@ -66,11 +72,22 @@ std::string make_text() {
   std::string s;
   while (ds::utf8::length(s) < kTargetChars) {
     switch (r.below(5)) {
-      case 0: append_prose(r, s); break;
-      case 1: s += kCode[r.below(std::size(kCode))]; break;
-      case 2: append_cjk(r, s); break;
-      case 3: append_digits(r, s); break;
-      default: s += kEmoji[r.below(std::size(kEmoji))]; append_prose(r, s); break;
+      case 0:
+        append_prose(r, s);
+        break;
+      case 1:
+        s += kCode[r.below(std::size(kCode))];
+        break;
+      case 2:
+        append_cjk(r, s);
+        break;
+      case 3:
+        append_digits(r, s);
+        break;
+      default:
+        s += kEmoji[r.below(std::size(kEmoji))];
+        append_prose(r, s);
+        break;
     }
   }
   // Trim to exactly kTargetChars code points.

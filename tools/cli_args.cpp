@@ -27,8 +27,7 @@ void ArgReader::unknown() const {
   usage_.fail("unknown argument '" + flag() + "'");
 }
 
-uint64_t parse_uint(const Usage& usage, const std::string& flag, const std::string& v, uint64_t min,
-                    uint64_t max) {
+uint64_t parse_uint(const Usage& usage, const std::string& flag, const std::string& v, uint64_t min, uint64_t max) {
   const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
   errno = 0;
   const unsigned long long n = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;

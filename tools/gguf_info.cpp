@@ -15,9 +15,12 @@ std::string quote(std::string_view s, size_t max_len = 120) {
   std::string out = "\"";
   for (size_t i = 0; i < s.size() && i < max_len; ++i) {
     const char ch = s[i];
-    if (ch == '\n') out += "\\n";
-    else if (ch == '"') out += "\\\"";
-    else out += ch;
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '"')
+      out += "\\\"";
+    else
+      out += ch;
   }
   if (s.size() > max_len) out += "...(" + std::to_string(s.size()) + " bytes)";
   return out + "\"";
@@ -25,18 +28,21 @@ std::string quote(std::string_view s, size_t max_len = 120) {
 
 std::string scalar_string(const ds::GgufValue& v) {
   switch (v.type) {
-    case ds::GgufType::STRING: return quote(v.str);
-    case ds::GgufType::BOOL: return v.u64 ? "true" : "false";
+    case ds::GgufType::STRING:
+      return quote(v.str);
+    case ds::GgufType::BOOL:
+      return v.u64 ? "true" : "false";
     case ds::GgufType::FLOAT32:
     case ds::GgufType::FLOAT64: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.9g", v.f64);
       return buf;
     }
-    default: return v.is_integer() && (v.type == ds::GgufType::INT8 || v.type == ds::GgufType::INT16 ||
-                                        v.type == ds::GgufType::INT32 || v.type == ds::GgufType::INT64)
-                        ? std::to_string(v.i64)
-                        : std::to_string(v.u64);
+    default:
+      return v.is_integer() && (v.type == ds::GgufType::INT8 || v.type == ds::GgufType::INT16 ||
+                                v.type == ds::GgufType::INT32 || v.type == ds::GgufType::INT64)
+                 ? std::to_string(v.i64)
+                 : std::to_string(v.u64);
   }
 }
 
@@ -73,12 +79,13 @@ int main(int argc, char** argv) {
                 argv[1], g.version(), g.alignment(), static_cast<unsigned long long>(g.data_offset()),
                 g.metadata().size(), g.tensors().size());
     std::printf("== metadata\n");
-    for (const auto& [k, v] : g.metadata()) std::printf("%-48s %-22s %s\n", k.c_str(), v.type_string().c_str(), value_string(v).c_str());
+    for (const auto& [k, v] : g.metadata())
+      std::printf("%-48s %-22s %s\n", k.c_str(), v.type_string().c_str(), value_string(v).c_str());
     std::printf("\n== tensors\n%-5s %-40s %-6s %-22s %s\n", "#", "name", "type", "dims", "bytes");
     size_t i = 0;
     for (const auto& t : g.tensors()) {
-      std::printf("%-5zu %-40s %-6s %-22s %llu\n", i++, t.name.c_str(), ds::ggml_type_name(t.type), t.shape_string().c_str(),
-                  static_cast<unsigned long long>(t.nbytes));
+      std::printf("%-5zu %-40s %-6s %-22s %llu\n", i++, t.name.c_str(), ds::ggml_type_name(t.type),
+                  t.shape_string().c_str(), static_cast<unsigned long long>(t.nbytes));
     }
     std::printf("\n== model config\n");
     const ds::ModelConfig cfg = ds::load_model_config(g);

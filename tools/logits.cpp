@@ -15,8 +15,8 @@
 
 #include "common/gguf.h"
 #include "common/model_config.h"
-#include "kernels/cpu/digest.h"
 #include "coordinator/engine/engine.h"
+#include "kernels/cpu/digest.h"
 #include "tools/cli_args.h"
 #include "worker/stage_model.h"
 #ifdef DELTASERVE_HAVE_CUDA
@@ -34,8 +34,8 @@ struct Options {
   std::string out;
   int threads = 2;
   std::string backend = "cpu";  // cpu | cuda
-  int device = 0;                // CUDA device for --backend cuda
-  uint32_t workers = 0;          // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  int device = 0;               // CUDA device for --backend cuda
+  uint32_t workers = 0;         // 0: in-process; N: N deltaserve-worker processes (pipeline)
 };
 
 using ds::cli::parse_number;
@@ -48,17 +48,28 @@ Options parse_args(int argc, char** argv) {
   Options o;
   ds::cli::ArgReader args(kUsage, argc, argv);
   for (std::string a; args.next(a);) {
-    if (a == "--model") o.model = args.value();
-    else if (a == "--ids") o.ids = ds::cli::parse_list<int32_t>(kUsage, a, args.value(), 0);
-    else if (a == "--all-positions") o.all_positions = true;
-    else if (a == "--mtp") o.mtp = true;
-    else if (a == "--chunk") o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
-    else if (a == "--out") o.out = args.value();
-    else if (a == "--threads") o.threads = parse_number<int>(kUsage, a, args.value(), 1);
-    else if (a == "--backend") o.backend = args.value();
-    else if (a == "--device") o.device = parse_number<int>(kUsage, a, args.value(), 0, 0xFFFF);
-    else if (a == "--workers") o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1);
-    else args.unknown();
+    if (a == "--model")
+      o.model = args.value();
+    else if (a == "--ids")
+      o.ids = ds::cli::parse_list<int32_t>(kUsage, a, args.value(), 0);
+    else if (a == "--all-positions")
+      o.all_positions = true;
+    else if (a == "--mtp")
+      o.mtp = true;
+    else if (a == "--chunk")
+      o.chunk = parse_number<size_t>(kUsage, a, args.value(), 1);
+    else if (a == "--out")
+      o.out = args.value();
+    else if (a == "--threads")
+      o.threads = parse_number<int>(kUsage, a, args.value(), 1);
+    else if (a == "--backend")
+      o.backend = args.value();
+    else if (a == "--device")
+      o.device = parse_number<int>(kUsage, a, args.value(), 0, 0xFFFF);
+    else if (a == "--workers")
+      o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1);
+    else
+      args.unknown();
   }
   if (o.model.empty()) kUsage.fail("--model is required");
   if (o.ids.empty()) kUsage.fail("--ids is required");
@@ -66,7 +77,8 @@ Options parse_args(int argc, char** argv) {
   if (o.workers > 0 && o.mtp) kUsage.fail("--mtp is not available with --workers yet");
   if (o.backend != "cpu" && o.backend != "cuda") kUsage.fail("--backend must be cpu or cuda, got '" + o.backend + "'");
 #ifndef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
+  if (o.backend == "cuda")
+    kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
 #endif
   return o;
 }
@@ -88,7 +100,8 @@ std::vector<PromptChunk> prompt_chunks(const Options& o, const std::vector<size_
     const size_t end = std::min(o.ids.size(), begin + chunk);
     PromptChunk c;
     c.start_pos = static_cast<uint32_t>(begin);
-    c.tokens.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin), o.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    c.tokens.assign(o.ids.begin() + static_cast<std::ptrdiff_t>(begin),
+                    o.ids.begin() + static_cast<std::ptrdiff_t>(end));
     for (; w < wanted.size() && wanted[w] < end; ++w) c.rows.push_back(static_cast<uint32_t>(wanted[w] - begin));
     chunks.push_back(std::move(c));
   }
@@ -124,7 +137,8 @@ void print_digests(const std::vector<float>& logits, size_t vocab) {
     std::printf("%s{\"top_ids\": [", r ? ", " : "");
     for (size_t i = 0; i < d.top_ids.size(); ++i) std::printf("%s%d", i ? ", " : "", d.top_ids[i]);
     std::printf("], \"top_logits\": [");
-    for (size_t i = 0; i < d.top_logits.size(); ++i) std::printf("%s%.9g", i ? ", " : "", static_cast<double>(d.top_logits[i]));
+    for (size_t i = 0; i < d.top_logits.size(); ++i)
+      std::printf("%s%.9g", i ? ", " : "", static_cast<double>(d.top_logits[i]));
     std::printf("], \"logsumexp\": %.17g}", d.logsumexp);
   }
   std::printf("]}\n");
@@ -202,7 +216,8 @@ int main(int argc, char** argv) {
     print_digests(logits, cfg.n_vocab);
     if (!o.out.empty()) {
       std::ofstream f(o.out, std::ios::binary | std::ios::trunc);
-      f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+      f.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.size() * sizeof(float)));
       if (!f) throw std::runtime_error("cannot write " + o.out);
     }
   } catch (const std::exception& e) {

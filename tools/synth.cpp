@@ -7,8 +7,8 @@
 // The tokenizer is copied from G.gguf (every tokenizer.* key, the token table padded with
 // "[PAD<id>]" UNUSED tokens to the shape's vocabulary), or without the flag a built-in
 // minimal byte-level one (tools/synth/tokenizer_keys.h): the file always loads as a whole
-// model in deltaserve and llama.cpp. The file streams to disk (bounded memory), is the same for the same arguments whatever the
-// thread count, and loads with load_model_config. Sizes: 9b ~9.5 GB, 27b ~29 GB.
+// model in deltaserve and llama.cpp. The file streams to disk (bounded memory), is the same for the same arguments
+// whatever the thread count, and loads with load_model_config. Sizes: 9b ~9.5 GB, 27b ~29 GB.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -26,7 +26,7 @@ struct Options {
   uint32_t vocab = 0;   // 0: the shape's
   uint32_t layers = 0;  // 0: the shape's
   bool no_mtp = false;
-  int threads = 0;      // 0: all hardware threads
+  int threads = 0;             // 0: all hardware threads
   std::string tokenizer_from;  // empty: the built-in minimal tokenizer
 };
 
@@ -40,15 +40,24 @@ Options parse(int argc, char** argv) {
   Options o;
   ds::cli::ArgReader args(kUsage, argc, argv);
   for (std::string a; args.next(a);) {
-    if (a == "--shape") o.shape = args.value();
-    else if (a == "--out") o.out = args.value();
-    else if (a == "--seed") o.seed = parse_number<uint64_t>(kUsage, a, args.value(), 0);
-    else if (a == "--vocab") o.vocab = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1u << 24);
-    else if (a == "--layers") o.layers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1024);
-    else if (a == "--threads") o.threads = parse_number<int>(kUsage, a, args.value(), 1, 1024);
-    else if (a == "--no-mtp") o.no_mtp = true;
-    else if (a == "--tokenizer-from") o.tokenizer_from = args.value();
-    else args.unknown();
+    if (a == "--shape")
+      o.shape = args.value();
+    else if (a == "--out")
+      o.out = args.value();
+    else if (a == "--seed")
+      o.seed = parse_number<uint64_t>(kUsage, a, args.value(), 0);
+    else if (a == "--vocab")
+      o.vocab = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1u << 24);
+    else if (a == "--layers")
+      o.layers = parse_number<uint32_t>(kUsage, a, args.value(), 1, 1024);
+    else if (a == "--threads")
+      o.threads = parse_number<int>(kUsage, a, args.value(), 1, 1024);
+    else if (a == "--no-mtp")
+      o.no_mtp = true;
+    else if (a == "--tokenizer-from")
+      o.tokenizer_from = args.value();
+    else
+      args.unknown();
   }
   if (o.shape.empty()) kUsage.fail("--shape is required");
   if (o.out.empty()) kUsage.fail("--out is required");

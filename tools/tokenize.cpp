@@ -8,17 +8,16 @@
 //       "enable_thinking"?: bool}; prints {"text": rendered prompt, "ids": [...]}.
 //       prints the decoded text followed by a newline.
 // Errors go to stderr with a non-zero exit status.
+#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include <rapidjson/document.h>
-
 #include <charconv>
-#include <fstream>
-#include <sstream>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>

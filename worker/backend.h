@@ -34,7 +34,7 @@ using cpu::WeightView;
 
 // One sequence's rows of a Gated DeltaNet step (Backend::gdn_mix).
 struct GdnSeq {
-  size_t offset = 0;     // first row in the step
+  size_t offset = 0;  // first row in the step
   size_t n_tokens = 0;
   uint32_t n_draft = 0;  // trailing drafts: a speculative verify row when n_tokens == n_draft + 1
   uint32_t slot = 0;     // its state slot
@@ -46,21 +46,21 @@ struct GdnSeq {
 // rollback; any mix of prefill chunks, decode tokens and verify rows.
 struct GdnBatch {
   const GdnSeq* seqs = nullptr;
-  const uint32_t* slots = nullptr;       // host: seqs[i].slot
+  const uint32_t* slots = nullptr;  // host: seqs[i].slot
   size_t n_seqs = 0;
-  size_t n_tokens = 0;                   // rows of the step
-  GdnShape shape;                        // heads and dims; n_tokens unused
+  size_t n_tokens = 0;  // rows of the step
+  GdnShape shape;       // heads and dims; n_tokens unused
   size_t conv_kernel = 0;
-  float eps = 0;                         // of the L2 norms
-  const float* qkv = nullptr;            // [T, C] the raw conv input (C = shape.qk_token_stride)
-  GdnRawGates gates;                     // row t: token t's alpha / beta_raw, and a, dt_bias
-  const float* conv_weight = nullptr;    // [C][Kc]
-  StatePool* states = nullptr;           // the stage's state slots
-  size_t layer = 0;                      // the layer's place in a slot
-  float* conv_out = nullptr;             // [T, C]
-  float* g = nullptr;                    // [T, nv] scratch for the gates
-  float* beta = nullptr;                 // [T, nv] scratch for the gates
-  float* out = nullptr;                  // [T, nv * dv]
+  float eps = 0;                       // of the L2 norms
+  const float* qkv = nullptr;          // [T, C] the raw conv input (C = shape.qk_token_stride)
+  GdnRawGates gates;                   // row t: token t's alpha / beta_raw, and a, dt_bias
+  const float* conv_weight = nullptr;  // [C][Kc]
+  StatePool* states = nullptr;         // the stage's state slots
+  size_t layer = 0;                    // the layer's place in a slot
+  float* conv_out = nullptr;           // [T, C]
+  float* g = nullptr;                  // [T, nv] scratch for the gates
+  float* beta = nullptr;               // [T, nv] scratch for the gates
+  float* out = nullptr;                // [T, nv * dv]
 };
 
 class Backend {
@@ -107,8 +107,8 @@ class Backend {
     float* y;
     size_t ys;
   };
-  virtual void matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens,
-                           const RowOutput* outs, size_t n_outs) {
+  virtual void matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowOutput* outs,
+                           size_t n_outs) {
     size_t first = 0;
     for (size_t i = 0; i < n_outs; ++i) {
       matmul(cpu::row_range(w, first, outs[i].rows), x, x_stride, n_tokens, outs[i].y, outs[i].ys);
@@ -118,8 +118,8 @@ class Backend {
   // Whether steps of n_tokens tokens should run the stacked matrices (weight_stack) through
   // matmul_rows instead of one product per part. Single-token steps always do.
   virtual bool stacks_multi_token(size_t /*n_tokens*/) const { return false; }
-  virtual void rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t n_rows, size_t dim,
-                        float* y, size_t y_stride) = 0;
+  virtual void rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t n_rows, size_t dim, float* y,
+                        size_t y_stride) = 0;
   virtual void gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim,
                               float* y) = 0;
   virtual void l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y,
@@ -133,15 +133,14 @@ class Backend {
     }
   }
   virtual void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride,
-                         size_t head_dim, size_t n_rot, const int32_t* host_positions,
-                         std::array<int32_t, 4> sections, float theta) = 0;
+                         size_t head_dim, size_t n_rot, const int32_t* host_positions, std::array<int32_t, 4> sections,
+                         float theta) = 0;
   virtual void causal_conv1d_silu(const float* x, size_t x_stride, size_t n_tokens, size_t channels,
                                   const float* weight, size_t kernel, float* state, float* y) = 0;
   // g = a * softplus(alpha + dt_bias), beta = sigmoid(beta_raw); inputs [n_tokens, nv] with row
   // strides alpha_stride / beta_stride, outputs [n_tokens, nv] contiguous.
   virtual void gdn_gates(const float* alpha, size_t alpha_stride, const float* beta_raw, size_t beta_stride,
-                         const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g,
-                         float* beta) = 0;
+                         const float* a, const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) = 0;
   // One token of a GDN front end: causal_conv1d_silu of x [channels] (state updated), then the
   // first n_norm_heads heads of head_dim channels of y L2-normalized in place. Default: the two
   // ops (the CPU reference); backends may fuse them.
@@ -163,8 +162,8 @@ class Backend {
       if (t < n_captures) copy(captures + t * capture_stride, state, (kernel - 1) * channels);
     }
   }
-  virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                   const float* beta, float* state, float* out) = 0;
+  virtual void gdn(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float* state, float* out) = 0;
   // A speculative verify row's recurrence: gdn() over s.n_tokens tokens that also leaves the state
   // after token c (c < n_captures <= s.n_tokens) in captures + c * capture_stride floats, the
   // per-position states a rollback restores. Default: token by token through gdn(), a copy after
@@ -185,9 +184,8 @@ class Backend {
   // The same with token t's gates computed from row t of `gates` instead of given as g / beta.
   // Default: gdn_gates into temporaries, then the form above (the CPU reference); a backend may
   // compute them inside the recurrence's launch, with the same bits.
-  virtual void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v,
-                            const GdnRawGates& gates, float* state, float* out, size_t n_captures, float* captures,
-                            size_t capture_stride) {
+  virtual void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const GdnRawGates& gates,
+                            float* state, float* out, size_t n_captures, float* captures, size_t capture_stride) {
     const size_t n_gates = s.n_tokens * s.n_v_heads;
     const std::unique_ptr<float, ScratchRelease> g(alloc(2 * n_gates), ScratchRelease{this});
     float* beta = g.get() + n_gates;
@@ -198,12 +196,12 @@ class Backend {
   // Decode steps of n_seqs sequences, one token each (rows 0..n_seqs-1 of the inputs and
   // outputs), whose states live in one pool: sequence i's at state0 + host_slots[i] * slot_stride
   // floats. Defaults: the one-sequence ops in a loop; backends may run all sequences at once.
-  virtual void conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel,
-                                  float* state0, size_t slot_stride, const uint32_t* host_slots, size_t n_seqs,
-                                  size_t n_norm_heads, size_t head_dim, float eps, float* y) {
+  virtual void conv_silu_l2_slots(const float* x, size_t channels, const float* weight, size_t kernel, float* state0,
+                                  size_t slot_stride, const uint32_t* host_slots, size_t n_seqs, size_t n_norm_heads,
+                                  size_t head_dim, float eps, float* y) {
     for (size_t i = 0; i < n_seqs; ++i) {
-      conv_silu_l2_token(x + i * channels, channels, weight, kernel, state0 + host_slots[i] * slot_stride,
-                         n_norm_heads, head_dim, eps, y + i * channels);
+      conv_silu_l2_token(x + i * channels, channels, weight, kernel, state0 + host_slots[i] * slot_stride, n_norm_heads,
+                         head_dim, eps, y + i * channels);
     }
   }
   // s.n_tokens == 1; q / k rows at s.qk_token_stride, v at s.v_token_stride, g / beta at n_v_heads.
@@ -290,8 +288,8 @@ class Backend {
     swiglu(gate, up, n_rows * w.cols, gate);
     matmul(w, gate, w.cols, n_rows, y, y_stride);
   }
-  virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride,
-                            size_t n_rows, size_t dim, float* y, size_t y_stride) = 0;
+  virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride, size_t n_rows,
+                            size_t dim, float* y, size_t y_stride) = 0;
   virtual void add_inplace(float* y, const float* x, size_t n) = 0;
   // The residual step: x += delta, then y = rms_norm(x; w) (rows contiguous, y != x). Default:
   // the two ops (the CPU reference); backends may fuse them into one pass.

@@ -30,7 +30,9 @@ std::vector<GdnPiece> gdn_pieces(const GdnSeq& s) {
 }
 
 // A speculative verify row: one token, then its drafts.
-bool is_verify_row(const GdnSeq& s) { return s.n_draft > 0 && s.n_tokens == s.n_draft + 1; }
+bool is_verify_row(const GdnSeq& s) {
+  return s.n_draft > 0 && s.n_tokens == s.n_draft + 1;
+}
 
 bool all_verify_rows(const GdnBatch& b) {
   for (size_t i = 0; i < b.n_seqs; ++i) {
@@ -50,8 +52,12 @@ bool one_row_per_seq(const GdnBatch& b) {
 
 // `r`'s rows from row `first` on.
 GdnRawGates raw_gate_rows(const GdnRawGates& r, size_t first) {
-  return GdnRawGates{r.alpha + first * r.alpha_stride, r.alpha_stride, r.beta_raw + first * r.beta_stride,
-                     r.beta_stride, r.a, r.dt_bias};
+  return GdnRawGates{r.alpha + first * r.alpha_stride,
+                     r.alpha_stride,
+                     r.beta_raw + first * r.beta_stride,
+                     r.beta_stride,
+                     r.a,
+                     r.dt_bias};
 }
 
 // A plain decode step: every sequence's conv and recurrence in one launch each (the recurrence

@@ -89,12 +89,12 @@ class CpuBackend final : public Backend {
                  const int32_t* positions, std::array<int32_t, 4> sections, float theta) override {
     cpu::rope_neox(x, n_tokens, ts, n_heads, hs, head_dim, n_rot, positions, sections, theta);
   }
-  void causal_conv1d_silu(const float* x, size_t xs, size_t n_tokens, size_t channels, const float* w,
-                          size_t kernel, float* state, float* y) override {
+  void causal_conv1d_silu(const float* x, size_t xs, size_t n_tokens, size_t channels, const float* w, size_t kernel,
+                          float* state, float* y) override {
     cpu::causal_conv1d_silu(x, xs, n_tokens, channels, w, kernel, state, y);
   }
-  void gdn_gates(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a,
-                 const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) override {
+  void gdn_gates(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a, const float* dt_bias,
+                 size_t n_tokens, size_t nv, float* g, float* beta) override {
     for (size_t t = 0; t < n_tokens; ++t) {
       for (size_t n = 0; n < nv; ++n) {
         g[t * nv + n] = a[n] * cpu::softplus(alpha[t * as + n] + dt_bias[n]);
@@ -110,8 +110,7 @@ class CpuBackend final : public Backend {
       cpu::gdn_recurrent(s, q, k, v, g, beta, state, out, &pool_);
     }
   }
-  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
-                        float* out) override {
+  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out) override {
     cpu::attention_causal(s, q, kv, scale, out, &pool_);
   }
   void swiglu(const float* gate, const float* up, size_t n, float* y) override { cpu::swiglu(gate, up, n, y); }
@@ -136,6 +135,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<CpuBackend>(n_threads);
+}
 
 }  // namespace ds

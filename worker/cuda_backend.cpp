@@ -23,8 +23,8 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode.h"
-#include "kernels/cuda/attention_prep.h"
 #include "kernels/cuda/attention_prefill.h"
+#include "kernels/cuda/attention_prep.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/conv1d.h"
 #include "kernels/cuda/conv_l2_decode.h"
@@ -56,7 +56,7 @@ class CudaBackend final : public Backend {
       : device_(device),
         precision_(options.bf16_prefill ? cuda::MatmulPrecision::kBf16TensorCores : cuda::MatmulPrecision::kF32),
         tc_{.kernel = ablations.prefill_gemm == CudaAblations::PrefillGemm::kCublasLt ? cuda::TcGemmKernel::kCublasLt
-                                                                                    : cuda::TcGemmKernel::kMmaSync,
+                                                                                      : cuda::TcGemmKernel::kMmaSync,
             .bf16_weights = nullptr,
             .split_small = ablations.split_small,
             .split_gemv_mma = options.split_gemv_mma},
@@ -177,13 +177,13 @@ class CudaBackend final : public Backend {
   }
   void rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim, size_t n_rot,
                  const int32_t* host_positions, std::array<int32_t, 4> sections, float theta) override;
-  void causal_conv1d_silu(const float* x, size_t xs, size_t n_tokens, size_t channels, const float* w,
-                          size_t kernel, float* state, float* y) override {
+  void causal_conv1d_silu(const float* x, size_t xs, size_t n_tokens, size_t channels, const float* w, size_t kernel,
+                          float* state, float* y) override {
     on_device();
     DS_CUDA_CHECK(cuda::causal_conv1d_silu(x, xs, n_tokens, channels, w, kernel, state, y, stream_));
   }
-  void gdn_gates(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a,
-                 const float* dt_bias, size_t n_tokens, size_t nv, float* g, float* beta) override {
+  void gdn_gates(const float* alpha, size_t as, const float* beta_raw, size_t bs, const float* a, const float* dt_bias,
+                 size_t n_tokens, size_t nv, float* g, float* beta) override {
     on_device();
     DS_CUDA_CHECK(cuda::gdn_gates(alpha, as, beta_raw, bs, a, dt_bias, n_tokens, nv, g, beta, stream_));
   }
@@ -195,8 +195,7 @@ class CudaBackend final : public Backend {
                     size_t capture_stride) override;
   void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const GdnRawGates& gates,
                     float* state, float* out, size_t n_captures, float* captures, size_t capture_stride) override;
-  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
-                        float* out) override;
+  void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out) override;
   void attention_decode_batch(const DecodeAttentionBatch& b) override;
   void attention_prep(const AttentionPrep& p) override;
   void swiglu(const float* gate, const float* up, size_t n, float* y) override {
@@ -210,8 +209,7 @@ class CudaBackend final : public Backend {
     if (fused_ops_) {
       on_device();
       void* acts = tc_.split_gemv_mma ? act_scratch_.get(cuda::matmul_swiglu_act_bytes(w.cols), stream_) : nullptr;
-      const cudaError_t e =
-          cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_, acts);
+      const cudaError_t e = cuda::matmul_swiglu_decode(w, gate, up, w.cols, n, y, ys, tc_options(w, n), stream_, acts);
       if (e != cudaErrorNotSupported) {
         DS_CUDA_CHECK(e);
         return;
@@ -257,8 +255,8 @@ class CudaBackend final : public Backend {
   }
   // A verify row's tokens in one launch, windows captured from registers.
   void conv_silu_l2_captured(const float* x, size_t channels, size_t n_tokens, const float* w, size_t kernel,
-                             float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y,
-                             size_t n_captures, float* captures, size_t capture_stride) override {
+                             float* state, size_t n_norm_heads, size_t head_dim, float eps, float* y, size_t n_captures,
+                             float* captures, size_t capture_stride) override {
     if (!fused_conv_with_state(channels, kernel, n_norm_heads, head_dim)) {
       return Backend::conv_silu_l2_captured(x, channels, n_tokens, w, kernel, state, n_norm_heads, head_dim, eps, y,
                                             n_captures, captures, capture_stride);
@@ -273,8 +271,8 @@ class CudaBackend final : public Backend {
                           size_t slot_stride, const uint32_t* host_slots, size_t n_seqs, size_t n_norm_heads,
                           size_t head_dim, float eps, float* y) override {
     if (!fused_conv_with_state(channels, kernel, n_norm_heads, head_dim)) {
-      return Backend::conv_silu_l2_slots(x, channels, w, kernel, state0, slot_stride, host_slots, n_seqs,
-                                         n_norm_heads, head_dim, eps, y);
+      return Backend::conv_silu_l2_slots(x, channels, w, kernel, state0, slot_stride, host_slots, n_seqs, n_norm_heads,
+                                         head_dim, eps, y);
     }
     on_device();
     const auto* slots = static_cast<const uint32_t*>(slots_.put(host_slots, n_seqs * sizeof(uint32_t), stream_));
@@ -282,15 +280,14 @@ class CudaBackend final : public Backend {
                                            head_dim, eps, y, stream_));
   }
   void gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                        const float* beta, float* state0, size_t slot_stride, const uint32_t* host_slots,
-                        size_t n_seqs, float* out) override {
+                        const float* beta, float* state0, size_t slot_stride, const uint32_t* host_slots, size_t n_seqs,
+                        float* out) override {
     if (!fused_ops_ || !cuda::gdn_decode_slots_applies(s, n_seqs)) {
       return Backend::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, host_slots, n_seqs, out);
     }
     on_device();
     const auto* slots = static_cast<const uint32_t*>(slots_.put(host_slots, n_seqs * sizeof(uint32_t), stream_));
-    DS_CUDA_CHECK(
-        cuda::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, slots, n_seqs, out, stream_));
+    DS_CUDA_CHECK(cuda::gdn_decode_slots(s, q, k, v, g, beta, state0, slot_stride, slots, n_seqs, out, stream_));
   }
   // The gates inside the recurrence's launch; unfused: the gates kernel into scratch, then the
   // sequences one by one (what the form above does unfused).
@@ -466,8 +463,8 @@ WeightView CudaBackend::weight_stack(const GgufTensor* const* parts, size_t n_pa
     if (split) {
       upload_split(*parts[i], static_cast<uint8_t*>(dev) + offset);
     } else {
-      DS_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dev) + offset, parts[i]->data, parts[i]->nbytes,
-                               cudaMemcpyHostToDevice));
+      DS_CUDA_CHECK(
+          cudaMemcpy(static_cast<uint8_t*>(dev) + offset, parts[i]->data, parts[i]->nbytes, cudaMemcpyHostToDevice));
     }
     offset += parts[i]->nbytes;
   }
@@ -559,8 +556,8 @@ const void* CudaBackend::bf16_weights(const WeightView& w) {
   void* dev = nullptr;
   if (cudaMalloc(&dev, w.rows * w.cols * 2) != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky allocation error
-    std::fprintf(stderr, "cuda backend: no room for a bf16 copy of a %zux%zu matrix; dequantizing per call\n",
-                 w.rows, w.cols);
+    std::fprintf(stderr, "cuda backend: no room for a bf16 copy of a %zux%zu matrix; dequantizing per call\n", w.rows,
+                 w.cols);
     bf16_weights_.emplace(w.data, nullptr);
     return nullptr;
   }
@@ -570,8 +567,7 @@ const void* CudaBackend::bf16_weights(const WeightView& w) {
 }
 
 void CudaBackend::rope_neox(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim,
-                            size_t n_rot, const int32_t* host_positions, std::array<int32_t, 4> sections,
-                            float theta) {
+                            size_t n_rot, const int32_t* host_positions, std::array<int32_t, 4> sections, float theta) {
   on_device();
   const auto* pos =
       static_cast<const int32_t*>(positions_.put(host_positions, 3 * n_tokens * sizeof(int32_t), stream_));
@@ -616,7 +612,7 @@ void CudaBackend::gdn_captured(const GdnShape& s, const float* q, const float* k
                                size_t capture_stride) {
   on_device();
   const cudaError_t e = fused_ops_ ? cuda::gdn_recurrent_captured(s, q, k, v, gates, state, out, n_captures, captures,
-                                                                   capture_stride, stream_)
+                                                                  capture_stride, stream_)
                                    : cudaErrorNotSupported;
   if (e == cudaErrorNotSupported) {  // unfused, or dk > 128: the gates kernel, then the form above
     return Backend::gdn_captured(s, q, k, v, gates, state, out, n_captures, captures, capture_stride);
@@ -636,8 +632,7 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
   on_device();
   const size_t n_blocks = kv.block_size == 0 ? 0 : (s.kv_len + kv.block_size - 1) / kv.block_size;
   KvPages dev = kv;
-  dev.block_table =
-      static_cast<const int32_t*>(block_table_.put(kv.block_table, n_blocks * sizeof(int32_t), stream_));
+  dev.block_table = static_cast<const int32_t*>(block_table_.put(kv.block_table, n_blocks * sizeof(int32_t), stream_));
   // Prefill chunks take the tiled (flash-style) kernels: K/V rows read once per 64 queries, on
   // bf16 tensor cores in the bf16 prefill mode, in f32 otherwise.
   if (s.n_q_tokens >= cuda::kAttentionPrefillMinTokens) {
@@ -691,8 +686,8 @@ void CudaBackend::attention_prep(const AttentionPrep& p) {
 
 // One sync per step: the digests come back in one small copy; a row the device flags (NaN,
 // +inf, nothing finite) is downloaded whole and digested by the CPU code, whose order it follows.
-bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab,
-                                     const DigestRequest* requests, LogitDigest* out) {
+bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
+                                     LogitDigest* out) {
   if (!device_digest_ || n_rows > 65535 || n_vocab == 0 || n_vocab > cuda::kDigestMaxVocab) return false;
   uint32_t k = 1;
   for (size_t r = 0; r < n_rows; ++r) {

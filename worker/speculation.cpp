@@ -9,7 +9,9 @@
 namespace ds {
 namespace {
 
-bool is_greedy(const SamplingRule& rule) { return !(rule.temperature > 0.0f); }
+bool is_greedy(const SamplingRule& rule) {
+  return !(rule.temperature > 0.0f);
+}
 
 // accept_drafts' greedy rule on digests: draft j stands while it is row j's argmax.
 SpecVerdict greedy_verdict(const LogitDigest* rows, const std::vector<int32_t>& drafts) {
@@ -28,7 +30,8 @@ SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
   SeqState& st = seqs_[in.seq_id];
   SpecRowOutput out;
   if (in.target_digests != nullptr && !is_greedy(in.rule)) {
-    throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) + " samples (temperature > 0) but has only digests");
+    throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) +
+                      " samples (temperature > 0) but has only digests");
   }
   if (!in.has_target()) {  // prefill chunk without logits: only the MTP catch-up
     catch_up_and_draft(in, T, -1, &out);
@@ -38,7 +41,8 @@ SpecRowOutput SpecDecoder::run(const SpecRowInput& in) {
   // The coordinator may verify only a prefix of the drafts (its token budget): each draft's
   // distribution is still the one it was drawn from.
   if (in.rule.temperature > 0.0f && st.draft_dist.size() < in.n_draft) {
-    throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) + " verifies drafts this stage did not make");
+    throw ConfigError("speculation: sequence " + std::to_string(in.seq_id) +
+                      " verifies drafts this stage did not make");
   }
   std::vector<std::vector<double>> q;
   if (in.rule.temperature > 0.0f) q.assign(st.draft_dist.begin(), st.draft_dist.begin() + in.n_draft);

@@ -20,27 +20,27 @@ namespace ds {
 struct SpecRowInput {
   uint64_t seq_id = 0;
   uint32_t start_pos = 0;
-  std::vector<int32_t> tokens;        // the row's tokens; the last n_draft are drafts
+  std::vector<int32_t> tokens;  // the row's tokens; the last n_draft are drafts
   uint32_t n_draft = 0;
   const float* target_logits = nullptr;  // n_draft + 1 rows for the last rows; nullptr: no logits
                                          // (an intermediate prefill chunk: catch-up only)
   // Greedy rules only, instead of target_logits: the device digests of those n_draft + 1 rows
   // (a greedy verdict needs only each row's argmax, LogitDigest::token).
   const LogitDigest* target_digests = nullptr;
-  const float* final_hidden = nullptr;   // [tokens.size(), n_embd], final-normed
-  uint32_t spec_k = 0;                   // drafts to produce (only with target_logits)
+  const float* final_hidden = nullptr;  // [tokens.size(), n_embd], final-normed
+  uint32_t spec_k = 0;                  // drafts to produce (only with target_logits)
   SamplingRule rule;
   std::vector<double> u_accept;  // n_draft
   double u_final = 0.0;
-  std::vector<double> u_draft;   // spec_k
+  std::vector<double> u_draft;  // spec_k
   bool has_target() const { return target_logits != nullptr || target_digests != nullptr; }
 };
 
 struct SpecRowOutput {
   uint32_t accepted = 0;
-  int32_t token = -1;               // emitted after the accepted drafts (-1 without logits)
-  std::vector<int32_t> drafts;      // for the next step
-  std::vector<float> draft_probs;   // q(draft) under the rule (1 when greedy)
+  int32_t token = -1;              // emitted after the accepted drafts (-1 without logits)
+  std::vector<int32_t> drafts;     // for the next step
+  std::vector<float> draft_probs;  // q(draft) under the rule (1 when greedy)
 };
 
 class SpecDecoder {
@@ -52,8 +52,8 @@ class SpecDecoder {
 
  private:
   struct SeqState {
-    uint32_t hidden_pos = 0;        // positions before h: h is the target hidden at hidden_pos - 1
-    std::vector<float> hidden;      // [n_embd]
+    uint32_t hidden_pos = 0;                      // positions before h: h is the target hidden at hidden_pos - 1
+    std::vector<float> hidden;                    // [n_embd]
     std::vector<std::vector<double>> draft_dist;  // temperature > 0: q of the pending drafts
   };
   void catch_up_and_draft(const SpecRowInput& in, uint32_t keep_rows, int32_t token, SpecRowOutput* out);

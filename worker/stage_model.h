@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/host_signal.h"  // HostSignal
-#include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
 #include "common/sampling.h"     // DigestRequest, LogitDigest
+#include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
 
 namespace ds {
 
@@ -36,8 +36,8 @@ struct ModelConfig;
 struct SeqStep {
   uint64_t seq_id = 0;
   uint32_t start_pos = 0;
-  std::vector<int32_t> token_ids;     // n_tokens ids (used by stage 0 for the embedding)
-  std::vector<uint32_t> logit_rows;   // rows in [0, n_tokens) whose logits the last stage returns
+  std::vector<int32_t> token_ids;    // n_tokens ids (used by stage 0 for the embedding)
+  std::vector<uint32_t> logit_rows;  // rows in [0, n_tokens) whose logits the last stage returns
   // Speculative decoding (both only ever set with --spec-k > 0):
   //  - n_draft: the last n_draft tokens are unverified drafts. The stage keeps the GDN state
   //    after each of the rows n_tokens-1-n_draft .. n_tokens-2 (capture j = after the j-th of
@@ -51,8 +51,8 @@ struct SeqStep {
 };
 
 struct StepInput {
-  std::vector<SeqStep> seqs;       // token rows are concatenated in this order
-  const float* hidden = nullptr;   // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
+  std::vector<SeqStep> seqs;      // token rows are concatenated in this order
+  const float* hidden = nullptr;  // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
   // Non-last stage, optional: a host buffer of [total_tokens, n_embd] floats that receives the
   // output hidden rows instead of StepOutput::hidden (the next stage's shared-memory ring slot,
   // pinned on CUDA workers: the device-to-host copy lands there, no staging copies).
@@ -82,9 +82,9 @@ struct StepOutput {
   // host buffers its queued work reads (it synchronizes first).
   bool hidden_deferred = false;
   // Last stage: for every requested logit row (in seqs order, then row order):
-  std::vector<float> logits;         // [n_rows, n_vocab]
-  std::vector<float> final_hidden;   // [n_rows, n_embd], post output_norm (the MTP input);
-                                     // [total_tokens, n_embd] with StepInput::all_final_hidden
+  std::vector<float> logits;        // [n_rows, n_vocab]
+  std::vector<float> final_hidden;  // [n_rows, n_embd], post output_norm (the MTP input);
+                                    // [total_tokens, n_embd] with StepInput::all_final_hidden
   // Instead of logits, when StepInput::digest_rows was honoured: one digest per logit row, and
   // the vocabulary size they were taken over.
   std::vector<LogitDigest> digests;
@@ -97,14 +97,14 @@ struct StepOutput {
 using BlockTap = std::function<void(const std::string& name, const std::vector<float>& rows, size_t width)>;
 
 struct StageOptions {
-  int n_threads = 1;              // CPU backend worker threads
-  uint32_t max_context = 0;       // 0: model context length
-  bool keep_all_hidden = false;   // debugging: record per-layer residuals (tests compare them)
-  CacheGeometry cache;            // memory layout (default: self-managed)
+  int n_threads = 1;             // CPU backend worker threads
+  uint32_t max_context = 0;      // 0: model context length
+  bool keep_all_hidden = false;  // debugging: record per-layer residuals (tests compare them)
+  CacheGeometry cache;           // memory layout (default: self-managed)
   // MTP drafts (forward_mtp_last) pick among ids [0, draft_vocab) only: the LM head's first rows.
   // 0 or the vocabulary size or more: every id. forward_mtp always gives the whole vocabulary.
   uint32_t draft_vocab = 0;
-  BlockTap tap;                   // debugging: named intermediates (slow: each is downloaded)
+  BlockTap tap;  // debugging: named intermediates (slow: each is downloaded)
 };
 
 class StageModel {
@@ -161,8 +161,7 @@ class Backend;
 // architecture's loader (worker/models/registry.h); ConfigError for an architecture no model
 // file implements.
 std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
-                                       StageRange range, const StageOptions& options,
-                                       std::unique_ptr<Backend> backend);
+                                       StageRange range, const StageOptions& options, std::unique_ptr<Backend> backend);
 
 // Loads one stage on the CPU backend (weights used straight from the mmap).
 std::unique_ptr<StageModel> load_cpu_stage(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,

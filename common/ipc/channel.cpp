@@ -10,10 +10,14 @@ namespace {
 
 zmq::socket_type zmq_type(SocketRole role) {
   switch (role) {
-    case SocketRole::kRouter: return zmq::socket_type::router;
-    case SocketRole::kDealer: return zmq::socket_type::dealer;
-    case SocketRole::kPush: return zmq::socket_type::push;
-    case SocketRole::kPull: return zmq::socket_type::pull;
+    case SocketRole::kRouter:
+      return zmq::socket_type::router;
+    case SocketRole::kDealer:
+      return zmq::socket_type::dealer;
+    case SocketRole::kPush:
+      return zmq::socket_type::push;
+    case SocketRole::kPull:
+      return zmq::socket_type::pull;
   }
   return zmq::socket_type::pair;
 }
@@ -29,7 +33,9 @@ size_t poll_items(zmq::pollitem_t* items, size_t n, int timeout_ms) {
   }
 }
 
-bool binds(SocketRole role) { return role == SocketRole::kRouter || role == SocketRole::kPull; }
+bool binds(SocketRole role) {
+  return role == SocketRole::kRouter || role == SocketRole::kPull;
+}
 
 // Reads every remaining frame of the current multipart message.
 std::vector<zmq::message_t> read_frames(zmq::socket_t& sock) {
@@ -73,7 +79,9 @@ ZmqChannel::ZmqChannel(Context& ctx, SocketRole role, const std::string& endpoin
 
 ZmqChannel::~ZmqChannel() = default;
 
-std::string ZmqChannel::endpoint() const { return endpoint_; }
+std::string ZmqChannel::endpoint() const {
+  return endpoint_;
+}
 
 bool ZmqChannel::send(const v1::Envelope& env, std::span<const uint8_t> bulk, const std::string& peer) {
   std::vector<std::string> frames;

@@ -11,7 +11,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>  // cppzmq: context_t, socket_t, message_t, poll
 
 #include "common/ipc/protocol.h"
@@ -20,9 +19,9 @@ namespace ds::ipc {
 
 // One received message.
 struct Received {
-  std::string peer;            // routing id of the sender (ROUTER sockets only)
-  v1::Envelope env;            // decoded, version-checked envelope
-  std::vector<uint8_t> bulk;   // bulk bytes that followed the envelope (may be empty)
+  std::string peer;           // routing id of the sender (ROUTER sockets only)
+  v1::Envelope env;           // decoded, version-checked envelope
+  std::vector<uint8_t> bulk;  // bulk bytes that followed the envelope (may be empty)
 };
 
 enum class RecvStatus {

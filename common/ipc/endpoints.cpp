@@ -13,7 +13,9 @@ namespace {
 constexpr const char* kIpc = "ipc://";
 constexpr const char* kTcp = "tcp://";
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 }  // namespace
 

@@ -33,7 +33,9 @@ bool parse_hidden_transport(const std::string& text, HiddenTransport* out) {
   return true;
 }
 
-const char* hidden_transport_name(HiddenTransport t) { return t == HiddenTransport::kInline ? "inline" : "auto"; }
+const char* hidden_transport_name(HiddenTransport t) {
+  return t == HiddenTransport::kInline ? "inline" : "auto";
+}
 
 bool uses_shm_ring(HiddenTransport mode, const std::string& next_endpoint) {
   return mode == HiddenTransport::kAuto && next_endpoint.rfind("ipc://", 0) == 0;
@@ -47,10 +49,15 @@ SlotRef slot_ref_of(const v1::HiddenChunk& chunk) {
 
 HiddenSender::HiddenSender(Channel& out, std::string ring_name, HiddenRingOptions options, uint64_t generation_seed,
                            RingMappingHooks hooks)
-    : out_(out), ring_name_(std::move(ring_name)), options_(options), generation_seed_(generation_seed),
+    : out_(out),
+      ring_name_(std::move(ring_name)),
+      options_(options),
+      generation_seed_(generation_seed),
       hooks_(std::move(hooks)) {}
 
-HiddenSender::~HiddenSender() { drop_ring(); }
+HiddenSender::~HiddenSender() {
+  drop_ring();
+}
 
 void HiddenSender::drop_ring() {
   if (!ring_) return;

@@ -32,10 +32,10 @@ const char* hidden_transport_name(HiddenTransport t);
 bool uses_shm_ring(HiddenTransport mode, const std::string& next_endpoint);
 
 struct HiddenRingOptions {
-  uint32_t n_slots = 4;                        // >= 2: stage k fills one while stage k+1 reads another
-  uint64_t min_slot_bytes = uint64_t{1} << 20; // first ring's slot size; grows (x2) to fit bigger chunks
-  uint64_t max_slot_bytes = uint64_t{1} << 30; // chunks above this go inline
-  int wait_ms = 2000;                          // longest wait for a free slot before sending inline
+  uint32_t n_slots = 4;                         // >= 2: stage k fills one while stage k+1 reads another
+  uint64_t min_slot_bytes = uint64_t{1} << 20;  // first ring's slot size; grows (x2) to fit bigger chunks
+  uint64_t max_slot_bytes = uint64_t{1} << 30;  // chunks above this go inline
+  int wait_ms = 2000;                           // longest wait for a free slot before sending inline
 };
 
 // Called with each mapping a ring gets / loses (a CUDA worker registers it as pinned memory).

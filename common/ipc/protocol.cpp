@@ -35,18 +35,30 @@ bool decode_envelope(const void* data, size_t size, v1::Envelope* out, std::stri
 
 const char* body_name(const v1::Envelope& env) {
   switch (env.body_case()) {
-    case v1::Envelope::kHello: return "hello";
-    case v1::Envelope::kAssign: return "assign";
-    case v1::Envelope::kReady: return "ready";
-    case v1::Envelope::kHeartbeat: return "heartbeat";
-    case v1::Envelope::kDropSequences: return "drop_sequences";
-    case v1::Envelope::kDropSequencesDone: return "drop_sequences_done";
-    case v1::Envelope::kShutdown: return "shutdown";
-    case v1::Envelope::kStepPlan: return "step_plan";
-    case v1::Envelope::kStageForward: return "stage_forward";
-    case v1::Envelope::kStepResult: return "step_result";
-    case v1::Envelope::kStepError: return "step_error";
-    case v1::Envelope::BODY_NOT_SET: break;
+    case v1::Envelope::kHello:
+      return "hello";
+    case v1::Envelope::kAssign:
+      return "assign";
+    case v1::Envelope::kReady:
+      return "ready";
+    case v1::Envelope::kHeartbeat:
+      return "heartbeat";
+    case v1::Envelope::kDropSequences:
+      return "drop_sequences";
+    case v1::Envelope::kDropSequencesDone:
+      return "drop_sequences_done";
+    case v1::Envelope::kShutdown:
+      return "shutdown";
+    case v1::Envelope::kStepPlan:
+      return "step_plan";
+    case v1::Envelope::kStageForward:
+      return "stage_forward";
+    case v1::Envelope::kStepResult:
+      return "step_result";
+    case v1::Envelope::kStepError:
+      return "step_error";
+    case v1::Envelope::BODY_NOT_SET:
+      break;
   }
   return "none";
 }

@@ -19,7 +19,7 @@ namespace ds::ipc {
 namespace {
 
 constexpr uint64_t kMagic = 0x31304e4952534400ull;  // "\0DSRING01" little-endian-ish tag
-constexpr uint32_t kVersion = 2;  // 2: per-slot ready word, producer pid
+constexpr uint32_t kVersion = 2;                    // 2: per-slot ready word, producer pid
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kMaxSlots = 1024;
 constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 36;  // 64 GiB: far above any hidden chunk
@@ -51,7 +51,9 @@ struct alignas(64) SlotHeader {
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a device writes the ready word as a plain u32");
 
-uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+uint64_t round_up(uint64_t v, uint64_t to) {
+  return (v + to - 1) / to * to;
+}
 
 struct Layout {
   uint64_t slot_stride = 0;
@@ -77,7 +79,9 @@ std::string errno_text(const std::string& what, const std::string& name) {
   return what + " " + name + ": " + std::strerror(errno);
 }
 
-RingHeader* header_of(void* base) { return static_cast<RingHeader*>(base); }
+RingHeader* header_of(void* base) {
+  return static_cast<RingHeader*>(base);
+}
 
 SlotHeader* slot_of(void* base, uint32_t i) {
   return reinterpret_cast<SlotHeader*>(static_cast<uint8_t*>(base) + kPage) + i;
@@ -105,7 +109,9 @@ void backoff(int attempt) {
 
 }  // namespace
 
-uint32_t ready_value(uint64_t sequence) { return static_cast<uint32_t>(sequence) | 0x80000000u; }
+uint32_t ready_value(uint64_t sequence) {
+  return static_cast<uint32_t>(sequence) | 0x80000000u;
+}
 
 std::string shm_ring_name(const std::string& data_endpoint) {
   // FNV-1a 64: short, stable, and shm names may not contain '/' beyond the leading one.
@@ -119,7 +125,9 @@ std::string shm_ring_name(const std::string& data_endpoint) {
   return buf;
 }
 
-void unlink_shm_ring(const std::string& name) { shm_unlink(name.c_str()); }
+void unlink_shm_ring(const std::string& name) {
+  shm_unlink(name.c_str());
+}
 
 // ---- producer -----------------------------------------------------------------------------
 
@@ -167,7 +175,9 @@ ShmRingProducer::ShmRingProducer(const std::string& name, ShmRingGeometry geomet
   h->initialized.store(1, std::memory_order_release);
 }
 
-ShmRingProducer::~ShmRingProducer() { shm_unlink(name_.c_str()); }
+ShmRingProducer::~ShmRingProducer() {
+  shm_unlink(name_.c_str());
+}
 
 std::optional<ShmRingProducer::OpenWrite> ShmRingProducer::begin_write(uint64_t nbytes, int timeout_ms) {
   if (nbytes > geometry_.slot_bytes) return std::nullopt;
@@ -185,7 +195,8 @@ std::optional<ShmRingProducer::OpenWrite> ShmRingProducer::begin_write(uint64_t 
   ++next_sequence_;  // even if aborted: message numbers are never reused
   // The slot was handed back, so the consumer is done waiting on its previous ready value.
   s->ready.store(0, std::memory_order_relaxed);
-  return OpenWrite{SlotRef{generation_, slot, seq, nbytes}, {data_of(base_, l, slot), static_cast<size_t>(nbytes)},
+  return OpenWrite{SlotRef{generation_, slot, seq, nbytes},
+                   {data_of(base_, l, slot), static_cast<size_t>(nbytes)},
                    ReadyWord{reinterpret_cast<uint32_t*>(&s->ready), ready_value(seq)}};
 }
 
@@ -302,7 +313,9 @@ ReadyWord ShmRingConsumer::ready_word(const SlotRef& ref) const {
   return ReadyWord{reinterpret_cast<uint32_t*>(&slot_of(base_, ref.slot)->ready), ready_value(ref.sequence)};
 }
 
-int64_t ShmRingConsumer::producer_pid() const { return header_of(base_)->producer_pid; }
+int64_t ShmRingConsumer::producer_pid() const {
+  return header_of(base_)->producer_pid;
+}
 
 bool ShmRingConsumer::release(const SlotRef& ref) {
   if (ref.generation != generation_ || ref.slot >= geometry_.n_slots || ref.sequence == 0) return false;

@@ -71,11 +71,11 @@ void plan_with_worker_capacity(const ds::CacheGeometry& workers, ds::SchedulerCo
   s->num_blocks = workers.num_blocks;
   s->max_seqs = workers.max_seqs;
   s->num_snapshots = workers.num_snapshots;
-  ds::log::info("deltaserve", ds::log::Msg() << "KV capacity: " << s->num_blocks << " blocks of " << s->block_size
-                                             << " tokens (" << uint64_t{s->num_blocks} * s->block_size
-                                             << " tokens in total), " << s->max_seqs << " state slots, "
-                                             << s->num_snapshots << " state snapshots"
-                                             << (s->num_snapshots ? "" : " (prefix cache off)"));
+  ds::log::info("deltaserve", ds::log::Msg()
+                                  << "KV capacity: " << s->num_blocks << " blocks of " << s->block_size << " tokens ("
+                                  << uint64_t{s->num_blocks} * s->block_size << " tokens in total), " << s->max_seqs
+                                  << " state slots, " << s->num_snapshots << " state snapshots"
+                                  << (s->num_snapshots ? "" : " (prefix cache off)"));
 }
 
 // The log format is fixed once, from the options; workers this process starts get the same.
@@ -106,9 +106,9 @@ int serve(int argc, char** argv) {
   ds::log::info("deltaserve", ds::describe(o));
   // With --mps auto|on the engine starts its own MPS daemon (and warns itself if it cannot).
   const std::string gpu_hint =
-      o.engine.mps == "off" ? ds::shared_gpu_hint(o.engine.backend, o.engine.devices, o.engine.n_workers,
-                                                  ds::mps_serves_this_process())
-                            : std::string();
+      o.engine.mps == "off"
+          ? ds::shared_gpu_hint(o.engine.backend, o.engine.devices, o.engine.n_workers, ds::mps_serves_this_process())
+          : std::string();
   if (!gpu_hint.empty()) ds::log::warn("deltaserve", gpu_hint);
 
   // The scheduler's numbers are upper bounds for the workers' pools (sent in Assign): each
@@ -143,8 +143,8 @@ int serve(int argc, char** argv) {
     ds::log::info("deltaserve", "listening on http://" + o.http.host + ":" + std::to_string(port) + " (model " +
                                     o.http.served_model_name + ")");
     // systemd (Type=notify): the coordinator is up once the workers are Ready and HTTP listens.
-    ds::notify_ready("serving " + o.http.served_model_name + " on " + o.http.host + ":" + std::to_string(port) +
-                     ", " + std::to_string(o.engine.n_workers) + " workers");
+    ds::notify_ready("serving " + o.http.served_model_name + " on " + o.http.host + ":" + std::to_string(port) + ", " +
+                     std::to_string(o.engine.n_workers) + " workers");
   });
   ds::notify_stopping();
   ds::log::info("deltaserve", "shutting down");

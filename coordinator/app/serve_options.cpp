@@ -70,9 +70,13 @@ bool allowed_value(const std::vector<std::string>& allowed, const std::string& v
 }
 
 // A string option that takes one of `allowed`.
-OptionSpec choice(const std::string& name, std::string* field, std::vector<std::string> allowed, const std::string& help) {
+OptionSpec choice(const std::string& name, std::string* field, std::vector<std::string> allowed,
+                  const std::string& help) {
   return {name, value_name_of(allowed), help,
-          [field, allowed](const std::string& v) { *field = v; return allowed_value(allowed, v); },
+          [field, allowed](const std::string& v) {
+            *field = v;
+            return allowed_value(allowed, v);
+          },
           [field] { return *field; }};
 }
 
@@ -81,9 +85,15 @@ OptionSpec choice(const std::string& name, std::string* field, std::vector<std::
 // A workers' setting serve sends in Assign; unset, `fallback` is sent.
 OptionSpec worker_choice(const std::string& name, std::optional<std::string>* field, std::vector<std::string> allowed,
                          const std::string& fallback, const std::string& help) {
-  return {name, value_name_of(allowed), help,
-          [field, allowed](const std::string& v) { *field = v; return allowed_value(allowed, v); },
-          [field, fallback] { return field->value_or(fallback); }, fallback};
+  return {name,
+          value_name_of(allowed),
+          help,
+          [field, allowed](const std::string& v) {
+            *field = v;
+            return allowed_value(allowed, v);
+          },
+          [field, fallback] { return field->value_or(fallback); },
+          fallback};
 }
 
 // Every option of `deltaserve serve`, bound to `o`. The order is the help's and describe()'s.
@@ -92,14 +102,19 @@ OptionTable serve_table(ServeOptions* o) {
   ServerOptions* h = &o->http;
   return {
       {"model", "F.gguf", "the GGUF model (qwen35; required)",
-       [e](const std::string& v) { e->model_path = v; return !v.empty(); }, [e] { return e->model_path; }, "-"},
+       [e](const std::string& v) {
+         e->model_path = v;
+         return !v.empty();
+       },
+       [e] { return e->model_path; }, "-"},
       {"workers", "N", "pipeline stages, one worker process each",
        [e](const std::string& v) { return parse_positive(v, &e->n_workers); }, [e] { return shown(e->n_workers); }},
       choice("backend", &e->backend, {"cpu", "cuda"}, "worker backend"),
       {"threads", "T", "compute threads per CPU worker",
        [e](const std::string& v) { return parse_positive(v, &e->threads_per_worker); },
        [e] { return shown(e->threads_per_worker); }},
-      {"layer-split", "a,b,...", "layers per stage", [e](const std::string& v) { return parse_counts(v, &e->layer_split); },
+      {"layer-split", "a,b,...", "layers per stage",
+       [e](const std::string& v) { return parse_counts(v, &e->layer_split); },
        [e] { return joined(e->layer_split, "balanced"); }, "balanced by weight bytes"},
       {"devices", "a,b,...", "cuda: GPU of each local worker (0,0: two workers sharing GPU 0)",
        [e](const std::string& v) {
@@ -117,7 +132,10 @@ OptionTable serve_table(ServeOptions* o) {
        [e](const std::string& v) { return parse_bool(v, &e->external_workers); },
        [e] { return std::string(e->external_workers ? "yes" : "no"); }},
       {"control-endpoint", "EP", "ipc://PATH or tcp://HOST:PORT the workers connect to",
-       [e](const std::string& v) { e->control_endpoint = v; return !v.empty(); },
+       [e](const std::string& v) {
+         e->control_endpoint = v;
+         return !v.empty();
+       },
        [e] { return e->control_endpoint.empty() ? std::string("(private ipc)") : e->control_endpoint; },
        "a private ipc:// directory"},
       {"max-context", "N", "tokens per sequence, prompt + output",
@@ -148,17 +166,28 @@ OptionTable serve_table(ServeOptions* o) {
        "drafts pick among token ids below N only (a draft reads that part of the LM head);\n"
        "0 = all. Output is unchanged, acceptance may drop",
        [o](const std::string& v) { return parse_number(v, &o->draft_vocab); }, [o] { return shown(o->draft_vocab); }},
-      {"host", "H", "HTTP address", [h](const std::string& v) { h->host = v; return !v.empty(); },
+      {"host", "H", "HTTP address",
+       [h](const std::string& v) {
+         h->host = v;
+         return !v.empty();
+       },
        [h] { return h->host; }},
       {"port", "P", "HTTP port (0: an ephemeral one)", [h](const std::string& v) { return parse_number(v, &h->port); },
        [h] { return shown(h->port); }},
       {"api-key", "KEY", "require `Authorization: Bearer KEY` (all routes but /health)",
-       [h](const std::string& v) { h->api_key = v; return true; },
+       [h](const std::string& v) {
+         h->api_key = v;
+         return true;
+       },
        [h] { return h->api_key.empty() ? std::string("(none)") : h->api_key; }, "none", /*secret=*/true},
       {"served-model-name", "S", "model id in the API",
-       [h](const std::string& v) { h->served_model_name = v; return !v.empty(); }, [h] { return h->served_model_name; },
-       "the GGUF file name"},
-      {"max-body", "BYTES", "request body limit", [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); },
+       [h](const std::string& v) {
+         h->served_model_name = v;
+         return !v.empty();
+       },
+       [h] { return h->served_model_name; }, "the GGUF file name"},
+      {"max-body", "BYTES", "request body limit",
+       [h](const std::string& v) { return parse_positive(v, &h->max_body_bytes); },
        [h] { return shown(h->max_body_bytes); }},
       {"io-threads", "N", "HTTP I/O threads", [h](const std::string& v) { return parse_positive(v, &h->io_threads); },
        [h] { return shown(h->io_threads); }},
@@ -219,7 +248,8 @@ OptionTable serve_table(ServeOptions* o) {
       {"pipeline-depth", "N",
        "plans in flight at once, so a long prompt's chunks pipeline over the workers\n"
        "(0 = min(workers + 1, 4); 1 = off)",
-       [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); }, [o] { return shown(o->pipeline_depth); }},
+       [o](const std::string& v) { return parse_number(v, &o->pipeline_depth); },
+       [o] { return shown(o->pipeline_depth); }},
       {"decode-groups", "N|auto",
        "running sequences decode in N groups that take turns, so workers on different devices\n"
        "decode at once (auto: 2 for cuda workers on two or more GPUs, or cpu workers whose\n"
@@ -279,7 +309,9 @@ bool check_consistency(const ServeOptions& o, std::string* error) {
 
 }  // namespace
 
-std::map<std::string, std::string> deltaserve_environment() { return environment_with_prefix("DELTASERVE_"); }
+std::map<std::string, std::string> deltaserve_environment() {
+  return environment_with_prefix("DELTASERVE_");
+}
 
 bool parse_serve_options(int argc, char** argv, const std::map<std::string, std::string>& env, ServeOptions* out,
                          std::string* error, bool* help) {

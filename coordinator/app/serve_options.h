@@ -50,7 +50,7 @@ struct ServeOptions {
   std::optional<std::string> bf16_weight_copy;
   // cuda decode / verify GEMV ("auto" | "dp4a" | "mma"; worker/decode_gemv.h); unset: auto.
   std::optional<std::string> decode_gemv;
-  std::string log_format = "text";   // text | json
+  std::string log_format = "text";  // text | json
 };
 
 // Parses argv (the arguments after "serve") plus `env` (normally the process environment,

@@ -12,7 +12,22 @@
 
 namespace ds::jinja {
 
-enum class ExprKind { kLiteral, kName, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kCompare, kCond, kList, kDict };
+enum class ExprKind {
+  kLiteral,
+  kName,
+  kAttr,
+  kIndex,
+  kSlice,
+  kCall,
+  kFilter,
+  kTest,
+  kUnary,
+  kBinary,
+  kCompare,
+  kCond,
+  kList,
+  kDict
+};
 
 struct Expr {
   Expr(ExprKind k, Pos p) : kind(k), pos(p) {}
@@ -71,7 +86,8 @@ struct UnaryExpr : Expr {
 
 enum class BinOp { kAnd, kOr, kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow, kConcat };
 struct BinaryExpr : Expr {
-  BinaryExpr(Pos p, BinOp o, ExprPtr l, ExprPtr r) : Expr(ExprKind::kBinary, p), op(o), lhs(std::move(l)), rhs(std::move(r)) {}
+  BinaryExpr(Pos p, BinOp o, ExprPtr l, ExprPtr r)
+      : Expr(ExprKind::kBinary, p), op(o), lhs(std::move(l)), rhs(std::move(r)) {}
   BinOp op;
   ExprPtr lhs, rhs;
 };

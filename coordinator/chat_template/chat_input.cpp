@@ -11,14 +11,18 @@ using jinja::Dict;
 using jinja::Text;
 using jinja::Value;
 
-[[noreturn]] void bad(const std::string& msg) { throw RequestError(msg); }
+[[noreturn]] void bad(const std::string& msg) {
+  throw RequestError(msg);
+}
 
 const rapidjson::Value* member(const rapidjson::Value& obj, const char* name) {
   auto it = obj.FindMember(name);
   return it == obj.MemberEnd() || it->value.IsNull() ? nullptr : &it->value;
 }
 
-std::string str_of(const rapidjson::Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
+std::string str_of(const rapidjson::Value& v) {
+  return std::string(v.GetString(), v.GetStringLength());
+}
 
 struct Conversion {
   std::optional<bool> directive;  // last /think or /no_think seen
@@ -92,7 +96,8 @@ struct Conversion {
       }
       if (parsed.HasParseError() || !parsed.IsObject()) {
         bad(path + ".function.arguments must be a JSON object or a string holding one (" +
-            (parsed.HasParseError() ? std::string("the string is not JSON") : std::string("it holds another JSON value")) +
+            (parsed.HasParseError() ? std::string("the string is not JSON")
+                                    : std::string("it holds another JSON value")) +
             ")");
       }
       f.as_dict().set(Text::trusted("arguments"), jinja::value_from_json(parsed));
@@ -150,13 +155,15 @@ Value convert_tools(const rapidjson::Value& tools) {
     const rapidjson::Value* fn = member(t, "function");
     if (fn == nullptr || !fn->IsObject()) bad(p + ".function must be an object");
     const rapidjson::Value* name = member(*fn, "name");
-    if (name == nullptr || !name->IsString() || name->GetStringLength() == 0) bad(p + ".function.name must be a non-empty string");
+    if (name == nullptr || !name->IsString() || name->GetStringLength() == 0)
+      bad(p + ".function.name must be a non-empty string");
   }
   return jinja::value_from_json(tools);
 }
 
 // Top-level chat_template_kwargs override those inside extra_body.
-void apply_kwargs(const rapidjson::Value* kwargs, const char* where, ChatRequestInput& in, std::optional<bool>& explicit_thinking) {
+void apply_kwargs(const rapidjson::Value* kwargs, const char* where, ChatRequestInput& in,
+                  std::optional<bool>& explicit_thinking) {
   if (kwargs == nullptr) return;
   if (!kwargs->IsObject()) bad(std::string(where) + " must be an object");
   for (const auto& m : kwargs->GetObject()) {
@@ -171,7 +178,8 @@ void apply_kwargs(const rapidjson::Value* kwargs, const char* where, ChatRequest
     } else if (name == "messages" || name == "tools" || name == "documents" || name == "raise_exception") {
       bad(std::string(where) + "." + name + " is reserved");
     } else {
-      auto it = std::find_if(in.extra_kwargs.begin(), in.extra_kwargs.end(), [&](const auto& kv) { return kv.first == name; });
+      auto it = std::find_if(in.extra_kwargs.begin(), in.extra_kwargs.end(),
+                             [&](const auto& kv) { return kv.first == name; });
       if (it != in.extra_kwargs.end()) {
         it->second = jinja::value_from_json(m.value);
       } else {

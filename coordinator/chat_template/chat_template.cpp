@@ -36,7 +36,8 @@ ChatTemplate ChatTemplate::builtin(const jinja::Limits& limits) {
 
 ChatTemplate ChatTemplate::from_gguf(const GgufFile& gguf, const jinja::Limits& limits) {
   const GgufValue* v = gguf.find("tokenizer.chat_template");
-  ChatTemplate t = v != nullptr && v->type == GgufType::STRING ? from_source(std::string(v->str), limits) : builtin(limits);
+  ChatTemplate t =
+      v != nullptr && v->type == GgufType::STRING ? from_source(std::string(v->str), limits) : builtin(limits);
   std::string bos = token_string(gguf, "tokenizer.ggml.bos_token_id");
   std::string eos = token_string(gguf, "tokenizer.ggml.eos_token_id");
   if (!eos.empty() || !bos.empty()) t.set_special_tokens(std::move(bos), std::move(eos));

@@ -29,11 +29,11 @@ struct Program;
 // (chat_input.h) or by hand (tests). All strings taken from the request are untrusted Texts.
 struct ChatRequestInput {
   jinja::Value messages = jinja::Value::list();  // list of OpenAI message dicts
-  std::optional<jinja::Value> tools;              // the request's `tools` array, when given
+  std::optional<jinja::Value> tools;             // the request's `tools` array, when given
   bool add_generation_prompt = true;
-  std::optional<bool> enable_thinking;            // nullopt: the template's default (thinking on)
+  std::optional<bool> enable_thinking;                             // nullopt: the template's default (thinking on)
   std::vector<std::pair<std::string, jinja::Value>> extra_kwargs;  // other chat_template_kwargs
-  std::vector<std::string> image_urls;            // image parts in order of appearance
+  std::vector<std::string> image_urls;                             // image parts in order of appearance
 };
 
 class ChatTemplate {

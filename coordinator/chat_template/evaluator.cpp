@@ -81,19 +81,31 @@ Evaluator::Flow Evaluator::exec_stmt(const Stmt& s) {
 
 Evaluator::Flow Evaluator::exec_stmt_inner(const Stmt& s) {
   switch (s.kind) {
-    case StmtKind::kText: emit(Text::trusted(static_cast<const TextStmt&>(s).text)); break;
-    case StmtKind::kOutput: emit(to_text(eval(*static_cast<const OutputStmt&>(s).expr))); break;
-    case StmtKind::kIf: return exec_if(static_cast<const IfStmt&>(s));
-    case StmtKind::kFor: exec_for(static_cast<const ForStmt&>(s)); break;
-    case StmtKind::kSet: exec_set(static_cast<const SetStmt&>(s)); break;
+    case StmtKind::kText:
+      emit(Text::trusted(static_cast<const TextStmt&>(s).text));
+      break;
+    case StmtKind::kOutput:
+      emit(to_text(eval(*static_cast<const OutputStmt&>(s).expr)));
+      break;
+    case StmtKind::kIf:
+      return exec_if(static_cast<const IfStmt&>(s));
+    case StmtKind::kFor:
+      exec_for(static_cast<const ForStmt&>(s));
+      break;
+    case StmtKind::kSet:
+      exec_set(static_cast<const SetStmt&>(s));
+      break;
     case StmtKind::kMacro: {
       const auto& m = static_cast<const MacroStmt&>(s);
       assign(m.name, Value::callable(m.name, [this, &m](CallArgs& a) { return call_macro(m, a); }));
       break;
     }
-    case StmtKind::kBreak: return Flow::kBreak;
-    case StmtKind::kContinue: return Flow::kContinue;
-    case StmtKind::kScope: return exec(static_cast<const ScopeStmt&>(s).body);
+    case StmtKind::kBreak:
+      return Flow::kBreak;
+    case StmtKind::kContinue:
+      return Flow::kContinue;
+    case StmtKind::kScope:
+      return exec(static_cast<const ScopeStmt&>(s).body);
   }
   return Flow::kNormal;
 }
@@ -111,7 +123,8 @@ void Evaluator::bind_targets(const std::vector<std::string>& targets, const Valu
     return;
   }
   if (!item.is_list() || item.as_list().size() != targets.size()) {
-    throw EvalError("cannot unpack " + std::string(item.type_name()) + " into " + std::to_string(targets.size()) + " loop variables");
+    throw EvalError("cannot unpack " + std::string(item.type_name()) + " into " + std::to_string(targets.size()) +
+                    " loop variables");
   }
   for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], item.as_list()[i]);
 }
@@ -213,8 +226,10 @@ Value Evaluator::eval(const Expr& e) {
 
 Value Evaluator::eval_inner(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::kLiteral: return static_cast<const LiteralExpr&>(e).value;
-    case ExprKind::kName: return lookup(static_cast<const NameExpr&>(e).name);
+    case ExprKind::kLiteral:
+      return static_cast<const LiteralExpr&>(e).value;
+    case ExprKind::kName:
+      return lookup(static_cast<const NameExpr&>(e).name);
     case ExprKind::kAttr: {
       const auto& a = static_cast<const AttrExpr&>(e);
       return get_attr(eval(*a.obj), a.name);
@@ -224,10 +239,14 @@ Value Evaluator::eval_inner(const Expr& e) {
       Value obj = eval(*x.obj);
       return get_item(obj, eval(*x.index));
     }
-    case ExprKind::kSlice: return eval_slice(static_cast<const SliceExpr&>(e));
-    case ExprKind::kCall: return eval_call(static_cast<const CallExpr&>(e));
-    case ExprKind::kFilter: return eval_filter(static_cast<const FilterExpr&>(e));
-    case ExprKind::kTest: return eval_test(static_cast<const FilterExpr&>(e));
+    case ExprKind::kSlice:
+      return eval_slice(static_cast<const SliceExpr&>(e));
+    case ExprKind::kCall:
+      return eval_call(static_cast<const CallExpr&>(e));
+    case ExprKind::kFilter:
+      return eval_filter(static_cast<const FilterExpr&>(e));
+    case ExprKind::kTest:
+      return eval_test(static_cast<const FilterExpr&>(e));
     case ExprKind::kUnary: {
       const auto& u = static_cast<const UnaryExpr&>(e);
       Value v = eval(*u.operand);
@@ -236,8 +255,10 @@ Value Evaluator::eval_inner(const Expr& e) {
       if (!v.is_number()) throw EvalError("bad operand type for unary +");
       return v;
     }
-    case ExprKind::kBinary: return eval_binary(static_cast<const BinaryExpr&>(e));
-    case ExprKind::kCompare: return eval_compare(static_cast<const CompareExpr&>(e));
+    case ExprKind::kBinary:
+      return eval_binary(static_cast<const BinaryExpr&>(e));
+    case ExprKind::kCompare:
+      return eval_compare(static_cast<const CompareExpr&>(e));
     case ExprKind::kCond: {
       const auto& c = static_cast<const CondExpr&>(e);
       if (eval(*c.cond).truthy()) return eval(*c.then_expr);

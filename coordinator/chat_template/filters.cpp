@@ -27,7 +27,8 @@ Value f_tojson(const Value& v, const CallArgs& a, const Limits&) {
   }
   if (r.has(1)) o.ensure_ascii = r[1].truthy();
   if (r.has(2) && !r[2].is_none()) {
-    if (!r[2].is_list() || r[2].as_list().size() != 2 || !r[2].as_list()[0].is_string() || !r[2].as_list()[1].is_string()) {
+    if (!r[2].is_list() || r[2].as_list().size() != 2 || !r[2].as_list()[0].is_string() ||
+        !r[2].as_list()[1].is_string()) {
       throw EvalError("tojson(): separators must be a pair of strings");
     }
     o.item_sep = r[2].as_list()[0].as_text().str();
@@ -122,7 +123,8 @@ Value f_case(const Value& v, const CallArgs& a, const Limits&) {
 
 Value f_replace(const Value& v, const CallArgs& a, const Limits& lim) {
   ArgReader r("replace", a, {"old", "new", "count"});
-  Value out = str_replace(to_text(v), need_text(r[0], "replace"), need_text(r[1], "replace"), r.integer(2, "replace", -1));
+  Value out =
+      str_replace(to_text(v), need_text(r[0], "replace"), need_text(r[1], "replace"), r.integer(2, "replace", -1));
   if (out.as_text().size() > lim.max_output_bytes) throw EvalError("replace: result too large");
   return out;
 }
@@ -206,10 +208,18 @@ Value filter_items(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
   return Value::list(std::move(out));
 }
 
-Value f_select(const Value& v, const CallArgs& a, const Limits&) { return filter_items(v, a, false, true); }
-Value f_reject(const Value& v, const CallArgs& a, const Limits&) { return filter_items(v, a, false, false); }
-Value f_selectattr(const Value& v, const CallArgs& a, const Limits&) { return filter_items(v, a, true, true); }
-Value f_rejectattr(const Value& v, const CallArgs& a, const Limits&) { return filter_items(v, a, true, false); }
+Value f_select(const Value& v, const CallArgs& a, const Limits&) {
+  return filter_items(v, a, false, true);
+}
+Value f_reject(const Value& v, const CallArgs& a, const Limits&) {
+  return filter_items(v, a, false, false);
+}
+Value f_selectattr(const Value& v, const CallArgs& a, const Limits&) {
+  return filter_items(v, a, true, true);
+}
+Value f_rejectattr(const Value& v, const CallArgs& a, const Limits&) {
+  return filter_items(v, a, true, false);
+}
 
 Value f_map(const Value& v, const CallArgs& a, const Limits& lim) {
   List out;
@@ -234,13 +244,33 @@ Value f_map(const Value& v, const CallArgs& a, const Limits& lim) {
 
 const std::map<std::string_view, FilterFn>& filter_table() {
   static const std::map<std::string_view, FilterFn> kTable = {
-      {"tojson", f_tojson},     {"trim", f_trim},           {"items", f_items},         {"length", f_length},
-      {"count", f_length},      {"string", f_string},       {"safe", f_safe},           {"default", f_default},
-      {"d", f_default},         {"join", f_join},           {"first", f_first},         {"last", f_last},
-      {"upper", f_case<'u'>},   {"lower", f_case<'l'>},     {"title", f_case<'t'>},     {"capitalize", f_case<'c'>},
-      {"replace", f_replace},   {"list", f_list},           {"reverse", f_reverse},     {"int", f_int},
-      {"float", f_float},       {"abs", f_abs},             {"select", f_select},       {"reject", f_reject},
-      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"map", f_map},
+      {"tojson", f_tojson},
+      {"trim", f_trim},
+      {"items", f_items},
+      {"length", f_length},
+      {"count", f_length},
+      {"string", f_string},
+      {"safe", f_safe},
+      {"default", f_default},
+      {"d", f_default},
+      {"join", f_join},
+      {"first", f_first},
+      {"last", f_last},
+      {"upper", f_case<'u'>},
+      {"lower", f_case<'l'>},
+      {"title", f_case<'t'>},
+      {"capitalize", f_case<'c'>},
+      {"replace", f_replace},
+      {"list", f_list},
+      {"reverse", f_reverse},
+      {"int", f_int},
+      {"float", f_float},
+      {"abs", f_abs},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"map", f_map},
   };
   return kTable;
 }

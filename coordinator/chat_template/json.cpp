@@ -12,10 +12,14 @@ namespace {
 Value from_json_at(const rapidjson::Value& json, int depth) {
   if (depth > 256) throw EvalError("JSON nested too deeply");
   switch (json.GetType()) {
-    case rapidjson::kNullType: return Value::none();
-    case rapidjson::kFalseType: return Value::boolean(false);
-    case rapidjson::kTrueType: return Value::boolean(true);
-    case rapidjson::kStringType: return Value::untrusted(std::string(json.GetString(), json.GetStringLength()));
+    case rapidjson::kNullType:
+      return Value::none();
+    case rapidjson::kFalseType:
+      return Value::boolean(false);
+    case rapidjson::kTrueType:
+      return Value::boolean(true);
+    case rapidjson::kStringType:
+      return Value::untrusted(std::string(json.GetString(), json.GetStringLength()));
     case rapidjson::kNumberType:
       if (json.IsInt64()) return Value::integer(json.GetInt64());
       return Value::number(json.GetDouble());
@@ -39,7 +43,9 @@ Value from_json_at(const rapidjson::Value& json, int depth) {
 
 }  // namespace
 
-Value value_from_json(const rapidjson::Value& json) { return from_json_at(json, 0); }
+Value value_from_json(const rapidjson::Value& json) {
+  return from_json_at(json, 0);
+}
 
 namespace {
 
@@ -102,15 +108,32 @@ class Dumper {
   void dump(const Value& v, int level) {
     if (level > 512) throw EvalError("tojson: value nested too deeply");
     switch (v.kind()) {
-      case Value::Kind::kNone: out += "null"; return;
-      case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-      case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
-      case Value::Kind::kFloat: out += json_float(v.as_float()); return;
-      case Value::Kind::kString: dump_string(out, v.as_text().str(), o_.ensure_ascii); return;
-      case Value::Kind::kList: dump_list(v.as_list(), level); return;
-      case Value::Kind::kDict: dump_dict(v.as_dict(), level); return;
-      case Value::Kind::kNamespace: dump_dict(v.as_namespace().attrs, level); return;
-      default: throw EvalError(std::string("tojson: object of type ") + v.type_name() + " is not JSON serializable");
+      case Value::Kind::kNone:
+        out += "null";
+        return;
+      case Value::Kind::kBool:
+        out += v.as_bool() ? "true" : "false";
+        return;
+      case Value::Kind::kInt:
+        out += std::to_string(v.as_int());
+        return;
+      case Value::Kind::kFloat:
+        out += json_float(v.as_float());
+        return;
+      case Value::Kind::kString:
+        dump_string(out, v.as_text().str(), o_.ensure_ascii);
+        return;
+      case Value::Kind::kList:
+        dump_list(v.as_list(), level);
+        return;
+      case Value::Kind::kDict:
+        dump_dict(v.as_dict(), level);
+        return;
+      case Value::Kind::kNamespace:
+        dump_dict(v.as_namespace().attrs, level);
+        return;
+      default:
+        throw EvalError(std::string("tojson: object of type ") + v.type_name() + " is not JSON serializable");
     }
   }
 

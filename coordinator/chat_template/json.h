@@ -15,7 +15,7 @@ namespace ds::jinja {
 Value value_from_json(const rapidjson::Value& json);
 
 struct JsonDumpOptions {
-  int indent = -1;  // < 0: single line; >= 0: pretty with this many spaces per level
+  int indent = -1;              // < 0: single line; >= 0: pretty with this many spaces per level
   std::string item_sep = ", ";  // Python default; "," when indenting
   std::string key_sep = ": ";
   bool ensure_ascii = false;

@@ -210,20 +210,47 @@ class Lexer {
   // Python 'unicode-escape' rules (what Jinja applies to string literals).
   void unescape(char e, std::string& value) {
     switch (e) {
-      case 'n': value += '\n'; return;
-      case 't': value += '\t'; return;
-      case 'r': value += '\r'; return;
-      case '\\': value += '\\'; return;
-      case '\'': value += '\''; return;
-      case '"': value += '"'; return;
-      case 'b': value += '\b'; return;
-      case 'f': value += '\f'; return;
-      case 'v': value += '\v'; return;
-      case 'a': value += '\a'; return;
-      case '\n': return;  // line continuation
-      case 'x': value_hex(2, value); return;
-      case 'u': value_hex(4, value); return;
-      case 'U': value_hex(8, value); return;
+      case 'n':
+        value += '\n';
+        return;
+      case 't':
+        value += '\t';
+        return;
+      case 'r':
+        value += '\r';
+        return;
+      case '\\':
+        value += '\\';
+        return;
+      case '\'':
+        value += '\'';
+        return;
+      case '"':
+        value += '"';
+        return;
+      case 'b':
+        value += '\b';
+        return;
+      case 'f':
+        value += '\f';
+        return;
+      case 'v':
+        value += '\v';
+        return;
+      case 'a':
+        value += '\a';
+        return;
+      case '\n':
+        return;  // line continuation
+      case 'x':
+        value_hex(2, value);
+        return;
+      case 'u':
+        value_hex(4, value);
+        return;
+      case 'U':
+        value_hex(8, value);
+        return;
       default:
         value += '\\';
         value += e;
@@ -236,7 +263,8 @@ class Lexer {
     for (size_t k = 0; k < n; ++k) {
       const char h = s_[i_ + k];
       if (!std::isxdigit(static_cast<unsigned char>(h))) fail(i_, "bad escape sequence");
-      cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+      cp = cp * 16 +
+           static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
     }
     if (cp > 0x10FFFF) fail(i_, "escape out of range");
     i_ += n;
@@ -271,6 +299,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex_template(const std::string& source) { return Lexer(normalize_newlines(source)).run(); }
+std::vector<Token> lex_template(const std::string& source) {
+  return Lexer(normalize_newlines(source)).run();
+}
 
 }  // namespace ds::jinja

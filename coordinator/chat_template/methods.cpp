@@ -59,8 +59,8 @@ Value str_split(const Text& s, const Value& sep, int64_t maxsplit) {
   const std::string& d = sep.as_text().str();
   if (d.empty()) throw EvalError("split(): empty separator");
   size_t b = 0;
-  for (size_t at; (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) &&
-                  (at = str.find(d, b)) != std::string::npos;
+  for (size_t at;
+       (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) && (at = str.find(d, b)) != std::string::npos;
        b = at + d.size()) {
     parts.push_back(Value::string(s.slice(b, at - b)));
   }
@@ -93,7 +93,8 @@ Value str_replace(const Text& s, const Text& old_s, const Text& new_s, int64_t c
     out.append(str, b, std::string::npos);
   }
   // A rewrite mixes bytes: conservatively untrusted when any input was.
-  return Value::string(Text::derived(std::move(out), s.any_untrusted() || old_s.any_untrusted() || new_s.any_untrusted()));
+  return Value::string(
+      Text::derived(std::move(out), s.any_untrusted() || old_s.any_untrusted() || new_s.any_untrusted()));
 }
 
 Value str_case(const Text& s, char mode) {
@@ -189,7 +190,8 @@ Value string_method(const Value& self, const std::string& name) {
       return str_replace(s, r.text(0, "replace"), r.text(1, "replace"), r.integer(2, "replace", -1));
     });
   }
-  static const std::pair<const char*, char> kCases[] = {{"upper", 'u'}, {"lower", 'l'}, {"title", 't'}, {"capitalize", 'c'}};
+  static const std::pair<const char*, char> kCases[] = {
+      {"upper", 'u'}, {"lower", 'l'}, {"title", 't'}, {"capitalize", 'c'}};
   for (const auto& [n, mode] : kCases) {
     if (name == n) {
       return fn([s, mode = mode, n = n](const CallArgs& a) {

@@ -52,12 +52,18 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case Tok::kEof: return "end of template";
-      case Tok::kBlockEnd: return "'%}'";
-      case Tok::kVarEnd: return "'}}'";
-      case Tok::kString: return "string literal";
-      case Tok::kText: return "template text";
-      default: return "'" + t.text + "'";
+      case Tok::kEof:
+        return "end of template";
+      case Tok::kBlockEnd:
+        return "'%}'";
+      case Tok::kVarEnd:
+        return "'}}'";
+      case Tok::kString:
+        return "string literal";
+      case Tok::kText:
+        return "template text";
+      default:
+        return "'" + t.text + "'";
     }
   }
   [[noreturn]] void fail(const std::string& msg) const { fail_at(cur().pos, msg); }
@@ -389,9 +395,12 @@ class Parser {
         while (cur().type == Tok::kString) s += next_tok().text;  // adjacent literals join
         return std::make_unique<LiteralExpr>(p, Value::trusted(std::move(s)));
       }
-      case Tok::kInt: return std::make_unique<LiteralExpr>(p, Value::integer(next_tok().int_value));
-      case Tok::kFloat: return std::make_unique<LiteralExpr>(p, Value::number(next_tok().float_value));
-      default: break;
+      case Tok::kInt:
+        return std::make_unique<LiteralExpr>(p, Value::integer(next_tok().int_value));
+      case Tok::kFloat:
+        return std::make_unique<LiteralExpr>(p, Value::number(next_tok().float_value));
+      default:
+        break;
     }
     if (accept_op("(")) {
       if (accept_op(")")) return std::make_unique<ListExpr>(p);  // empty tuple

@@ -26,8 +26,7 @@ bool in_set(uint32_t cp, const std::string_view* chars) {
 
 }  // namespace
 
-std::pair<size_t, size_t> py_strip_bounds(std::string_view s, const std::string_view* chars, bool left,
-                                          bool right) {
+std::pair<size_t, size_t> py_strip_bounds(std::string_view s, const std::string_view* chars, bool left, bool right) {
   size_t b = 0;
   size_t e = s.size();
   if (left) {

@@ -13,7 +13,6 @@ namespace ds::jinja {
 // Python's str.isspace() set.
 bool is_py_space(uint32_t cp);
 // [begin, end) after Python strip/lstrip/rstrip. `chars` = nullptr means whitespace.
-std::pair<size_t, size_t> py_strip_bounds(std::string_view s, const std::string_view* chars, bool left,
-                                          bool right);
+std::pair<size_t, size_t> py_strip_bounds(std::string_view s, const std::string_view* chars, bool left, bool right);
 
 }  // namespace ds::jinja

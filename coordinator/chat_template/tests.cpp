@@ -17,30 +17,76 @@ const Value& arg0(const CallArgs& a, const char* test) {
   return a.positional[0];
 }
 
-bool t_defined(const Value& v, const CallArgs&) { return !v.is_undefined(); }
-bool t_undefined(const Value& v, const CallArgs&) { return v.is_undefined(); }
-bool t_none(const Value& v, const CallArgs&) { return v.is_none(); }
-bool t_string(const Value& v, const CallArgs&) { return v.is_string(); }
-bool t_mapping(const Value& v, const CallArgs&) { return v.is_dict(); }
+bool t_defined(const Value& v, const CallArgs&) {
+  return !v.is_undefined();
+}
+bool t_undefined(const Value& v, const CallArgs&) {
+  return v.is_undefined();
+}
+bool t_none(const Value& v, const CallArgs&) {
+  return v.is_none();
+}
+bool t_string(const Value& v, const CallArgs&) {
+  return v.is_string();
+}
+bool t_mapping(const Value& v, const CallArgs&) {
+  return v.is_dict();
+}
 // Jinja's Undefined is iterable (empty) and looks like a sequence, so both tests accept it.
-bool t_iterable(const Value& v, const CallArgs&) { return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined(); }
-bool t_sequence(const Value& v, const CallArgs&) { return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined(); }
-bool t_number(const Value& v, const CallArgs&) { return v.is_number(); }  // Python: bool is a Number
-bool t_integer(const Value& v, const CallArgs&) { return v.is_int(); }
-bool t_float(const Value& v, const CallArgs&) { return v.is_float(); }
-bool t_boolean(const Value& v, const CallArgs&) { return v.is_bool(); }
-bool t_true(const Value& v, const CallArgs&) { return v.is_bool() && v.as_bool(); }
-bool t_false(const Value& v, const CallArgs&) { return v.is_bool() && !v.as_bool(); }
-bool t_callable(const Value& v, const CallArgs&) { return v.is_callable(); }
-bool t_eq(const Value& v, const CallArgs& a) { return values_equal(v, arg0(a, "eq")); }
-bool t_ne(const Value& v, const CallArgs& a) { return !values_equal(v, arg0(a, "ne")); }
-bool t_lt(const Value& v, const CallArgs& a) { return compare_op(CmpOp::kLt, v, arg0(a, "lt")); }
-bool t_le(const Value& v, const CallArgs& a) { return compare_op(CmpOp::kLe, v, arg0(a, "le")); }
-bool t_gt(const Value& v, const CallArgs& a) { return compare_op(CmpOp::kGt, v, arg0(a, "gt")); }
-bool t_ge(const Value& v, const CallArgs& a) { return compare_op(CmpOp::kGe, v, arg0(a, "ge")); }
-bool t_in(const Value& v, const CallArgs& a) { return contains(arg0(a, "in"), v); }
-bool t_odd(const Value& v, const CallArgs&) { return v.is_int() && (v.as_int() % 2 != 0); }
-bool t_even(const Value& v, const CallArgs&) { return v.is_int() && (v.as_int() % 2 == 0); }
+bool t_iterable(const Value& v, const CallArgs&) {
+  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+}
+bool t_sequence(const Value& v, const CallArgs&) {
+  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+}
+bool t_number(const Value& v, const CallArgs&) {
+  return v.is_number();
+}  // Python: bool is a Number
+bool t_integer(const Value& v, const CallArgs&) {
+  return v.is_int();
+}
+bool t_float(const Value& v, const CallArgs&) {
+  return v.is_float();
+}
+bool t_boolean(const Value& v, const CallArgs&) {
+  return v.is_bool();
+}
+bool t_true(const Value& v, const CallArgs&) {
+  return v.is_bool() && v.as_bool();
+}
+bool t_false(const Value& v, const CallArgs&) {
+  return v.is_bool() && !v.as_bool();
+}
+bool t_callable(const Value& v, const CallArgs&) {
+  return v.is_callable();
+}
+bool t_eq(const Value& v, const CallArgs& a) {
+  return values_equal(v, arg0(a, "eq"));
+}
+bool t_ne(const Value& v, const CallArgs& a) {
+  return !values_equal(v, arg0(a, "ne"));
+}
+bool t_lt(const Value& v, const CallArgs& a) {
+  return compare_op(CmpOp::kLt, v, arg0(a, "lt"));
+}
+bool t_le(const Value& v, const CallArgs& a) {
+  return compare_op(CmpOp::kLe, v, arg0(a, "le"));
+}
+bool t_gt(const Value& v, const CallArgs& a) {
+  return compare_op(CmpOp::kGt, v, arg0(a, "gt"));
+}
+bool t_ge(const Value& v, const CallArgs& a) {
+  return compare_op(CmpOp::kGe, v, arg0(a, "ge"));
+}
+bool t_in(const Value& v, const CallArgs& a) {
+  return contains(arg0(a, "in"), v);
+}
+bool t_odd(const Value& v, const CallArgs&) {
+  return v.is_int() && (v.as_int() % 2 != 0);
+}
+bool t_even(const Value& v, const CallArgs&) {
+  return v.is_int() && (v.as_int() % 2 == 0);
+}
 bool t_divisibleby(const Value& v, const CallArgs& a) {
   const Value& d = arg0(a, "divisibleby");
   if (!v.is_int() || !d.is_int() || d.as_int() == 0) throw EvalError("divisibleby needs non-zero integers");
@@ -70,14 +116,38 @@ bool t_upper(const Value& v, const CallArgs&) {
 
 const std::map<std::string_view, TestFn>& test_table() {
   static const std::map<std::string_view, TestFn> kTable = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},         {"string", t_string},
-      {"mapping", t_mapping},   {"iterable", t_iterable},   {"sequence", t_sequence}, {"number", t_number},
-      {"integer", t_integer},   {"float", t_float},         {"boolean", t_boolean},   {"true", t_true},
-      {"false", t_false},       {"callable", t_callable},   {"eq", t_eq},             {"equalto", t_eq},
-      {"==", t_eq},             {"ne", t_ne},               {"!=", t_ne},             {"lt", t_lt},
-      {"lessthan", t_lt},       {"le", t_le},               {"gt", t_gt},             {"greaterthan", t_gt},
-      {"ge", t_ge},             {"in", t_in},               {"odd", t_odd},           {"even", t_even},
-      {"divisibleby", t_divisibleby}, {"sameas", t_sameas}, {"lower", t_lower},       {"upper", t_upper},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"number", t_number},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"callable", t_callable},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"le", t_le},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {"ge", t_ge},
+      {"in", t_in},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"sameas", t_sameas},
+      {"lower", t_lower},
+      {"upper", t_upper},
   };
   return kTable;
 }

@@ -26,7 +26,9 @@ void Text::mark_untrusted(size_t begin, size_t end) {
   }
 }
 
-void Text::append(const Text& other) { append_slice(other, 0, other.size()); }
+void Text::append(const Text& other) {
+  append_slice(other, 0, other.size());
+}
 
 void Text::append_untrusted(std::string_view s) {
   const size_t b = str_.size();

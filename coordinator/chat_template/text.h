@@ -18,7 +18,9 @@ class Text {
   static Text untrusted(std::string s);
   // The result of a transformation that may mix bytes (upper, replace, tojson, repr):
   // untrusted as a whole when any input byte was untrusted.
-  static Text derived(std::string s, bool untrusted) { return untrusted ? Text::untrusted(std::move(s)) : trusted(std::move(s)); }
+  static Text derived(std::string s, bool untrusted) {
+    return untrusted ? Text::untrusted(std::move(s)) : trusted(std::move(s));
+  }
 
   const std::string& str() const { return str_; }
   size_t size() const { return str_.size(); }

@@ -5,7 +5,9 @@
 namespace ds {
 namespace {
 
-bool is_gap(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_gap(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 }  // namespace
 

@@ -6,9 +6,15 @@
 
 namespace ds::jinja {
 
-Value Value::list(List items) { return Value(Storage(std::make_shared<List>(std::move(items)))); }
-Value Value::dict() { return Value(Storage(std::make_shared<Dict>())); }
-Value Value::ns() { return Value(Storage(std::make_shared<Namespace>())); }
+Value Value::list(List items) {
+  return Value(Storage(std::make_shared<List>(std::move(items))));
+}
+Value Value::dict() {
+  return Value(Storage(std::make_shared<Dict>()));
+}
+Value Value::ns() {
+  return Value(Storage(std::make_shared<Namespace>()));
+}
 
 Value Value::callable(std::string name, std::function<Value(CallArgs&)> fn) {
   auto c = std::make_shared<Callable>();
@@ -19,32 +25,44 @@ Value Value::callable(std::string name, std::function<Value(CallArgs&)> fn) {
 
 double Value::to_double() const {
   switch (kind()) {
-    case Kind::kBool: return as_bool() ? 1.0 : 0.0;
-    case Kind::kInt: return static_cast<double>(as_int());
-    case Kind::kFloat: return as_float();
-    default: throw EvalError(std::string("expected a number, got ") + type_name());
+    case Kind::kBool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(as_int());
+    case Kind::kFloat:
+      return as_float();
+    default:
+      throw EvalError(std::string("expected a number, got ") + type_name());
   }
 }
 
 bool Value::truthy() const {
   switch (kind()) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return as_bool();
-    case Kind::kInt: return as_int() != 0;
-    case Kind::kFloat: return as_float() != 0.0;
-    case Kind::kString: return !as_text().empty();
-    case Kind::kList: return !as_list().empty();
-    case Kind::kDict: return !as_dict().entries.empty();
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return as_bool();
+    case Kind::kInt:
+      return as_int() != 0;
+    case Kind::kFloat:
+      return as_float() != 0.0;
+    case Kind::kString:
+      return !as_text().empty();
+    case Kind::kList:
+      return !as_list().empty();
+    case Kind::kDict:
+      return !as_dict().entries.empty();
     case Kind::kNamespace:
-    case Kind::kCallable: return true;
+    case Kind::kCallable:
+      return true;
   }
   return false;
 }
 
 const char* Value::type_name() const {
-  static constexpr const char* kNames[] = {"undefined", "none", "bool",      "int",     "float",
-                                           "string",    "list", "mapping",   "namespace", "callable"};
+  static constexpr const char* kNames[] = {"undefined", "none", "bool",    "int",       "float",
+                                           "string",    "list", "mapping", "namespace", "callable"};
   return kNames[static_cast<int>(kind())];
 }
 
@@ -83,7 +101,9 @@ bool equal_at(const Value& a, const Value& b, int depth);
 
 }  // namespace
 
-bool values_equal(const Value& a, const Value& b) { return equal_at(a, b, 0); }
+bool values_equal(const Value& a, const Value& b) {
+  return equal_at(a, b, 0);
+}
 
 namespace {
 
@@ -99,8 +119,10 @@ bool equal_at(const Value& a, const Value& b, int depth) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case K::kUndefined:
-    case K::kNone: return true;
-    case K::kString: return a.as_text().str() == b.as_text().str();
+    case K::kNone:
+      return true;
+    case K::kString:
+      return a.as_text().str() == b.as_text().str();
     case K::kList: {
       const List& x = a.as_list();
       const List& y = b.as_list();
@@ -120,9 +142,12 @@ bool equal_at(const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    case K::kNamespace: return &a.as_namespace() == &b.as_namespace();
-    case K::kCallable: return &a.as_callable() == &b.as_callable();
-    default: return false;
+    case K::kNamespace:
+      return &a.as_namespace() == &b.as_namespace();
+    case K::kCallable:
+      return &a.as_callable() == &b.as_callable();
+    default:
+      return false;
   }
 }
 
@@ -199,7 +224,8 @@ namespace {
 std::string repr_at(const Value& v, int depth) {
   check_depth(depth);
   switch (v.kind()) {
-    case Value::Kind::kString: return py_str_repr(v.as_text().str());
+    case Value::Kind::kString:
+      return py_str_repr(v.as_text().str());
     case Value::Kind::kList: {
       std::string out = "[";
       const List& l = v.as_list();
@@ -215,26 +241,38 @@ std::string repr_at(const Value& v, int depth) {
       }
       return out + "}";
     }
-    default: return to_text(v).str();
+    default:
+      return to_text(v).str();
   }
 }
 
 }  // namespace
 
-std::string py_repr(const Value& v) { return repr_at(v, 0); }
+std::string py_repr(const Value& v) {
+  return repr_at(v, 0);
+}
 
 Text to_text(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kNone: return Text::trusted("None");
-    case Value::Kind::kBool: return Text::trusted(v.as_bool() ? "True" : "False");
-    case Value::Kind::kInt: return Text::trusted(std::to_string(v.as_int()));
-    case Value::Kind::kFloat: return Text::trusted(py_float_repr(v.as_float()));
-    case Value::Kind::kString: return v.as_text();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kNone:
+      return Text::trusted("None");
+    case Value::Kind::kBool:
+      return Text::trusted(v.as_bool() ? "True" : "False");
+    case Value::Kind::kInt:
+      return Text::trusted(std::to_string(v.as_int()));
+    case Value::Kind::kFloat:
+      return Text::trusted(py_float_repr(v.as_float()));
+    case Value::Kind::kString:
+      return v.as_text();
     case Value::Kind::kList:
-    case Value::Kind::kDict: return Text::derived(py_repr(v), contains_untrusted(v));
-    case Value::Kind::kNamespace: return Text::trusted("<Namespace>");
-    case Value::Kind::kCallable: return Text::trusted("<function " + v.as_callable().name + ">");
+    case Value::Kind::kDict:
+      return Text::derived(py_repr(v), contains_untrusted(v));
+    case Value::Kind::kNamespace:
+      return Text::trusted("<Namespace>");
+    case Value::Kind::kCallable:
+      return Text::trusted("<function " + v.as_callable().name + ">");
   }
   return {};
 }
@@ -244,7 +282,8 @@ namespace {
 bool untrusted_at(const Value& v, int depth) {
   check_depth(depth);
   switch (v.kind()) {
-    case Value::Kind::kString: return v.as_text().any_untrusted();
+    case Value::Kind::kString:
+      return v.as_text().any_untrusted();
     case Value::Kind::kList:
       for (const Value& x : v.as_list()) {
         if (untrusted_at(x, depth + 1)) return true;
@@ -260,12 +299,15 @@ bool untrusted_at(const Value& v, int depth) {
         if (untrusted_at(x, depth + 1)) return true;
       }
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 }  // namespace
 
-bool contains_untrusted(const Value& v) { return untrusted_at(v, 0); }
+bool contains_untrusted(const Value& v) {
+  return untrusted_at(v, 0);
+}
 
 }  // namespace ds::jinja

@@ -13,7 +13,9 @@ namespace {
                   b.type_name() + "'");
 }
 
-int64_t int_of(const Value& v) { return v.is_bool() ? static_cast<int64_t>(v.as_bool()) : v.as_int(); }
+int64_t int_of(const Value& v) {
+  return v.is_bool() ? static_cast<int64_t>(v.as_bool()) : v.as_int();
+}
 bool both_int(const Value& a, const Value& b) {
   return (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
 }
@@ -67,16 +69,20 @@ Value arith_int(BinOp op, int64_t x, int64_t y) {
       }
       return Value::integer(acc);
     }
-    default: break;
+    default:
+      break;
   }
   throw EvalError("bad integer operation");
 }
 
 Value arith_float(BinOp op, double x, double y) {
   switch (op) {
-    case BinOp::kAdd: return Value::number(x + y);
-    case BinOp::kSub: return Value::number(x - y);
-    case BinOp::kMul: return Value::number(x * y);
+    case BinOp::kAdd:
+      return Value::number(x + y);
+    case BinOp::kSub:
+      return Value::number(x - y);
+    case BinOp::kMul:
+      return Value::number(x * y);
     case BinOp::kDiv:
       if (y == 0) throw EvalError("division by zero");
       return Value::number(x / y);
@@ -89,22 +95,32 @@ Value arith_float(BinOp op, double x, double y) {
       if (m != 0 && ((m < 0) != (y < 0))) m += y;
       return Value::number(m);
     }
-    case BinOp::kPow: return Value::number(std::pow(x, y));
-    default: break;
+    case BinOp::kPow:
+      return Value::number(std::pow(x, y));
+    default:
+      break;
   }
   throw EvalError("bad float operation");
 }
 
 const char* op_symbol(BinOp op) {
   switch (op) {
-    case BinOp::kAdd: return "+";
-    case BinOp::kSub: return "-";
-    case BinOp::kMul: return "*";
-    case BinOp::kDiv: return "/";
-    case BinOp::kFloorDiv: return "//";
-    case BinOp::kMod: return "%";
-    case BinOp::kPow: return "**";
-    default: return "?";
+    case BinOp::kAdd:
+      return "+";
+    case BinOp::kSub:
+      return "-";
+    case BinOp::kMul:
+      return "*";
+    case BinOp::kDiv:
+      return "/";
+    case BinOp::kFloorDiv:
+      return "//";
+    case BinOp::kMod:
+      return "%";
+    case BinOp::kPow:
+      return "**";
+    default:
+      return "?";
   }
 }
 
@@ -150,8 +166,10 @@ Value binary_op(BinOp op, const Value& a, const Value& b, size_t max_bytes) {
     l.insert(l.end(), b.as_list().begin(), b.as_list().end());
     return Value::list(std::move(l));
   }
-  if (op == BinOp::kMul && (a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, int_of(b), max_bytes);
-  if (op == BinOp::kMul && (b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, int_of(a), max_bytes);
+  if (op == BinOp::kMul && (a.is_string() || a.is_list()) && (b.is_int() || b.is_bool()))
+    return repeat(a, int_of(b), max_bytes);
+  if (op == BinOp::kMul && (b.is_string() || b.is_list()) && (a.is_int() || a.is_bool()))
+    return repeat(b, int_of(a), max_bytes);
   if (!a.is_number() || !b.is_number()) bad_operands(op_symbol(op), a, b);
   if (both_int(a, b) && op != BinOp::kDiv) return arith_int(op, int_of(a), int_of(b));
   return arith_float(op, a.to_double(), b.to_double());
@@ -168,11 +186,16 @@ Value negate(const Value& v) {
 
 bool compare_op(CmpOp op, const Value& a, const Value& b) {
   switch (op) {
-    case CmpOp::kEq: return values_equal(a, b);
-    case CmpOp::kNe: return !values_equal(a, b);
-    case CmpOp::kIn: return contains(b, a);
-    case CmpOp::kNotIn: return !contains(b, a);
-    default: break;
+    case CmpOp::kEq:
+      return values_equal(a, b);
+    case CmpOp::kNe:
+      return !values_equal(a, b);
+    case CmpOp::kIn:
+      return contains(b, a);
+    case CmpOp::kNotIn:
+      return !contains(b, a);
+    default:
+      break;
   }
   int c = 0;
   if (a.is_number() && b.is_number()) {
@@ -186,10 +209,14 @@ bool compare_op(CmpOp op, const Value& a, const Value& b) {
     throw EvalError(std::string("cannot compare '") + a.type_name() + "' with '" + b.type_name() + "'");
   }
   switch (op) {
-    case CmpOp::kLt: return c < 0;
-    case CmpOp::kLe: return c <= 0;
-    case CmpOp::kGt: return c > 0;
-    default: return c >= 0;
+    case CmpOp::kLt:
+      return c < 0;
+    case CmpOp::kLe:
+      return c <= 0;
+    case CmpOp::kGt:
+      return c > 0;
+    default:
+      return c >= 0;
   }
 }
 
@@ -205,7 +232,8 @@ bool contains(const Value& container, const Value& item) {
     return false;
   }
   if (container.is_dict()) return item.is_string() && container.as_dict().find(item.as_text().str()) != nullptr;
-  if (container.is_namespace()) return item.is_string() && container.as_namespace().attrs.find(item.as_text().str()) != nullptr;
+  if (container.is_namespace())
+    return item.is_string() && container.as_namespace().attrs.find(item.as_text().str()) != nullptr;
   throw EvalError(std::string("argument of type '") + container.type_name() + "' is not iterable");
 }
 
@@ -232,8 +260,9 @@ Value get_item(const Value& obj, const Value& key) {
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     std::vector<size_t> b;
-    const int64_t len = obj.is_list() ? static_cast<int64_t>(obj.as_list().size())
-                                      : static_cast<int64_t>((b = utf8::boundaries_loose(obj.as_text().str())).size() - 1);
+    const int64_t len = obj.is_list()
+                            ? static_cast<int64_t>(obj.as_list().size())
+                            : static_cast<int64_t>((b = utf8::boundaries_loose(obj.as_text().str())).size() - 1);
     int64_t i = int_of(key);
     if (i < 0) i += len;
     if (i < 0 || i >= len) return {};
@@ -267,8 +296,10 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
 
 List iteration_items(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.as_list();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.as_list();
     case Value::Kind::kDict: {
       List keys;
       for (const auto& [k, x] : v.as_dict().entries) keys.push_back(Value::string(k));
@@ -281,18 +312,25 @@ List iteration_items(const Value& v) {
       for (size_t i = 0; i + 1 < b.size(); ++i) chars.push_back(Value::string(t.slice(b[i], b[i + 1] - b[i])));
       return chars;
     }
-    default: throw EvalError(std::string("'") + v.type_name() + "' object is not iterable");
+    default:
+      throw EvalError(std::string("'") + v.type_name() + "' object is not iterable");
   }
 }
 
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(utf8::length_loose(v.as_text().str()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.as_list().size());
-    case Value::Kind::kDict: return static_cast<int64_t>(v.as_dict().entries.size());
-    case Value::Kind::kNamespace: return static_cast<int64_t>(v.as_namespace().attrs.entries.size());
-    default: throw EvalError(std::string("object of type '") + v.type_name() + "' has no len()");
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(utf8::length_loose(v.as_text().str()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.as_list().size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.as_dict().entries.size());
+    case Value::Kind::kNamespace:
+      return static_cast<int64_t>(v.as_namespace().attrs.entries.size());
+    default:
+      throw EvalError(std::string("object of type '") + v.type_name() + "' has no len()");
   }
 }
 

@@ -10,14 +10,17 @@
 namespace ds {
 namespace {
 
-std::string rank_name(uint32_t rank) { return "worker rank " + std::to_string(rank); }
+std::string rank_name(uint32_t rank) {
+  return "worker rank " + std::to_string(rank);
+}
 
 void check_field(uint32_t rank, const char* field, uint64_t got, uint64_t lo, uint64_t hi, bool exact) {
   if (got < lo || got > hi) {
-    const std::string want = exact ? std::to_string(hi) : lo == hi ? std::to_string(lo)
-                                                                    : std::to_string(lo) + ".." + std::to_string(hi);
-    throw std::runtime_error(rank_name(rank) + " reported " + field + " = " + std::to_string(got) + " in Ready (expected " +
-                             want + ")");
+    const std::string want = exact      ? std::to_string(hi)
+                             : lo == hi ? std::to_string(lo)
+                                        : std::to_string(lo) + ".." + std::to_string(hi);
+    throw std::runtime_error(rank_name(rank) + " reported " + field + " = " + std::to_string(got) +
+                             " in Ready (expected " + want + ")");
   }
 }
 
@@ -32,7 +35,8 @@ WorkerCapacity ready_capacity(const ipc::v1::Ready& r, const CacheGeometry& aske
   check_field(w.rank, "kv_block_size", r.kv_block_size(), asked.block_size, asked.block_size, true);
   check_field(w.rank, "kv_blocks", r.kv_blocks(), lo_blocks, asked.num_blocks, exact);
   check_field(w.rank, "state_slots", r.state_slots(), exact ? asked.max_seqs : 1, asked.max_seqs, exact);
-  check_field(w.rank, "state_snapshots", r.state_snapshots(), exact ? asked.num_snapshots : 0, asked.num_snapshots, exact);
+  check_field(w.rank, "state_snapshots", r.state_snapshots(), exact ? asked.num_snapshots : 0, asked.num_snapshots,
+              exact);
   w.pools.block_size = r.kv_block_size();
   w.pools.num_blocks = r.kv_blocks();
   w.pools.max_seqs = r.state_slots();

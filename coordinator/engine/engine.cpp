@@ -1,7 +1,6 @@
 // Pipeline engine (see engine.h): lifecycle, control traffic, liveness and recovery. The step
 // message layout lives in step_codec.cpp; process management in supervisor.cpp.
 #include "coordinator/engine/engine.h"
-#include "common/log.h"
 
 #include <unistd.h>
 
@@ -10,9 +9,9 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
-#include <iostream>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -23,6 +22,7 @@
 #include "common/ipc/channel.h"
 #include "common/ipc/endpoints.h"
 #include "common/ipc/shm_ring.h"
+#include "common/log.h"
 #include "common/model_config.h"
 #include "coordinator/engine/capacity.h"
 #include "coordinator/engine/gpu_share.h"
@@ -57,7 +57,7 @@ struct PipelineEngine::Impl {
   // supervisor so that it is destroyed after the workers are gone.
   std::unique_ptr<MpsDaemon> mps;
   std::unique_ptr<LocalSupervisor> supervisor;
-  bool busy_poll = false;          // EngineOptions::busy_poll resolved at start_workers()
+  bool busy_poll = false;                   // EngineOptions::busy_poll resolved at start_workers()
   std::vector<uint64_t> assigned_instance;  // instance each rank's Assign went to
   uint64_t epoch = 1;
   uint64_t next_plan_id = 1;
@@ -128,9 +128,11 @@ void PipelineEngine::Impl::load_model_layout() {
                ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers,
                                       last_stage_extra_bytes(gguf, config.n_layer, opt.spec_k, opt.draft_vocab))
                : layout_from_counts(opt.layer_split, config.n_layer);
-  if (layout.size() != opt.n_workers) throw ConfigError("layer split names " + std::to_string(layout.size()) +
-                                                        " stages for " + std::to_string(opt.n_workers) + " workers");
-  ds::log::info("engine", ds::log::Msg() << config.n_layer << " layers on " << opt.n_workers << " workers: " << describe_layout(layout));
+  if (layout.size() != opt.n_workers)
+    throw ConfigError("layer split names " + std::to_string(layout.size()) + " stages for " +
+                      std::to_string(opt.n_workers) + " workers");
+  ds::log::info("engine", ds::log::Msg() << config.n_layer << " layers on " << opt.n_workers
+                                         << " workers: " << describe_layout(layout));
 }
 
 // A private MPS daemon when local CUDA workers share a GPU (mps_daemon.h); returns the workers'
@@ -164,8 +166,8 @@ void PipelineEngine::Impl::start_workers() {
   std::string binary = opt.worker_binary.empty() ? executable_dir() + "/deltaserve-worker" : opt.worker_binary;
   const std::vector<std::string> fractions = worker_gpu_fractions();
   auto args = [this, fractions](uint32_t rank) {
-    std::vector<std::string> a{"--coordinator", endpoint, "--rank", std::to_string(rank), "--backend", opt.backend,
-                               "--threads", std::to_string(opt.threads_per_worker)};
+    std::vector<std::string> a{"--coordinator", endpoint,    "--rank",    std::to_string(rank),
+                               "--backend",     opt.backend, "--threads", std::to_string(opt.threads_per_worker)};
     if (opt.backend == "cuda") {
       const int device = rank < opt.devices.size() ? opt.devices[rank] : static_cast<int>(rank);
       a.insert(a.end(), {"--device", std::to_string(device)});
@@ -174,7 +176,8 @@ void PipelineEngine::Impl::start_workers() {
     if (opt.hidden_transport != "auto") a.insert(a.end(), {"--hidden-transport", opt.hidden_transport});
     if (opt.early_handoff != "on") a.insert(a.end(), {"--early-handoff", opt.early_handoff});
     // cpu workers on "auto" keep their own default (no polling: they need the cores).
-    if (opt.backend == "cuda" || opt.busy_poll != "auto") a.insert(a.end(), {"--busy-poll-us", busy_poll ? "5000" : "0"});
+    if (opt.backend == "cuda" || opt.busy_poll != "auto")
+      a.insert(a.end(), {"--busy-poll-us", busy_poll ? "5000" : "0"});
     a.insert(a.end(), opt.worker_extra_args.begin(), opt.worker_extra_args.end());
     return a;
   };
@@ -188,7 +191,8 @@ std::vector<std::string> PipelineEngine::Impl::worker_gpu_fractions() const {
       gpu_fraction_flags(opt.backend, opt.gpu_memory_fraction, opt.devices, layout, config.n_nextn > 0);
   const std::vector<int> devices = device_of_each_rank(opt.devices, opt.n_workers);
   for (size_t r = 0; r < flags.size(); ++r) {
-    ds::log::info("engine", ds::log::Msg() << "rank " << r << " on GPU " << devices[r] << ": --gpu-memory-fraction " << flags[r]);
+    ds::log::info("engine", ds::log::Msg()
+                                << "rank " << r << " on GPU " << devices[r] << ": --gpu-memory-fraction " << flags[r]);
   }
   return flags;
 }
@@ -232,7 +236,8 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_num_blocks(opt.cache.num_blocks);
   a.set_max_seqs(opt.cache.max_seqs);
   a.set_num_snapshots(opt.cache.num_snapshots);
-  a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET : v1::CACHE_SIZING_EXACT);
+  a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET
+                                                                 : v1::CACHE_SIZING_EXACT);
   a.set_spec_k(opt.spec_k);
   a.set_draft_vocab(opt.draft_vocab);
   return a;
@@ -255,13 +260,15 @@ void PipelineEngine::Impl::send_pending_assigns() {
 void PipelineEngine::Impl::on_hello(const ipc::Received& msg) {
   const v1::Hello& h = msg.env.hello();
   if (h.rank() >= opt.n_workers) {
-    ds::log::warn("engine", ds::log::Msg() << "ignored Hello from rank " << h.rank() << " (only " << opt.n_workers << " stages)");
+    ds::log::warn("engine", ds::log::Msg()
+                                << "ignored Hello from rank " << h.rank() << " (only " << opt.n_workers << " stages)");
     return;
   }
   if (registry->at(h.rank()).instance_id == h.instance_id()) return;  // repeated Hello
   if (registry->at(h.rank()).instance_id != 0) on_lost(h.rank(), "restarted");
   registry->on_hello(h, msg.peer, now_ms());
-  ds::log::info("engine", ds::log::Msg() << "worker rank " << h.rank() << " pid " << h.pid() << " on " << h.hostname() << " said hello");
+  ds::log::info("engine", ds::log::Msg() << "worker rank " << h.rank() << " pid " << h.pid() << " on " << h.hostname()
+                                         << " said hello");
   send_pending_assigns();
 }
 
@@ -293,10 +300,10 @@ void PipelineEngine::Impl::adopt_worker_capacity() {
   std::vector<WorkerCapacity> caps;
   for (uint32_t r = 0; r < opt.n_workers; ++r) {
     WorkerCapacity w = ready_capacity(registry->at(r).ready, opt.cache, false, min_blocks());
-    ds::log::info("engine", ds::log::Msg() << "worker rank " << r << " holds " << w.pools.num_blocks << " KV blocks, "
-                                           << w.pools.max_seqs << " state slots, " << w.pools.num_snapshots
-                                           << " snapshots (" << format_bytes(w.bytes) << " of a "
-                                           << format_bytes(w.budget_bytes) << " budget)");
+    ds::log::info("engine", ds::log::Msg()
+                                << "worker rank " << r << " holds " << w.pools.num_blocks << " KV blocks, "
+                                << w.pools.max_seqs << " state slots, " << w.pools.num_snapshots << " snapshots ("
+                                << format_bytes(w.bytes) << " of a " << format_bytes(w.budget_bytes) << " budget)");
     caps.push_back(w);
   }
   if (opt.require_num_blocks) require_kv_blocks(caps, opt.cache.num_blocks);
@@ -325,9 +332,15 @@ void PipelineEngine::Impl::on_lost(uint32_t rank, const std::string& why) {
 void PipelineEngine::Impl::handle(const ipc::Received& msg) {
   const v1::Envelope& env = msg.env;
   switch (env.body_case()) {
-    case v1::Envelope::kHello: on_hello(msg); return;
-    case v1::Envelope::kReady: on_ready(env.ready(), env.sender_instance()); return;
-    case v1::Envelope::kHeartbeat: registry->touch(env.heartbeat().rank(), env.heartbeat().instance_id(), now_ms()); return;
+    case v1::Envelope::kHello:
+      on_hello(msg);
+      return;
+    case v1::Envelope::kReady:
+      on_ready(env.ready(), env.sender_instance());
+      return;
+    case v1::Envelope::kHeartbeat:
+      registry->touch(env.heartbeat().rank(), env.heartbeat().instance_id(), now_ms());
+      return;
     case v1::Envelope::kDropSequencesDone: {
       const auto& d = env.drop_sequences_done();
       if (d.request_id() == pending_drop && d.rank() < drop_acked.size()) drop_acked[d.rank()] = true;
@@ -342,7 +355,8 @@ void PipelineEngine::Impl::handle(const ipc::Received& msg) {
         pending_error = "rank " + std::to_string(env.step_error().rank()) + ": " + env.step_error().message();
       }
       return;
-    default: ds::log::warn("engine", ds::log::Msg() << "ignored unexpected message " << ipc::body_name(env));
+    default:
+      ds::log::warn("engine", ds::log::Msg() << "ignored unexpected message " << ipc::body_name(env));
   }
 }
 
@@ -496,9 +510,9 @@ StepOutcome PipelineEngine::Impl::collect_oldest() {
     forget_in_flight(WorkerLost("no result for plan " + std::to_string(id) + " in time"));
   }
   StepOutcome out = decode_result(flying.front().plan, it->second->env.step_result(), it->second->bulk);
-  out.wall_us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                          std::chrono::steady_clock::now() - flying.front().sent)
-                                          .count());
+  out.wall_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - flying.front().sent)
+          .count());
   results.erase(it);
   flying.pop_front();
   return out;
@@ -508,7 +522,9 @@ StepOutcome PipelineEngine::Impl::collect_oldest() {
 
 PipelineEngine::PipelineEngine(EngineOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
-PipelineEngine::~PipelineEngine() { shutdown(); }
+PipelineEngine::~PipelineEngine() {
+  shutdown();
+}
 
 void PipelineEngine::start() {
   Impl& m = *impl_;
@@ -548,9 +564,13 @@ void PipelineEngine::submit(const std::vector<SeqRequest>& seqs, const std::vect
   m.submit_plan(encode_plan(seqs, released, m.opt.cache.managed(), m.next_plan_id++, m.epoch, &m.sent_sampling));
 }
 
-StepOutcome PipelineEngine::collect() { return impl_->collect_oldest(); }
+StepOutcome PipelineEngine::collect() {
+  return impl_->collect_oldest();
+}
 
-size_t PipelineEngine::in_flight() const { return impl_->flying.size(); }
+size_t PipelineEngine::in_flight() const {
+  return impl_->flying.size();
+}
 
 void PipelineEngine::drop_sequences(const std::vector<uint64_t>& seq_ids) {
   Impl& m = *impl_;
@@ -597,12 +617,24 @@ void PipelineEngine::shutdown() {
   if (m.opt.control_endpoint.empty()) ipc::remove_ipc_endpoint_dir(m.endpoint);
 }
 
-bool PipelineEngine::needs_recovery() const { return impl_->needs_recovery; }
-const CacheGeometry& PipelineEngine::cache_geometry() const { return impl_->opt.cache; }
-const std::vector<StageRange>& PipelineEngine::layout() const { return impl_->layout; }
-uint32_t PipelineEngine::n_vocab() const { return impl_->config.n_vocab; }
-uint32_t PipelineEngine::n_layer() const { return impl_->config.n_layer; }
-const std::string& PipelineEngine::control_endpoint() const { return impl_->endpoint; }
+bool PipelineEngine::needs_recovery() const {
+  return impl_->needs_recovery;
+}
+const CacheGeometry& PipelineEngine::cache_geometry() const {
+  return impl_->opt.cache;
+}
+const std::vector<StageRange>& PipelineEngine::layout() const {
+  return impl_->layout;
+}
+uint32_t PipelineEngine::n_vocab() const {
+  return impl_->config.n_vocab;
+}
+uint32_t PipelineEngine::n_layer() const {
+  return impl_->config.n_layer;
+}
+const std::string& PipelineEngine::control_endpoint() const {
+  return impl_->endpoint;
+}
 
 WorkerPulse PipelineEngine::serving_workers() const {
   const Impl& m = *impl_;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling.h"     // SamplingRule
+#include "common/sampling.h"  // SamplingRule
 #include "common/stage_types.h"
 
 namespace ds {
@@ -27,20 +27,20 @@ enum class CacheSizing {
 
 // Every switch of the engine, filled once by the process's option parser.
 struct EngineOptions {
-  std::string model_path;               // GGUF; workers mmap the same path
-  uint32_t n_workers = 1;               // pipeline stages
-  std::string backend = "cpu";          // cpu | cuda
-  std::vector<int> devices;             // cuda: GPU of each rank (local workers); empty = rank r on GPU r
+  std::string model_path;       // GGUF; workers mmap the same path
+  uint32_t n_workers = 1;       // pipeline stages
+  std::string backend = "cpu";  // cpu | cuda
+  std::vector<int> devices;     // cuda: GPU of each rank (local workers); empty = rank r on GPU r
   // cuda: share of each GPU's memory its local workers may use (weights + pools), split among
   // the workers on one GPU by layer count (gpu_share.h) and passed as each one's
   // --gpu-memory-fraction. Unset: a worker alone on its GPU keeps its own default; workers
   // sharing a GPU split kDefaultGpuMemoryFraction.
   std::optional<double> gpu_memory_fraction;
-  std::vector<uint32_t> layer_split;    // layers per stage; empty = balance by weight bytes
+  std::vector<uint32_t> layer_split;  // layers per stage; empty = balance by weight bytes
   int threads_per_worker = 1;
-  bool external_workers = false;        // workers are started by someone else (systemd, by hand)
-  std::string control_endpoint;         // empty: a private ipc:// directory
-  std::string worker_binary;            // empty: deltaserve-worker next to this executable
+  bool external_workers = false;  // workers are started by someone else (systemd, by hand)
+  std::string control_endpoint;   // empty: a private ipc:// directory
+  std::string worker_binary;      // empty: deltaserve-worker next to this executable
   // Sent to every worker in Assign (they apply them over their own flags): the cuda workers'
   // prefill precision, decode GEMV and bf16 weight copy, and the pools' budget (0: each
   // worker's own --memory-budget).
@@ -68,15 +68,15 @@ struct EngineOptions {
   // start, the workers run without it and a warning says so), "on" (always our own; failing to
   // start it fails start()) or "off". Workers on GPUs of their own never need it.
   std::string mps = "auto";
-  int heartbeat_timeout_ms = 1500;      // silent this long = dead (heartbeats come every 200 ms)
+  int heartbeat_timeout_ms = 1500;  // silent this long = dead (heartbeats come every 200 ms)
   // The workers' heartbeat period: a worker not heard from for one and a half of them (one
   // heartbeat missed, with room for jitter) is reported as not serving (serving_workers(),
   // /ready), long before it is declared dead.
   int heartbeat_interval_ms = 200;
-  int startup_timeout_ms = 120000;      // all workers Ready (also bounds recovery)
-  int step_timeout_ms = 600000;         // no result for this long = the step is lost
-  uint64_t memory_budget_bytes = 0;     // per worker, 0 = no limit
-  uint32_t max_context = 0;             // 0 = the model's context length
+  int startup_timeout_ms = 120000;   // all workers Ready (also bounds recovery)
+  int step_timeout_ms = 600000;      // no result for this long = the step is lost
+  uint64_t memory_budget_bytes = 0;  // per worker, 0 = no limit
+  uint32_t max_context = 0;          // 0 = the model's context length
   // Worker memory, sent in Assign and sized once per worker start. num_blocks == 0: no
   // scheduler, the workers place sequences themselves (steps carry no SeqRequest::cache).
   // Otherwise every step must place every sequence, with exactly these pool sizes.
@@ -85,8 +85,8 @@ struct EngineOptions {
   // MTP drafts per step the scheduler may plan (Assign.spec_k): managed workers size and
   // allocate each slot's speculation rollback records with their pools. 0 = no speculation.
   uint32_t spec_k = 0;
-  uint32_t draft_vocab = 0;  // Assign.draft_vocab: drafts among ids below it; 0 = every id
-  bool require_num_blocks = false;      // kFitBudget: start() fails unless every worker holds all cache.num_blocks
+  uint32_t draft_vocab = 0;         // Assign.draft_vocab: drafts among ids below it; 0 = every id
+  bool require_num_blocks = false;  // kFitBudget: start() fails unless every worker holds all cache.num_blocks
 };
 
 // One sequence's part of a step. A new sequence starts at position 0 with its prompt (chunk)
@@ -96,11 +96,11 @@ struct SeqRequest {
   uint64_t seq_id = 0;
   uint32_t start_pos = 0;
   std::vector<int32_t> tokens;
-  std::vector<uint32_t> logit_rows;   // rows of `tokens` whose logits are wanted
-  std::vector<double> random_u;       // one uniform number in [0,1) per logit row (sampling)
-  SamplingRule sampling;            // sent to the workers only when new or changed
+  std::vector<uint32_t> logit_rows;  // rows of `tokens` whose logits are wanted
+  std::vector<double> random_u;      // one uniform number in [0,1) per logit row (sampling)
+  SamplingRule sampling;             // sent to the workers only when new or changed
   bool return_full_logits = false;
-  std::optional<SeqCache> cache;      // where the scheduler placed it (set iff EngineOptions::cache is managed)
+  std::optional<SeqCache> cache;  // where the scheduler placed it (set iff EngineOptions::cache is managed)
   // Speculative decoding (see StepPlan in step.proto): the last n_draft tokens are drafts (the
   // logit rows must then be the last n_draft + 1), `rewind` rolls back to start_pos, spec_k new
   // drafts are wanted; spec_random_u = n_draft acceptance + spec_k draft numbers (rows with logits).
@@ -113,13 +113,13 @@ struct SeqRequest {
 
 struct RowResult {
   uint64_t seq_id = 0;
-  uint32_t row = 0;                   // row within the sequence's tokens of the step
-  int32_t token = -1;                 // sampling rule's pick for the row's random_u
+  uint32_t row = 0;    // row within the sequence's tokens of the step
+  int32_t token = -1;  // sampling rule's pick for the row's random_u
   double logsumexp = 0;
-  float token_logprob = 0;            // log-probability of `token`
-  std::vector<int32_t> top_ids;       // best first
+  float token_logprob = 0;       // log-probability of `token`
+  std::vector<int32_t> top_ids;  // best first
   std::vector<float> top_logprobs;
-  std::vector<float> logits;          // full row, only with return_full_logits
+  std::vector<float> logits;  // full row, only with return_full_logits
 };
 
 // A speculating sequence's verdict: `accepted` drafts of its row were kept (its RowResults
@@ -152,13 +152,13 @@ struct WorkerPulse {
 struct WorkerInfo {
   uint32_t rank = 0;
   StageRange layers;
-  std::string state;                  // absent | loading | ready | failed
+  std::string state;  // absent | loading | ready | failed
   uint32_t pid = 0;
-  uint32_t restarts = 0;              // supervisor restarts (local workers)
+  uint32_t restarts = 0;  // supervisor restarts (local workers)
   uint64_t weight_bytes = 0;
-  CacheGeometry pools;                // the pools it reported at Ready (zeros: none / self-managed)
-  uint64_t pool_bytes = 0;            // ... their bytes
-  uint64_t pool_budget_bytes = 0;     // ... and the memory budget they were sized against
+  CacheGeometry pools;             // the pools it reported at Ready (zeros: none / self-managed)
+  uint64_t pool_bytes = 0;         // ... their bytes
+  uint64_t pool_budget_bytes = 0;  // ... and the memory budget they were sized against
 };
 
 // A stage died, restarted or stopped answering: sequence state on the workers is lost. Call

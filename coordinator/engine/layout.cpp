@@ -26,7 +26,8 @@ uint64_t last_stage_extra_bytes(const GgufFile& gguf, uint32_t n_layer, uint32_t
   }
   const uint64_t lm_head = (head != 0 ? head : embeddings) + norm;
   // A draft reads the head's first draft_vocab rows only.
-  const uint64_t draft_head = draft_vocab == 0 || vocab == 0 || draft_vocab >= vocab ? lm_head : lm_head * draft_vocab / vocab;
+  const uint64_t draft_head =
+      draft_vocab == 0 || vocab == 0 || draft_vocab >= vocab ? lm_head : lm_head * draft_vocab / vocab;
   return lm_head + uint64_t{spec_k} * (mtp + draft_head);
 }
 
@@ -75,7 +76,8 @@ std::vector<StageRange> layout_from_counts(const std::vector<uint32_t>& counts, 
     first += c;
   }
   if (first != n_layer) {
-    throw ConfigError("layer split covers " + std::to_string(first) + " layers, the model has " + std::to_string(n_layer));
+    throw ConfigError("layer split covers " + std::to_string(first) + " layers, the model has " +
+                      std::to_string(n_layer));
   }
   return layout;
 }
@@ -92,7 +94,8 @@ std::vector<StageRange> parse_layer_split(const std::string& spec, uint32_t n_la
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || used != item.size() || v > n_layer) throw ConfigError("layer split: bad count '" + item + "' in '" + spec + "'");
+    if (used == 0 || used != item.size() || v > n_layer)
+      throw ConfigError("layer split: bad count '" + item + "' in '" + spec + "'");
     counts.push_back(static_cast<uint32_t>(v));
   }
   if (counts.empty()) throw ConfigError("layer split is empty");

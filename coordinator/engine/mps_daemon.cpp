@@ -51,7 +51,9 @@ int run_with_env(const std::string& binary, const std::vector<std::string>& args
 
 }  // namespace
 
-bool mps_serves_this_process() { return mps_control_running(std::getenv("CUDA_MPS_PIPE_DIRECTORY")); }
+bool mps_serves_this_process() {
+  return mps_control_running(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
+}
 
 std::string find_executable(const std::string& name) {
   if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : std::string();
@@ -100,7 +102,8 @@ size_t reap_stale_mps_daemons(const std::string& parent, const std::string& cont
       const std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir,
                                          "CUDA_MPS_LOG_DIRECTORY=" + (dir / "log").string()};
       if (run_with_env(control_binary, {}, env, "quit\n") != 0) {
-        log::warn("engine", log::Msg() << "a leftover MPS control daemon in " << dir.string() << " did not take `quit`");
+        log::warn("engine",
+                  log::Msg() << "a leftover MPS control daemon in " << dir.string() << " did not take `quit`");
       }
     }
     std::filesystem::remove_all(dir, ec);
@@ -108,7 +111,8 @@ size_t reap_stale_mps_daemons(const std::string& parent, const std::string& cont
       log::warn("engine", log::Msg() << "could not remove " << dir.string() << ": " << ec.message());
       continue;
     }
-    log::warn("engine", log::Msg() << "quit and removed the MPS daemon of a server that is gone (" << dir.string() << ")");
+    log::warn("engine",
+              log::Msg() << "quit and removed the MPS daemon of a server that is gone (" << dir.string() << ")");
     ++reaped;
   }
   return reaped;
@@ -133,7 +137,8 @@ std::unique_ptr<MpsDaemon> MpsDaemon::start(const std::string& control_binary, c
   std::unique_ptr<MpsDaemon> d(new MpsDaemon(control_binary, dir));
   const int rc = run_with_env(control_binary, {"-d"}, d->worker_env(), "");
   if (rc != 0) {
-    *why = control_binary + " -d " + (rc == 127 ? std::string("could not be run") : "exited with " + std::to_string(rc));
+    *why =
+        control_binary + " -d " + (rc == 127 ? std::string("could not be run") : "exited with " + std::to_string(rc));
     d->running_ = false;
     std::filesystem::remove_all(dir, ec);
     return nullptr;
@@ -151,7 +156,9 @@ std::unique_ptr<MpsDaemon> MpsDaemon::start(const std::string& control_binary, c
   return d;
 }
 
-MpsDaemon::~MpsDaemon() { stop(); }
+MpsDaemon::~MpsDaemon() {
+  stop();
+}
 
 std::vector<std::string> MpsDaemon::worker_env() const {
   return {"CUDA_MPS_PIPE_DIRECTORY=" + dir_ + "/pipe", "CUDA_MPS_LOG_DIRECTORY=" + dir_ + "/log"};

@@ -5,10 +5,14 @@ namespace ds {
 
 const char* worker_state_name(WorkerState state) {
   switch (state) {
-    case WorkerState::kAbsent: return "absent";
-    case WorkerState::kAssigned: return "loading";
-    case WorkerState::kReady: return "ready";
-    case WorkerState::kFailed: return "failed";
+    case WorkerState::kAbsent:
+      return "absent";
+    case WorkerState::kAssigned:
+      return "loading";
+    case WorkerState::kReady:
+      return "ready";
+    case WorkerState::kFailed:
+      return "failed";
   }
   return "?";
 }

@@ -19,8 +19,9 @@ bool same_sampling(const SentSampling& a, const SeqRequest& s) {
 // every draft to accept and every draft to propose.
 void check_speculation(const SeqRequest& s) {
   const std::string who = "sequence " + std::to_string(s.seq_id);
-  if (s.n_draft >= s.tokens.size()) throw StepFailed(who + ": " + std::to_string(s.n_draft) + " drafts in a row of " +
-                                                      std::to_string(s.tokens.size()) + " tokens");
+  if (s.n_draft >= s.tokens.size())
+    throw StepFailed(who + ": " + std::to_string(s.n_draft) + " drafts in a row of " + std::to_string(s.tokens.size()) +
+                     " tokens");
   if (s.n_draft > 0 && s.logit_rows.size() != s.n_draft + 1) {
     throw StepFailed(who + ": a row with drafts needs logits for each verify row");
   }
@@ -85,7 +86,8 @@ void decode_speculation(const v1::StepPlan& plan, const v1::StepResult& result, 
     r.accepted = result.spec_accepted(i);
     const auto it = drafts_of.find(r.seq_id);
     if (it == drafts_of.end() || r.accepted > it->second) {
-      throw StepFailed("step result: speculative verdict for sequence " + std::to_string(r.seq_id) + " does not fit the plan");
+      throw StepFailed("step result: speculative verdict for sequence " + std::to_string(r.seq_id) +
+                       " does not fit the plan");
     }
     const int k = static_cast<int>(result.spec_n_drafts(i));
     if (next + k > result.spec_drafts_size()) throw StepFailed("step result: spec_drafts too short");
@@ -107,7 +109,8 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
   plan.set_managed_memory(managed);
   plan.mutable_released_seq_ids()->Add(released.begin(), released.end());
   for (uint64_t id : released) sent->erase(id);  // the last stage forgets them too
-  const bool speculative = std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
+  const bool speculative =
+      std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
     if (speculative) encode_speculation(s, &plan);
@@ -157,7 +160,8 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     r.token_logprob = result.token_logprobs_size() == n_rows ? result.token_logprobs(i) : 0.0f;
     const auto first = static_cast<int>(k) * i;
     r.top_ids.assign(result.top_ids().begin() + first, result.top_ids().begin() + first + static_cast<int>(k));
-    r.top_logprobs.assign(result.top_logprobs().begin() + first, result.top_logprobs().begin() + first + static_cast<int>(k));
+    r.top_logprobs.assign(result.top_logprobs().begin() + first,
+                          result.top_logprobs().begin() + first + static_cast<int>(k));
   }
   for (uint64_t f = 0; f < n_full; ++f) {
     const uint32_t row = result.full_logit_rows(static_cast<int>(f));
@@ -167,7 +171,8 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     std::memcpy(dst.data(), bulk.data() + f * n_vocab * sizeof(float), n_vocab * sizeof(float));
   }
   decode_speculation(plan, result, &out);
-  for (const v1::StageTiming& t : result.timings()) out.timings.push_back(StageTime{t.rank(), t.compute_us(), t.input_from_shm()});
+  for (const v1::StageTiming& t : result.timings())
+    out.timings.push_back(StageTime{t.rank(), t.compute_us(), t.input_from_shm()});
   return out;
 }
 

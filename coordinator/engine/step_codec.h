@@ -22,8 +22,8 @@ using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;
 // in `sent` the sampling inputs it includes. `managed`: every row must carry its placement
 // (SeqRequest::cache), else none may. Throws StepFailed when the request is inconsistent (no
 // tokens, random_u count != logit row count, placement missing, ...).
-ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released,
-                              bool managed, uint64_t plan_id, uint64_t epoch, SentSamplingMap* sent);
+ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released, bool managed,
+                              uint64_t plan_id, uint64_t epoch, SentSamplingMap* sent);
 // For workers that place sequences themselves, nothing released.
 inline ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch,
                                      SentSamplingMap* sent) {

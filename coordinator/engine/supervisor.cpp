@@ -1,6 +1,5 @@
 // Local supervisor (see supervisor.h).
 #include "coordinator/engine/supervisor.h"
-#include "common/log.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,6 +11,8 @@
 #include <iostream>
 #include <stdexcept>
 #include <thread>
+
+#include "common/log.h"
 
 namespace ds {
 namespace {
@@ -45,7 +46,9 @@ LocalSupervisor::LocalSupervisor(std::string binary, uint32_t n_ranks, ArgsForRa
   if (access(binary_.c_str(), X_OK) != 0) throw std::runtime_error("worker binary not executable: " + binary_);
 }
 
-LocalSupervisor::~LocalSupervisor() { stop_all(std::chrono::milliseconds(2000)); }
+LocalSupervisor::~LocalSupervisor() {
+  stop_all(std::chrono::milliseconds(2000));
+}
 
 void LocalSupervisor::start_all() {
   for (uint32_t r = 0; r < workers_.size(); ++r) spawn(r);
@@ -96,7 +99,8 @@ void LocalSupervisor::spawn(uint32_t rank) {
 
 void LocalSupervisor::on_exit(uint32_t rank, int status) {
   Worker& w = workers_[rank];
-  ds::log::warn("supervisor", ds::log::Msg() << "worker rank " << rank << " pid " << w.pid << " exited (" << describe_status(status) << ")");
+  ds::log::warn("supervisor", ds::log::Msg() << "worker rank " << rank << " pid " << w.pid << " exited ("
+                                             << describe_status(status) << ")");
   const auto now = Clock::now();
   w.backoff = (now - w.started > kHealthyUptime || w.backoff.count() == 0) ? kFirstBackoff
                                                                            : std::min(w.backoff * 2, kMaxBackoff);

@@ -5,8 +5,7 @@
 
 namespace ds {
 
-ApiError::ApiError(int status, std::string message, std::string param, std::string code,
-                   std::string type)
+ApiError::ApiError(int status, std::string message, std::string param, std::string code, std::string type)
     : std::runtime_error(std::move(message)),
       status_(status),
       param_(std::move(param)),
@@ -31,8 +30,7 @@ void string_or_null(rapidjson::Writer<rapidjson::StringBuffer>& w, std::string_v
 
 }  // namespace
 
-std::string error_json(std::string_view message, std::string_view type, std::string_view param,
-                       std::string_view code) {
+std::string error_json(std::string_view message, std::string_view type, std::string_view param, std::string_view code) {
   rapidjson::StringBuffer sb;
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   w.StartObject();

@@ -15,8 +15,7 @@ namespace ds {
 class ApiError : public std::runtime_error {
  public:
   // `param` / `code` empty: JSON null. `type` empty: derived from the status.
-  ApiError(int status, std::string message, std::string param = {}, std::string code = {},
-           std::string type = {});
+  ApiError(int status, std::string message, std::string param = {}, std::string code = {}, std::string type = {});
 
   int status() const { return status_; }
   const std::string& param() const { return param_; }
@@ -33,10 +32,8 @@ class ApiError : public std::runtime_error {
 // "invalid_request_error" for 4xx, "authentication_error" for 401, "server_error" for 5xx.
 const char* default_error_type(int status);
 
-std::string error_json(std::string_view message, std::string_view type, std::string_view param,
-                       std::string_view code);
+std::string error_json(std::string_view message, std::string_view type, std::string_view param, std::string_view code);
 HttpResponse error_response(const ApiError& e);
-HttpResponse error_response(int status, std::string message, std::string param = {},
-                            std::string code = {});
+HttpResponse error_response(int status, std::string message, std::string param = {}, std::string code = {});
 
 }  // namespace ds

@@ -1,12 +1,12 @@
 #include "coordinator/http/http_server.h"
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/strand.hpp>
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -105,7 +105,9 @@ HttpServer::HttpServer(ServerOptions options, RequestHandler& handler, ServerMet
   impl_->ctx.gate = std::make_shared<http_detail::PostGate>();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 void HttpServer::start() {
   Impl& m = *impl_;
@@ -132,7 +134,9 @@ void HttpServer::start() {
   for (unsigned i = 0; i < n; ++i) m.threads.emplace_back([&m] { m.ioc.run(); });
 }
 
-uint16_t HttpServer::port() const { return impl_->port; }
+uint16_t HttpServer::port() const {
+  return impl_->port;
+}
 
 void HttpServer::stop() {
   Impl& m = *impl_;

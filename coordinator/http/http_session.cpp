@@ -47,9 +47,7 @@ class SessionChannel : public ResponseChannel {
   }
   void begin_stream(int status, std::string content_type) override {
     state_ = kStreaming;
-    post([gen = gen_, status, ct = std::move(content_type)](HttpSession& s) {
-      s.begin_stream(gen, status, ct);
-    });
+    post([gen = gen_, status, ct = std::move(content_type)](HttpSession& s) { s.begin_stream(gen, status, ct); });
   }
   void stream_data(std::string bytes) override {
     post([gen = gen_, b = std::move(bytes)](HttpSession& s) mutable { s.stream_data(gen, std::move(b)); });
@@ -109,10 +107,7 @@ std::string hex(size_t n) {
 }  // namespace
 
 HttpSession::HttpSession(tcp::socket socket, const SessionContext& ctx)
-    : ctx_(ctx),
-      socket_(std::move(socket)),
-      executor_(socket_.get_executor()),
-      deadline_(executor_) {
+    : ctx_(ctx), socket_(std::move(socket)), executor_(socket_.get_executor()), deadline_(executor_) {
   if (ctx_.live_sessions != nullptr) ++*ctx_.live_sessions;
 }
 
@@ -158,8 +153,7 @@ void HttpSession::on_header(beast::error_code ec, size_t) {
       enqueue("HTTP/1.1 100 Continue\r\n\r\n");
     }
   }
-  http::async_read(socket_, buffer_, *parser_,
-                   beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+  http::async_read(socket_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
 }
 
 void HttpSession::on_read(beast::error_code ec, size_t) {
@@ -196,8 +190,8 @@ void HttpSession::on_read_error(beast::error_code ec) {
     return;
   }
   if (ec == http::error::body_limit) {
-    send_error_and_close(413, "Request body exceeds the limit of " +
-                                  std::to_string(ctx_.options->max_body_bytes) + " bytes");
+    send_error_and_close(
+        413, "Request body exceeds the limit of " + std::to_string(ctx_.options->max_body_bytes) + " bytes");
   } else if (ec == http::error::header_limit) {
     send_error_and_close(431, "Request header fields too large");
   } else {
@@ -264,8 +258,7 @@ void HttpSession::begin_stream(uint64_t gen, int status, const std::string& cont
   stream_open_ = true;
   stream_is_sse_ = content_type.rfind("text/event-stream", 0) == 0;
   // X-Accel-Buffering: reverse proxies (nginx) must not batch events.
-  enqueue(header_block(status, content_type,
-                       {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}},
+  enqueue(header_block(status, content_type, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}},
                        "Transfer-Encoding: chunked\r\n"));
 }
 
@@ -381,11 +374,10 @@ void HttpSession::linger_then_close() {
 }
 
 void HttpSession::drain() {
-  socket_.async_read_some(net::buffer(drain_buf_),
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
-                            if (ec || self->closed_) return self->close();
-                            self->drain();
-                          });
+  socket_.async_read_some(net::buffer(drain_buf_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec || self->closed_) return self->close();
+    self->drain();
+  });
 }
 
 void HttpSession::begin_shutdown() {
@@ -405,8 +397,8 @@ void HttpSession::force_close() {
   keep_alive_ = false;
   if (stream_open_) {
     if (stream_is_sse_) {
-      const std::string events = "data: " + error_json(message, "server_error", {}, "server_shutdown") +
-                                 "\n\ndata: [DONE]\n\n";
+      const std::string events =
+          "data: " + error_json(message, "server_error", {}, "server_shutdown") + "\n\ndata: [DONE]\n\n";
       enqueue(hex(events.size()) + "\r\n" + events + "\r\n");
     }
     reply_complete_ = true;

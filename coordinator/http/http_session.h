@@ -12,13 +12,13 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
-#include <utility>
-#include <vector>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "coordinator/http/http_types.h"
 #include "coordinator/http/metrics.h"
@@ -92,8 +92,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void arm_deadline(std::chrono::milliseconds timeout);
   void disarm_deadline();
   std::string header_block(int status, const std::string& content_type,
-                           const std::vector<std::pair<std::string, std::string>>& extra,
-                           const std::string& framing);
+                           const std::vector<std::pair<std::string, std::string>>& extra, const std::string& framing);
 
   SessionContext ctx_;
   net::ip::tcp::socket socket_;
@@ -103,18 +102,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   net::steady_timer deadline_;
   uint64_t deadline_gen_ = 0;
 
-  uint64_t reply_gen_ = 0;           // increments per dispatched request
-  bool busy_ = false;                // a request is being answered
-  bool reply_complete_ = false;      // its last bytes are queued
-  bool stream_open_ = false;         // a chunked reply was started
-  bool stream_is_sse_ = false;       // ... as text/event-stream
-  bool keep_alive_ = true;           // of the request being answered
-  bool reading_ = false;             // a read is pending
-  bool read_broken_ = false;         // the read side failed; no further requests
+  uint64_t reply_gen_ = 0;       // increments per dispatched request
+  bool busy_ = false;            // a request is being answered
+  bool reply_complete_ = false;  // its last bytes are queued
+  bool stream_open_ = false;     // a chunked reply was started
+  bool stream_is_sse_ = false;   // ... as text/event-stream
+  bool keep_alive_ = true;       // of the request being answered
+  bool reading_ = false;         // a read is pending
+  bool read_broken_ = false;     // the read side failed; no further requests
   bool shutting_down_ = false;
   bool closed_ = false;
-  bool close_after_write_ = false;   // an error reply: linger, then close
-  std::optional<Pending> pending_;   // a pipelined request read while busy
+  bool close_after_write_ = false;  // an error reply: linger, then close
+  std::optional<Pending> pending_;  // a pipelined request read while busy
   std::string drain_buf_;
   DisconnectHook on_disconnect_;
 

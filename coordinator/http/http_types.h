@@ -13,9 +13,9 @@
 namespace ds {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // target without the query string
-  std::string query;   // after '?', may be empty
+  std::string method;                                        // "GET", "POST", ...
+  std::string path;                                          // target without the query string
+  std::string query;                                         // after '?', may be empty
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
 

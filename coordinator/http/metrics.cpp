@@ -52,12 +52,11 @@ void Histogram::render(std::string& out, std::string_view name, std::string_view
 }
 
 ServerMetrics::ServerMetrics()
-    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-             10.0, 20.0, 40.0, 80.0}),
-      itl_({0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-            0.5, 0.75, 1.0, 2.5, 5.0}),
-      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-            120.0, 240.0, 480.0}) {}
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+             80.0}),
+      itl_({0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+            5.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0}) {}
 
 void ServerMetrics::record_status(int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -79,9 +78,15 @@ void ServerMetrics::record_finished(std::string_view finish_reason) {
   ++by_finish_reason_[std::string(finish_reason)];
 }
 
-void ServerMetrics::observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
-void ServerMetrics::observe_inter_token_latency(double seconds) { itl_.observe(seconds); }
-void ServerMetrics::observe_e2e_latency(double seconds) { e2e_.observe(seconds); }
+void ServerMetrics::observe_time_to_first_token(double seconds) {
+  ttft_.observe(seconds);
+}
+void ServerMetrics::observe_inter_token_latency(double seconds) {
+  itl_.observe(seconds);
+}
+void ServerMetrics::observe_e2e_latency(double seconds) {
+  e2e_.observe(seconds);
+}
 
 uint64_t ServerMetrics::status_count(int status) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -98,11 +103,9 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
       sample(out, "deltaserve:http_requests_total", "status=\"" + std::to_string(status) + "\"",
              static_cast<double>(n));
     }
-    header(out, "deltaserve:request_success_total", "Finished generations by finish reason.",
-           "counter");
+    header(out, "deltaserve:request_success_total", "Finished generations by finish reason.", "counter");
     for (const auto& [reason, n] : by_finish_reason_) {
-      sample(out, "deltaserve:request_success_total", "finished_reason=\"" + reason + "\"",
-             static_cast<double>(n));
+      sample(out, "deltaserve:request_success_total", "finished_reason=\"" + reason + "\"", static_cast<double>(n));
     }
     header(out, "deltaserve:prompt_tokens_total", "Prefill tokens processed.", "counter");
     sample(out, "deltaserve:prompt_tokens_total", "", static_cast<double>(prompt_tokens_));

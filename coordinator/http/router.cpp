@@ -43,8 +43,7 @@ class TrackingChannel : public ResponseChannel {
 
 }  // namespace
 
-Router::Router(std::string api_key, ServerMetrics* metrics)
-    : api_key_(std::move(api_key)), metrics_(metrics) {}
+Router::Router(std::string api_key, ServerMetrics* metrics) : api_key_(std::move(api_key)), metrics_(metrics) {}
 
 void Router::add(std::string method, std::string path, RouteHandler handler, bool is_public) {
   routes_.push_back({std::move(method), std::move(path), std::move(handler), is_public});
@@ -61,27 +60,28 @@ DisconnectHook Router::handle(HttpRequest request, std::shared_ptr<ResponseChann
   }
   if (match == nullptr) {
     if (allowed.empty()) {
-      tracked->respond(error_response(404, "Route " + request.method + " " + request.path +
-                                               " not found", {}, "not_found"));
+      tracked->respond(
+          error_response(404, "Route " + request.method + " " + request.path + " not found", {}, "not_found"));
     } else {
-      HttpResponse r = error_response(405, "Method " + request.method + " not allowed for " +
-                                               request.path, {}, "method_not_allowed");
+      HttpResponse r = error_response(405, "Method " + request.method + " not allowed for " + request.path, {},
+                                      "method_not_allowed");
       r.headers.emplace_back("Allow", allowed);
       tracked->respond(std::move(r));
     }
     return {};
   }
   if (!match->is_public && !bearer_authorized(request.header("authorization"), api_key_)) {
-    HttpResponse r = error_response(401, "Invalid or missing API key (Authorization: Bearer ...)",
-                                    {}, "invalid_api_key");
+    HttpResponse r =
+        error_response(401, "Invalid or missing API key (Authorization: Bearer ...)", {}, "invalid_api_key");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
     tracked->respond(std::move(r));
     return {};
   }
   if (request.method == "POST" && !http_rules::is_json_media_type(request.header("content-type"))) {
     const std::string_view got = request.header("content-type");
-    HttpResponse r = error_response(415, "Content-Type must be application/json (got " +
-                                             (got.empty() ? std::string("none") : "'" + std::string(got) + "'") + ")",
+    HttpResponse r = error_response(415,
+                                    "Content-Type must be application/json (got " +
+                                        (got.empty() ? std::string("none") : "'" + std::string(got) + "'") + ")",
                                     {}, "unsupported_media_type");
     r.headers.emplace_back("Accept", "application/json");
     tracked->respond(std::move(r));

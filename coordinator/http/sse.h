@@ -17,6 +17,8 @@ inline std::string sse_event(std::string_view data) {
   return out;
 }
 
-inline std::string sse_done() { return "data: [DONE]\n\n"; }
+inline std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
 
 }  // namespace ds

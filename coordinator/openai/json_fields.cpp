@@ -24,7 +24,9 @@ const rapidjson::Value* field(const rapidjson::Value& obj, const char* name) {
   return &it->value;
 }
 
-std::string to_string(const rapidjson::Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
+std::string to_string(const rapidjson::Value& v) {
+  return std::string(v.GetString(), v.GetStringLength());
+}
 
 std::optional<bool> get_bool(const rapidjson::Value& obj, const char* name) {
   const rapidjson::Value* v = field(obj, name);

@@ -56,6 +56,8 @@ ParseDelta OutputStream::finish() {
   return d;
 }
 
-const ParseResult& OutputStream::result() const { return parser_ ? parser_->result() : plain_; }
+const ParseResult& OutputStream::result() const {
+  return parser_ ? parser_->result() : plain_;
+}
 
 }  // namespace ds::openai

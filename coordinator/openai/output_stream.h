@@ -19,8 +19,7 @@ class OutputStream {
  public:
   // `parser`: chat requests (reasoning and tool calls are split out); nullopt: plain text
   // (/v1/completions), reported as `content`.
-  OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
-               std::optional<OutputParserOptions> parser);
+  OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop, std::optional<OutputParserOptions> parser);
 
   // One generated token. End-of-generation tokens produce no text.
   ParseDelta add_token(int32_t id);

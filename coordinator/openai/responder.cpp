@@ -104,7 +104,9 @@ void Responder::start_stream() {
   emit(ParseDelta{}, "", /*force=*/true);  // the role announcement (chat) / nothing (completions)
 }
 
-void Responder::send_event(const std::string& json) { channel_->stream_data(sse_event(json)); }
+void Responder::send_event(const std::string& json) {
+  channel_->stream_data(sse_event(json));
+}
 
 LogprobsView Responder::pending_logprobs() const {
   LogprobsView v;

@@ -37,8 +37,7 @@ class Responder : public GenerationSink {
   // `stop_engine` is called (at most once) when a stop string ends the request early; it
   // must not call back into this sink synchronously (the service defers it to a thread).
   Responder(ResponderConfig config, const Tokenizer& tokenizer, OutputStream output,
-            std::shared_ptr<ResponseChannel> channel, ServerMetrics* metrics,
-            std::function<void()> stop_engine);
+            std::shared_ptr<ResponseChannel> channel, ServerMetrics* metrics, std::function<void()> stop_engine);
 
   void on_started(uint32_t prompt_tokens) override;
   void on_token(const GeneratedToken& token) override;
@@ -73,8 +72,8 @@ class Responder : public GenerationSink {
   uint32_t completion_tokens_ = 0;
   uint32_t cached_tokens_ = 0;
   std::optional<SpecCounts> speculative_;  // set by engines that speculate
-  std::vector<GeneratedToken> logprobs_;  // stream: not yet sent; otherwise: all
-  size_t text_sent_ = 0;                  // completions: bytes of text emitted (text_offset)
+  std::vector<GeneratedToken> logprobs_;   // stream: not yet sent; otherwise: all
+  size_t text_sent_ = 0;                   // completions: bytes of text emitted (text_offset)
   std::chrono::steady_clock::time_point last_token_;
 };
 

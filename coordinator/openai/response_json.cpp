@@ -11,7 +11,9 @@ namespace {
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
-void str(Writer& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+void str(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
 
 void key_str(Writer& w, const char* key, std::string_view s) {
   w.Key(key);
@@ -230,9 +232,8 @@ void completion_choice(Writer& w, const std::string& text, const LogprobsView& l
 
 }  // namespace
 
-std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result,
-                                 const std::string& finish_reason, const LogprobsView& logprobs,
-                                 const Usage& usage) {
+std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result, const std::string& finish_reason,
+                                 const LogprobsView& logprobs, const Usage& usage) {
   return one_choice_response(meta, "chat.completion", finish_reason, &usage, [&](Writer& w) {
     w.Key("message");
     w.StartObject();
@@ -268,15 +269,14 @@ std::string chat_chunk_json(const ResponseMeta& meta, const ParseDelta& delta, b
   });
 }
 
-std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            const std::string& finish_reason, const LogprobsView& logprobs,
-                            const Usage& usage) {
+std::string completion_json(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                            const LogprobsView& logprobs, const Usage& usage) {
   return one_choice_response(meta, "text_completion", finish_reason, &usage,
                              [&](Writer& w) { completion_choice(w, text, logprobs); });
 }
 
-std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text,
-                                  const LogprobsView& logprobs, const std::string& finish_reason) {
+std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text, const LogprobsView& logprobs,
+                                  const std::string& finish_reason) {
   return one_choice_response(meta, "text_completion", finish_reason, nullptr,
                              [&](Writer& w) { completion_choice(w, text, logprobs); });
 }
@@ -285,6 +285,8 @@ std::string usage_chunk_json(const ResponseMeta& meta, const char* object, const
   return response(meta, object, &usage, [](Writer&) {});
 }
 
-std::string sanitize_utf8(std::string_view s) { return utf8::sanitize(s, utf8::Replace::kEachByte); }
+std::string sanitize_utf8(std::string_view s) {
+  return utf8::sanitize(s, utf8::Replace::kEachByte);
+}
 
 }  // namespace ds::openai

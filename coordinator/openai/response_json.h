@@ -32,24 +32,22 @@ struct Usage {
 struct LogprobsView {
   const Tokenizer* tokenizer = nullptr;
   const std::vector<GeneratedToken>* tokens = nullptr;  // null: "logprobs": null
-  size_t text_offset = 0;  // completions: offset of the first token in the choice's text
+  size_t text_offset = 0;                               // completions: offset of the first token in the choice's text
 };
 
 // ---- chat ------------------------------------------------------------------------------------
-std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result,
-                                 const std::string& finish_reason, const LogprobsView& logprobs,
-                                 const Usage& usage);
+std::string chat_completion_json(const ResponseMeta& meta, const ParseResult& result, const std::string& finish_reason,
+                                 const LogprobsView& logprobs, const Usage& usage);
 // One streaming chunk. `with_role`: the first chunk announces role "assistant".
 // Empty `finish_reason`: JSON null.
 std::string chat_chunk_json(const ResponseMeta& meta, const ParseDelta& delta, bool with_role,
                             const LogprobsView& logprobs, const std::string& finish_reason);
 
 // ---- completions -----------------------------------------------------------------------------
-std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            const std::string& finish_reason, const LogprobsView& logprobs,
-                            const Usage& usage);
-std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text,
-                                  const LogprobsView& logprobs, const std::string& finish_reason);
+std::string completion_json(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
+                            const LogprobsView& logprobs, const Usage& usage);
+std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text, const LogprobsView& logprobs,
+                                  const std::string& finish_reason);
 
 // The final streaming chunk of stream_options.include_usage: no choices, just usage.
 std::string usage_chunk_json(const ResponseMeta& meta, const char* object, const Usage& usage);

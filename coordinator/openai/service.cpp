@@ -85,10 +85,13 @@ void OpenAIService::add_routes() {
     list_models(std::move(c));
     return DisconnectHook{};
   });
-  router_.add("GET", "/health", [](HttpRequest&, Channel c) {
-    c->respond(HttpResponse{200, "application/json", R"({"status":"ok"})", {}});
-    return DisconnectHook{};
-  }, /*is_public=*/true);
+  router_.add(
+      "GET", "/health",
+      [](HttpRequest&, Channel c) {
+        c->respond(HttpResponse{200, "application/json", R"({"status":"ok"})", {}});
+        return DisconnectHook{};
+      },
+      /*is_public=*/true);
   router_.add("GET", "/ready", [this](HttpRequest&, Channel c) {
     ready(std::move(c));
     return DisconnectHook{};
@@ -147,8 +150,9 @@ void OpenAIService::check_model(const std::string& model) const {
     if (model == file) return;
     if (ends_with(file, ".gguf") && model == file.substr(0, file.size() - 5)) return;
   }
-  throw ApiError(404, "The model '" + model + "' does not exist (this server serves '" +
-                          options_.served_model_name + "')", "model", "model_not_found");
+  throw ApiError(404,
+                 "The model '" + model + "' does not exist (this server serves '" + options_.served_model_name + "')",
+                 "model", "model_not_found");
 }
 
 PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
@@ -213,16 +217,17 @@ uint32_t OpenAIService::resolve_max_tokens(const CommonParams& params, size_t pr
   const uint32_t context = engine_.health().max_context;
   if (context == 0) return params.max_tokens.value_or(kFallbackMaxTokens);
   if (prompt_tokens >= context) {
-    throw ApiError(400, "This model's maximum context length is " + std::to_string(context) +
-                            " tokens, but the prompt has " + std::to_string(prompt_tokens) + " tokens",
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(context) +
+                       " tokens, but the prompt has " + std::to_string(prompt_tokens) + " tokens",
                    prompt_param, "context_length_exceeded");
   }
   const uint32_t room = context - static_cast<uint32_t>(prompt_tokens);
   if (!params.max_tokens) return room;
   if (*params.max_tokens > room) {
-    throw ApiError(400, "This model's maximum context length is " + std::to_string(context) +
-                            " tokens; the prompt has " + std::to_string(prompt_tokens) +
-                            " tokens, so max_tokens may be at most " + std::to_string(room),
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(context) + " tokens; the prompt has " +
+                       std::to_string(prompt_tokens) + " tokens, so max_tokens may be at most " + std::to_string(room),
                    "max_tokens", "context_length_exceeded");
   }
   return *params.max_tokens;
@@ -231,15 +236,13 @@ uint32_t OpenAIService::resolve_max_tokens(const CommonParams& params, size_t pr
 std::string OpenAIService::new_request_id(const char* prefix) {
   const uint64_t n = next_id_.fetch_add(1);
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx",
-                static_cast<unsigned long long>(splitmix64(id_salt_ ^ n)),
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(splitmix64(id_salt_ ^ n)),
                 static_cast<unsigned long long>(splitmix64(id_salt_ + 0x51ed27 * (n + 1))));
   return std::string(prefix) + buf;
 }
 
 int64_t OpenAIService::now_unix() const {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 namespace {
@@ -258,9 +261,11 @@ class LoggedSink : public GenerationSink {
   void on_speculation(const SpecCounts& counts) override { inner_->on_speculation(counts); }
   void on_finished(FinishReason reason, const std::string& error) override {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
-    ds::log::info("http", ds::log::Msg() << "request finished: " << finish_reason_name(reason) << ", " << prompt_tokens_
+    ds::log::info("http",
+                  ds::log::Msg() << "request finished: " << finish_reason_name(reason) << ", " << prompt_tokens_
                                  << " prompt + " << tokens_ << " completion tokens in " << ms.count() << " ms"
-                                 << (error.empty() ? "" : " (" + error + ")"), id_);
+                                 << (error.empty() ? "" : " (" + error + ")"),
+                  id_);
     inner_->on_finished(reason, error);
   }
 
@@ -281,14 +286,14 @@ struct Submission {
 
 // Common tail of both generation routes: hand the request to the engine with a responder.
 DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferred, const Tokenizer& tokenizer,
-                             ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel) {
+                      ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel) {
   const std::string id = s.request.request_id;
   OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser));
   auto stop_engine = [&engine, weak = std::weak_ptr<TaskThread>(deferred), id] {
     if (auto d = weak.lock()) d->post([&engine, id] { engine.cancel(id); });
   };
-  auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output),
-                                               std::move(channel), &metrics, std::move(stop_engine));
+  auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output), std::move(channel),
+                                               &metrics, std::move(stop_engine));
   try {
     const size_t prompt_tokens = s.request.prompt_ids.size();
     engine.submit(std::move(s.request), std::make_shared<LoggedSink>(responder, id, prompt_tokens));
@@ -314,9 +319,13 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
   s.request.prompt_ids = std::move(prompt_ids);
   s.request.sampling = params.sampling;
   s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), prompt_param);
-  s.config = {chat, params.stream, params.include_usage, params.sampling.logprobs,
+  s.config = {chat,
+              params.stream,
+              params.include_usage,
+              params.sampling.logprobs,
               {s.request.request_id, options_.served_model_name, now_unix()},
-              static_cast<uint32_t>(s.request.prompt_ids.size()), arrival};
+              static_cast<uint32_t>(s.request.prompt_ids.size()),
+              arrival};
   s.parser = std::move(parser);
   s.stop = std::move(params.stop);
   return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
@@ -347,16 +356,17 @@ DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel ch
     // Raw completion prompts may spell control tokens (the caller owns the whole prompt).
     if (tokenizer_.add_bos() && tokenizer_.bos_id() >= 0) ids.push_back(tokenizer_.bos_id());
     const size_t budget = prompt_budget();
-    const std::vector<int32_t> text_ids =
-        encode_prompt(*params.prompt_text, budget == Tokenizer::kNoBudget ? budget : budget - std::min(budget, ids.size()),
-                      "prompt");
+    const std::vector<int32_t> text_ids = encode_prompt(
+        *params.prompt_text, budget == Tokenizer::kNoBudget ? budget : budget - std::min(budget, ids.size()), "prompt");
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());
   } else {
     ids = std::move(params.prompt_ids);
     for (const int32_t id : ids) {
       if (id < 0 || id >= tokenizer_.n_vocab()) {
-        throw ApiError(400, "Token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                std::to_string(tokenizer_.n_vocab()) + ")", "prompt");
+        throw ApiError(400,
+                       "Token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(tokenizer_.n_vocab()) + ")",
+                       "prompt");
       }
     }
   }

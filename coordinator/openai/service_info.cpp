@@ -51,8 +51,9 @@ void OpenAIService::list_models(Channel channel) {
 void OpenAIService::ready(Channel channel) {
   const EngineHealth h = engine_.health();
   if (!h.ready) {
-    throw ApiError(503, "Not ready: " + std::to_string(h.workers_ready) + " of " +
-                            std::to_string(h.workers_total) + " workers are ready",
+    throw ApiError(503,
+                   "Not ready: " + std::to_string(h.workers_ready) + " of " + std::to_string(h.workers_total) +
+                       " workers are ready",
                    {}, "not_ready");
   }
   rapidjson::StringBuffer sb;
@@ -68,8 +69,8 @@ void OpenAIService::ready(Channel channel) {
 }
 
 void OpenAIService::prometheus(Channel channel) {
-  channel->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                metrics_.render(engine_.health()), {}});
+  channel->respond(
+      HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(engine_.health()), {}});
 }
 
 // vLLM's shape: {"prompt": ...} or {"messages": ...} → {"count","max_model_len","tokens","token_strs"}.

@@ -49,8 +49,7 @@ void BlockAllocator::release(uint32_t block) {
   if (--b.ref_count == 0) push_free(block);
 }
 
-bool BlockAllocator::publish(uint32_t block, uint64_t hash, uint64_t parent,
-                             std::span<const int32_t> tokens) {
+bool BlockAllocator::publish(uint32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {
   Block& b = blocks_.at(block);
   if (b.hash || by_hash_.count(hash) != 0) return false;
   b.hash = hash;
@@ -60,13 +59,11 @@ bool BlockAllocator::publish(uint32_t block, uint64_t hash, uint64_t parent,
   return true;
 }
 
-std::optional<uint32_t> BlockAllocator::lookup(uint64_t hash, uint64_t parent,
-                                               std::span<const int32_t> tokens) const {
+std::optional<uint32_t> BlockAllocator::lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
   const Block& b = blocks_[it->second];
-  if (b.parent != parent || !std::equal(tokens.begin(), tokens.end(), b.tokens.begin(),
-                                        b.tokens.end())) {
+  if (b.parent != parent || !std::equal(tokens.begin(), tokens.end(), b.tokens.begin(), b.tokens.end())) {
     return std::nullopt;  // 64-bit hash collision: treat as a miss
   }
   return it->second;

@@ -42,8 +42,7 @@ class BlockAllocator {
   // block already holds this hash (a duplicate computed concurrently stays private).
   bool publish(uint32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   // The cached block with this hash whose parent hash and tokens match, if any.
-  std::optional<uint32_t> lookup(uint64_t hash, uint64_t parent,
-                                 std::span<const int32_t> tokens) const;
+  std::optional<uint32_t> lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const;
   // Forgets all published content (workers lost their KV memory).
   void clear_cache();
 

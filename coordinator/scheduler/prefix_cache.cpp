@@ -22,8 +22,7 @@ uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) {
 PrefixCache::PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed)
     : blocks_(blocks), snapshots_(snapshots), seed_(seed) {}
 
-void PrefixCache::extend_hashes(std::span<const int32_t> tokens,
-                                std::vector<uint64_t>& hashes) const {
+void PrefixCache::extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>& hashes) const {
   size_t full = tokens.size() / block_size();
   while (hashes.size() < full) {
     size_t k = hashes.size();
@@ -31,8 +30,7 @@ void PrefixCache::extend_hashes(std::span<const int32_t> tokens,
   }
 }
 
-PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens,
-                              const std::vector<uint64_t>& hashes, uint32_t limit) {
+PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens, const std::vector<uint64_t>& hashes, uint32_t limit) {
   PrefixHit hit;
   std::vector<uint32_t> chain;
   std::optional<uint32_t> snapshot;

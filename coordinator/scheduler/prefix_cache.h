@@ -19,9 +19,9 @@ namespace ds {
 uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens);
 
 struct PrefixHit {
-  uint32_t num_tokens = 0;              // block-aligned, 0 = miss
-  std::vector<uint32_t> blocks;         // cached KV blocks covering [0, num_tokens)
-  std::optional<uint32_t> snapshot;     // GDN state at num_tokens (set iff num_tokens > 0)
+  uint32_t num_tokens = 0;           // block-aligned, 0 = miss
+  std::vector<uint32_t> blocks;      // cached KV blocks covering [0, num_tokens)
+  std::optional<uint32_t> snapshot;  // GDN state at num_tokens (set iff num_tokens > 0)
 };
 
 class PrefixCache {
@@ -32,16 +32,13 @@ class PrefixCache {
 
   uint32_t block_size() const { return blocks_.block_size(); }
   // Hash of block k's parent: the seed for the first block.
-  uint64_t parent_hash(const std::vector<uint64_t>& hashes, size_t k) const {
-    return k == 0 ? seed_ : hashes[k - 1];
-  }
+  uint64_t parent_hash(const std::vector<uint64_t>& hashes, size_t k) const { return k == 0 ? seed_ : hashes[k - 1]; }
   // Extends `hashes` to one entry per full block of `tokens` (kept per sequence).
   void extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>& hashes) const;
 
   // Longest usable cached prefix of at most `limit` tokens. Marks the snapshot as used.
   // Does not take references: the caller refs the blocks when it commits to the hit.
-  PrefixHit lookup(std::span<const int32_t> tokens, const std::vector<uint64_t>& hashes,
-                   uint32_t limit);
+  PrefixHit lookup(std::span<const int32_t> tokens, const std::vector<uint64_t>& hashes, uint32_t limit);
 
   // Publishes blocks [first, last) of a sequence whose KV is now computed.
   void publish(std::span<const int32_t> tokens, const std::vector<uint64_t>& hashes,

@@ -1,16 +1,17 @@
 // Planning half of the scheduler: which sequences run this step, how many tokens each,
 // and which memory they use. Results and bookkeeping live in scheduler_update.cpp.
+#include "coordinator/scheduler/scheduler.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
-
-#include "coordinator/scheduler/scheduler.h"
 
 namespace ds {
 
 StepPlan Scheduler::schedule() {
   if (in_flight_.size() >= std::max<uint32_t>(config_.max_steps_in_flight, 1)) {
-    throw std::logic_error("schedule() with " + std::to_string(in_flight_.size()) + " steps in flight (the most allowed)");
+    throw std::logic_error("schedule() with " + std::to_string(in_flight_.size()) +
+                           " steps in flight (the most allowed)");
   }
   StepPlan plan;
   plan.step_id = next_step_++;
@@ -37,7 +38,8 @@ bool Scheduler::available(const Sequence& s) const {
 }
 
 bool Scheduler::may_plan_decode_rows() const {
-  const auto decoding = std::count_if(in_flight_.begin(), in_flight_.end(), [](const InFlight& f) { return f.decodes; });
+  const auto decoding =
+      std::count_if(in_flight_.begin(), in_flight_.end(), [](const InFlight& f) { return f.decodes; });
   return static_cast<uint32_t>(decoding) < std::max<uint32_t>(config_.decode_groups, 1);
 }
 
@@ -103,8 +105,8 @@ bool Scheduler::try_admit(Sequence& s, StepPlan& plan, uint32_t& budget) {
   set_snapshot_target(s, start);
   uint32_t end = chunk_end(s, start, budget);
   // Cached blocks nobody references sit in the free pool; taking them shrinks it.
-  auto revived = static_cast<uint32_t>(std::count_if(
-      hit.blocks.begin(), hit.blocks.end(), [&](uint32_t b) { return blocks_.ref_count(b) == 0; }));
+  auto revived = static_cast<uint32_t>(
+      std::count_if(hit.blocks.begin(), hit.blocks.end(), [&](uint32_t b) { return blocks_.ref_count(b) == 0; }));
   uint32_t reserve = running_.empty() ? 0 : config_.watermark_blocks;
   uint32_t free = blocks_.num_free();
   if (free < revived + reserve) return false;

@@ -73,7 +73,7 @@ struct SchedulerStats {
   uint64_t prefix_hit_tokens = 0;      // of those, reused
   uint64_t block_evictions = 0;
   uint64_t snapshot_evictions = 0;
-  SpecCounts spec = {};                // speculative decoding since start
+  SpecCounts spec = {};  // speculative decoding since start
 };
 
 class Scheduler {
@@ -151,8 +151,8 @@ class Scheduler {
   std::unordered_set<int32_t> eos_;
 
   std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;  // live requests
-  std::deque<Sequence*> waiting_;  // front is served first
-  std::vector<Sequence*> running_; // admission order: back is the youngest
+  std::deque<Sequence*> waiting_;                                    // front is served first
+  std::vector<Sequence*> running_;                                   // admission order: back is the youngest
   std::vector<ReleasedSeq> pending_releases_;
   std::unordered_set<uint64_t> scheduled_;  // uids in the plan being built
   std::deque<InFlight> in_flight_;          // oldest first

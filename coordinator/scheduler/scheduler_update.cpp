@@ -13,8 +13,7 @@ uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
 }
 
 void check_config(const SchedulerConfig& c) {
-  if (c.block_size == 0 || c.num_blocks == 0 || c.max_batch_tokens == 0 || c.max_seqs == 0 ||
-      c.max_context == 0) {
+  if (c.block_size == 0 || c.num_blocks == 0 || c.max_batch_tokens == 0 || c.max_seqs == 0 || c.max_context == 0) {
     throw std::invalid_argument("scheduler config: sizes must be positive");
   }
   if (c.max_steps_in_flight == 0 || c.decode_groups == 0) {
@@ -44,8 +43,7 @@ void Scheduler::add_request(const GenerationRequest& request) {
   }
   if (prompt == 0) throw std::invalid_argument("empty prompt");
   if (prompt >= config_.max_context) {
-    throw std::invalid_argument("prompt of " + std::to_string(prompt) +
-                                " tokens leaves no room in a context of " +
+    throw std::invalid_argument("prompt of " + std::to_string(prompt) + " tokens leaves no room in a context of " +
                                 std::to_string(config_.max_context));
   }
   if (request.sampling.max_tokens == 0) throw std::invalid_argument("max_tokens must be > 0");
@@ -71,8 +69,8 @@ UpdateResult Scheduler::update_from_output(const SampledStep& output) {
                                    [&](const InFlight& f) { return f.step_id == output.step_id; });
   if (flying == in_flight_.end()) throw std::logic_error("update_from_output for a step that is not in flight");
   if (output.sampled.size() != flying->rows.size()) {
-    throw std::invalid_argument("step output has " + std::to_string(output.sampled.size()) +
-                                " rows, plan had " + std::to_string(flying->rows.size()));
+    throw std::invalid_argument("step output has " + std::to_string(output.sampled.size()) + " rows, plan had " +
+                                std::to_string(flying->rows.size()));
   }
   if ((!output.accepted.empty() && output.accepted.size() != output.sampled.size()) ||
       (!output.drafts.empty() && output.drafts.size() != output.sampled.size())) {
@@ -178,8 +176,7 @@ std::optional<FinishReason> Scheduler::finish_reason(const Sequence& s) const {
 }
 
 void Scheduler::finish(Sequence& s, FinishReason reason, UpdateResult& result) {
-  result.finished.push_back(
-      FinishEvent{s.request_id, reason, s.prompt_len, s.generated(), s.cached_tokens, s.spec});
+  result.finished.push_back(FinishEvent{s.request_id, reason, s.prompt_len, s.generated(), s.cached_tokens, s.spec});
   free_resources(s, pending_releases_);
   remove_running(s);
   seqs_.erase(s.request_id);  // destroys s

@@ -19,16 +19,16 @@ struct Sequence {
   uint32_t prompt_len = 0;
   SamplingParams sampling;
 
-  uint32_t num_computed = 0;         // tokens whose KV / GDN state the workers hold
-  std::vector<uint32_t> blocks;      // KV block table
-  uint32_t blocks_sent = 0;          // prefix of `blocks` the workers already know
-  uint32_t published_blocks = 0;     // prefix of `blocks` offered to the prefix cache
-  std::vector<uint64_t> hashes;      // chained hash per full block of `tokens`
-  std::optional<uint32_t> slot;      // GDN state slot while running
-  bool sent_to_workers = false;      // false: the next row is is_new
-  std::optional<uint32_t> load_snapshot;       // for the first row after admission
-  uint32_t snapshot_target = 0;                // position to snapshot at (0: none)
-  std::optional<uint64_t> decode_snapshot_key; // latest snapshot taken while generating
+  uint32_t num_computed = 0;                    // tokens whose KV / GDN state the workers hold
+  std::vector<uint32_t> blocks;                 // KV block table
+  uint32_t blocks_sent = 0;                     // prefix of `blocks` the workers already know
+  uint32_t published_blocks = 0;                // prefix of `blocks` offered to the prefix cache
+  std::vector<uint64_t> hashes;                 // chained hash per full block of `tokens`
+  std::optional<uint32_t> slot;                 // GDN state slot while running
+  bool sent_to_workers = false;                 // false: the next row is is_new
+  std::optional<uint32_t> load_snapshot;        // for the first row after admission
+  uint32_t snapshot_target = 0;                 // position to snapshot at (0: none)
+  std::optional<uint64_t> decode_snapshot_key;  // latest snapshot taken while generating
   uint32_t cached_tokens = 0;
   uint32_t num_preemptions = 0;
   // Speculative decoding: drafts proposed by the last step (they follow tokens.back()), how

@@ -21,17 +21,17 @@ namespace ds {
 
 struct ScheduledSeq {
   std::string request_id;
-  uint32_t state_slot = 0;        // GDN conv + recurrent state slot of this sequence
+  uint32_t state_slot = 0;  // GDN conv + recurrent state slot of this sequence
   // First time workers see this sequence (again after a preemption): block_ids is the full
   // table and the slot starts from `load_snapshot`, or from zero state when unset.
   bool is_new = false;
   std::optional<uint32_t> load_snapshot;
   // After this step the slot holds the state at start_pos + token_ids.size(): keep a copy.
   std::optional<uint32_t> save_snapshot;
-  uint32_t start_pos = 0;         // position of token_ids[0]
-  std::vector<int32_t> token_ids; // tokens to compute (prefill chunk, or one decode token + drafts)
+  uint32_t start_pos = 0;           // position of token_ids[0]
+  std::vector<int32_t> token_ids;   // tokens to compute (prefill chunk, or one decode token + drafts)
   std::vector<uint32_t> block_ids;  // is_new: whole block table; else blocks appended since
-  bool needs_logits = false;      // sample after the last row of this sequence
+  bool needs_logits = false;        // sample after the last row of this sequence
   // Speculative decoding (SchedulerConfig::spec_k > 0): the last n_draft token_ids are drafts,
   // each verify row (the last n_draft + 1) needs logits; `rewind`: the previous step computed
   // past start_pos, roll back there; spec_k: drafts to propose after the row (on rows without

@@ -12,7 +12,9 @@ namespace ds {
 namespace {
 
 // Uniform double in [0, 1) from 53 random bits.
-double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+double uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
 
 SamplingRule rule_of(const SamplingParams& p) {
   SamplingRule r;
@@ -66,15 +68,20 @@ BatchEngineOptions with_plan_depth(BatchEngineOptions o) {
 
 BatchEngine::BatchEngine(PipelineEngine& pipeline, BatchEngineOptions options)
     : pipeline_(pipeline), opt_(with_plan_depth(std::move(options))), scheduler_(opt_.scheduler) {
-  if (!workers_hold(pipeline_.cache_geometry(), worker_cache_geometry(opt_.scheduler)) || opt_.scheduler.num_blocks == 0) {
+  if (!workers_hold(pipeline_.cache_geometry(), worker_cache_geometry(opt_.scheduler)) ||
+      opt_.scheduler.num_blocks == 0) {
     throw std::invalid_argument("the scheduler plans with more memory than the workers hold (or other block sizes)");
   }
   update_health();
 }
 
-BatchEngine::~BatchEngine() { stop(); }
+BatchEngine::~BatchEngine() {
+  stop();
+}
 
-void BatchEngine::start() { thread_ = std::thread([this] { loop(); }); }
+void BatchEngine::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void BatchEngine::stop() {
   {
@@ -182,7 +189,8 @@ void BatchEngine::take_inbox() {
     a.sink = std::move(sink);
     a.seq_id = next_seq_id_++;
     a.rule = rule_of(req.sampling);
-    a.rng.seed(req.sampling.seed ? *req.sampling.seed : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
+    a.rng.seed(req.sampling.seed ? *req.sampling.seed
+                                 : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
     a.prompt_tokens = static_cast<uint32_t>(req.prompt_ids.size());
     a.want_top = req.sampling.logprobs;
     a.top_logprobs = req.sampling.top_logprobs;
@@ -311,7 +319,8 @@ bool BatchEngine::send_next_plan() {
 
 // Plans in flight whose result samples tokens (the others were applied when sent).
 size_t BatchEngine::sampling_in_flight() const {
-  return static_cast<size_t>(std::count_if(flying_.begin(), flying_.end(), [](const Flying& f) { return !f.delivered; }));
+  return static_cast<size_t>(
+      std::count_if(flying_.begin(), flying_.end(), [](const Flying& f) { return !f.delivered; }));
 }
 
 // Fills the pipeline up to max_plans_in_flight plans, then collects the oldest result. Once
@@ -321,7 +330,9 @@ size_t BatchEngine::sampling_in_flight() const {
 // prompt's prefill-only chunks still go out ahead of its last chunk).
 void BatchEngine::run_step() {
   using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   try {
     const auto t0 = Clock::now();
     while (flying_.size() < opt_.max_plans_in_flight && sampling_in_flight() < opt_.scheduler.decode_groups &&
@@ -330,9 +341,10 @@ void BatchEngine::run_step() {
     if (flying_.empty()) return;
     if (flying_.size() > 1 && !pipelined_once_) {  // told once, so an operator (and the e2e test) can see it happen
       pipelined_once_ = true;
-      log::info("engine", log::Msg() << "pipelining: " << flying_.size() << " plans in flight at once (the first time; --pipeline-depth "
-                                     << opt_.max_plans_in_flight << ", --decode-groups "
-                                     << opt_.scheduler.decode_groups << ")");
+      log::info("engine", log::Msg() << "pipelining: " << flying_.size()
+                                     << " plans in flight at once (the first time; --pipeline-depth "
+                                     << opt_.max_plans_in_flight << ", --decode-groups " << opt_.scheduler.decode_groups
+                                     << ")");
     }
     const auto t1 = Clock::now();
     const StepOutcome outcome = pipeline_.collect();

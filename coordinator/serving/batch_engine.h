@@ -10,8 +10,8 @@
 // computes prefill chunks is applied to the scheduler as soon as it is sent (it samples
 // nothing), so a long prompt's chunks pipeline over the stages; with decode groups
 // (SchedulerConfig::decode_groups) the running sequences take turns in that many plans, so
-// every stage has a batch to decode. At most decode_groups plans that sample are in flight. A lost worker triggers recovery: the pipeline waits
-// for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
+// every stage has a batch to decode. At most decode_groups plans that sample are in flight. A lost worker triggers
+// recovery: the pipeline waits for the restarted worker, the scheduler re-prefills every live sequence from its tokens,
 // and clients only see a pause.
 #pragma once
 
@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "common/sampling.h"
+#include "common/stage_types.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/serving/generation.h"
-#include "common/stage_types.h"
 
 namespace ds {
 
@@ -109,7 +109,7 @@ class BatchEngine final : public Engine {
   std::vector<uint64_t> to_release_;
   uint64_t next_seq_id_ = 1;
   std::deque<Flying> flying_;  // oldest first
-  uint64_t steps_ = 0;          // EngineHealth::steps, step_host_seconds, step_wait_seconds
+  uint64_t steps_ = 0;         // EngineHealth::steps, step_host_seconds, step_wait_seconds
   double host_seconds_ = 0;
   double wait_seconds_ = 0;
   uint32_t recoveries_in_a_row_ = 0;

@@ -14,9 +14,9 @@
 namespace ds {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  float top_p = 1.0f;        // nucleus mass in (0, 1]
-  int32_t top_k = 0;         // 0: no top-k filter
+  float temperature = 1.0f;      // 0: greedy
+  float top_p = 1.0f;            // nucleus mass in (0, 1]
+  int32_t top_k = 0;             // 0: no top-k filter
   std::optional<uint64_t> seed;  // fixed seed: reproducible sampling
   uint32_t max_tokens = 256;     // generated-token budget (the engine also stops at the context limit)
   bool ignore_eos = false;
@@ -75,21 +75,21 @@ class GenerationSink {
 };
 
 struct EngineHealth {
-  bool ready = false;              // every worker Ready
+  bool ready = false;  // every worker Ready
   uint32_t workers_total = 0;
   uint32_t workers_ready = 0;
   uint64_t worker_restarts = 0;
-  uint32_t queue_depth = 0;        // requests waiting
-  uint32_t running = 0;            // requests generating
-  uint32_t max_context = 0;        // tokens per sequence
+  uint32_t queue_depth = 0;                  // requests waiting
+  uint32_t running = 0;                      // requests generating
+  uint32_t max_context = 0;                  // tokens per sequence
   uint64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up in the prefix cache
   uint64_t prefix_cache_hit_tokens = 0;      // of those, reused (not recomputed)
-  uint32_t kv_blocks_total = 0;    // KV blocks the workers hold
-  uint32_t kv_blocks_used = 0;     // held by live sequences (cached-but-idle blocks count as free)
-  uint32_t slots_total = 0;        // GDN state slots
+  uint32_t kv_blocks_total = 0;              // KV blocks the workers hold
+  uint32_t kv_blocks_used = 0;               // held by live sequences (cached-but-idle blocks count as free)
+  uint32_t slots_total = 0;                  // GDN state slots
   uint32_t slots_used = 0;
-  uint64_t preemptions = 0;        // sequences preempted (recomputed later) since start
-  SpecCounts spec = {};            // speculative decoding since start (all zero when off)
+  uint64_t preemptions = 0;  // sequences preempted (recomputed later) since start
+  SpecCounts spec = {};      // speculative decoding since start (all zero when off)
   // Where the engine loop's time goes while it serves (since start): steps collected, time in
   // the coordinator planning them and delivering their tokens, and time waiting for results.
   // A large host share means the workers idle between steps (with one plan in flight).

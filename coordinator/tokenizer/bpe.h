@@ -25,10 +25,10 @@ struct BpeScratch {
   };
   struct Candidate {
     uint32_t rank;
-    int32_t left;      // index of the left symbol
-    int32_t left_id;   // ids when the candidate was pushed; stale candidates are skipped
+    int32_t left;     // index of the left symbol
+    int32_t left_id;  // ids when the candidate was pushed; stale candidates are skipped
     int32_t right_id;
-    int32_t result;    // symbol the merge produces
+    int32_t result;  // symbol the merge produces
   };
   std::vector<Symbol> symbols;
   std::vector<Candidate> heap;
@@ -57,9 +57,9 @@ class BpeMerges {
 
   int32_t n_vocab_ = 0;
   size_t n_merges_ = 0;
-  std::array<int32_t, 256> byte_symbol_{};  // initial symbol of each byte
-  std::array<int32_t, 256> byte_token_{};   // vocab id of each byte, -1 when absent
-  std::vector<std::string> synthetic_bytes_;  // raw bytes of synthetic symbol n_vocab + i
+  std::array<int32_t, 256> byte_symbol_{};                    // initial symbol of each byte
+  std::array<int32_t, 256> byte_token_{};                     // vocab id of each byte, -1 when absent
+  std::vector<std::string> synthetic_bytes_;                  // raw bytes of synthetic symbol n_vocab + i
   std::unordered_map<std::string, int32_t> synthetic_index_;  // mapped text -> synthetic id
 
   // Open-addressing table: key (left << 32 | right), linear probing, capacity 2^k.

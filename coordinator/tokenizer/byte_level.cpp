@@ -8,7 +8,9 @@ namespace ds::tok {
 
 namespace {
 
-bool maps_to_itself(unsigned b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174; }
+bool maps_to_itself(unsigned b) {
+  return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+}
 
 struct Tables {
   std::array<uint32_t, 256> to_cp{};
@@ -33,11 +35,17 @@ const Tables& tables() {
 
 }  // namespace
 
-uint32_t byte_to_codepoint(uint8_t b) { return tables().to_cp[b]; }
+uint32_t byte_to_codepoint(uint8_t b) {
+  return tables().to_cp[b];
+}
 
-int codepoint_to_byte(uint32_t cp) { return cp < 512 ? tables().from_cp[cp] : -1; }
+int codepoint_to_byte(uint32_t cp) {
+  return cp < 512 ? tables().from_cp[cp] : -1;
+}
 
-std::string_view byte_to_mapped_utf8(uint8_t b) { return tables().utf8[b]; }
+std::string_view byte_to_mapped_utf8(uint8_t b) {
+  return tables().utf8[b];
+}
 
 std::string map_bytes(std::string_view raw) {
   std::string out;

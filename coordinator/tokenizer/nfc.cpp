@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/tokenizer/nfc_tables.h"
 #include "common/utf8.h"
+#include "coordinator/tokenizer/nfc_tables.h"
 
 namespace ds::tok {
 
@@ -24,7 +24,8 @@ struct Char {
 uint32_t combining_class(uint32_t cp) {
   if (cp < nfc::kCccRanges[0].lo) return 0;
   const auto* end = nfc::kCccRanges + nfc::kCccRanges_size;
-  const auto* it = std::upper_bound(nfc::kCccRanges, end, cp, [](uint32_t c, const nfc::CccRange& r) { return c < r.lo; });
+  const auto* it =
+      std::upper_bound(nfc::kCccRanges, end, cp, [](uint32_t c, const nfc::CccRange& r) { return c < r.lo; });
   if (it == nfc::kCccRanges) return 0;
   --it;
   return cp <= it->hi ? it->ccc : 0;
@@ -48,8 +49,8 @@ void decompose(uint32_t cp, std::vector<Char>& out) {
     return;
   }
   const auto* end = nfc::kDecompositions + nfc::kDecompositions_size;
-  const auto* it = std::lower_bound(nfc::kDecompositions, end, cp,
-                                    [](const nfc::Decomposition& d, uint32_t c) { return d.cp < c; });
+  const auto* it =
+      std::lower_bound(nfc::kDecompositions, end, cp, [](const nfc::Decomposition& d, uint32_t c) { return d.cp < c; });
   if (it == end || it->cp != cp) {
     out.push_back({cp, combining_class(cp)});
     return;

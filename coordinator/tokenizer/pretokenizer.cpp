@@ -56,7 +56,9 @@ MatchScratch& scratch() {
 
 }  // namespace
 
-const char* pre_tokenizer_name(PreTokenizerKind kind) { return kind == PreTokenizerKind::QWEN35 ? "qwen35" : "qwen2"; }
+const char* pre_tokenizer_name(PreTokenizerKind kind) {
+  return kind == PreTokenizerKind::QWEN35 ? "qwen35" : "qwen2";
+}
 
 std::optional<PreTokenizerKind> pre_tokenizer_from_name(std::string_view name) {
   if (name == "qwen2") return PreTokenizerKind::QWEN2;
@@ -105,7 +107,9 @@ PreTokenizer::~PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
-bool PreTokenizer::jit() const { return impl_->jit; }
+bool PreTokenizer::jit() const {
+  return impl_->jit;
+}
 
 bool PreTokenizer::split(std::string_view text, std::vector<Span>& out, size_t max_spans) const {
   MatchScratch& s = scratch();

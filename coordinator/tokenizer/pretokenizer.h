@@ -3,9 +3,8 @@
 // never matches) is kept as its own piece, so the pieces always cover the whole input.
 #pragma once
 
-#include <cstdint>
-
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>

@@ -6,8 +6,8 @@ namespace ds::tok {
 
 bool overlaps_any(std::span<const ByteRange> ranges, size_t begin, size_t end) {
   // First range ending after `begin`; ends are increasing because ranges are disjoint.
-  const auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
-                                   [](size_t pos, const ByteRange& r) { return pos < r.end; });
+  const auto it =
+      std::upper_bound(ranges.begin(), ranges.end(), begin, [](size_t pos, const ByteRange& r) { return pos < r.end; });
   return it != ranges.end() && it->begin < end;
 }
 

@@ -17,7 +17,7 @@
 namespace ds::tok {
 
 struct Fragment {
-  size_t begin = 0;    // byte range [begin, end) of the text
+  size_t begin = 0;  // byte range [begin, end) of the text
   size_t end = 0;
   int32_t token = -1;  // the matched added token, or -1 for raw text (to be BPE-encoded)
 };

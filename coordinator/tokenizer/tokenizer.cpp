@@ -6,11 +6,11 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "common/utf8.h"
 #include "coordinator/tokenizer/bpe.h"
 #include "coordinator/tokenizer/nfc.h"
 #include "coordinator/tokenizer/piece_cache.h"
 #include "coordinator/tokenizer/special_tokens.h"
-#include "common/utf8.h"
 
 namespace ds {
 
@@ -207,8 +207,12 @@ std::vector<int32_t> Tokenizer::encode(const PromptText& prompt, size_t max_toke
   return impl_->encode(prompt.text, true, untrusted, max_tokens);
 }
 
-size_t Tokenizer::max_token_bytes() const { return impl_->max_token_bytes; }
-size_t Tokenizer::min_tokens(size_t bytes) const { return impl_->min_tokens(bytes, true); }
+size_t Tokenizer::max_token_bytes() const {
+  return impl_->max_token_bytes;
+}
+size_t Tokenizer::min_tokens(size_t bytes) const {
+  return impl_->min_tokens(bytes, true);
+}
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_control) const {
   std::string raw;
@@ -223,7 +227,9 @@ std::string_view Tokenizer::token_piece(int32_t id, bool render_control) const {
   return impl_->piece(id, render_control);
 }
 
-int32_t Tokenizer::n_vocab() const { return impl_->vocab.size(); }
+int32_t Tokenizer::n_vocab() const {
+  return impl_->vocab.size();
+}
 
 std::string_view Tokenizer::token_text(int32_t id) const {
   impl_->check_id(id);
@@ -235,22 +241,44 @@ TokenType Tokenizer::token_type(int32_t id) const {
   return impl_->vocab.type(id);
 }
 
-std::optional<int32_t> Tokenizer::find_token(std::string_view text) const { return impl_->vocab.find(text); }
+std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
+  return impl_->vocab.find(text);
+}
 
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && id < impl_->vocab.size() && impl_->vocab.type(id) == TokenType::CONTROL;
 }
 
-bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id); }
+bool Tokenizer::is_eog(int32_t id) const {
+  return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
+}
 
-const std::vector<int32_t>& Tokenizer::eog_ids() const { return impl_->eog; }
-int32_t Tokenizer::eos_id() const { return impl_->eos; }
-int32_t Tokenizer::pad_id() const { return impl_->pad; }
-int32_t Tokenizer::bos_id() const { return impl_->bos; }
-bool Tokenizer::add_bos() const { return impl_->add_bos; }
-bool Tokenizer::add_eos() const { return impl_->add_eos; }
-PreTokenizerKind Tokenizer::pre_tokenizer() const { return impl_->pre.kind(); }
-bool Tokenizer::nfc() const { return impl_->nfc; }
-void Tokenizer::clear_cache() const { impl_->cache->clear(); }
+const std::vector<int32_t>& Tokenizer::eog_ids() const {
+  return impl_->eog;
+}
+int32_t Tokenizer::eos_id() const {
+  return impl_->eos;
+}
+int32_t Tokenizer::pad_id() const {
+  return impl_->pad;
+}
+int32_t Tokenizer::bos_id() const {
+  return impl_->bos;
+}
+bool Tokenizer::add_bos() const {
+  return impl_->add_bos;
+}
+bool Tokenizer::add_eos() const {
+  return impl_->add_eos;
+}
+PreTokenizerKind Tokenizer::pre_tokenizer() const {
+  return impl_->pre.kind();
+}
+bool Tokenizer::nfc() const {
+  return impl_->nfc;
+}
+void Tokenizer::clear_cache() const {
+  impl_->cache->clear();
+}
 
 }  // namespace ds

@@ -5,8 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>

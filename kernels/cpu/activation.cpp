@@ -4,7 +4,9 @@
 
 namespace ds::cpu {
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 void swiglu(const float* gate, const float* up, size_t n, float* y) {
   for (size_t i = 0; i < n; ++i) y[i] = silu(gate[i]) * up[i];

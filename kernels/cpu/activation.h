@@ -5,8 +5,12 @@
 
 namespace ds::cpu {
 
-inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
-inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+inline float silu(float x) {
+  return x / (1.0f + __builtin_expf(-x));
+}
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + __builtin_expf(-x));
+}
 // log(1 + e^x), identity above 20 like the references.
 float softplus(float x);
 

@@ -43,7 +43,7 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
                       ThreadPool* pool) {
   if (s.n_q_tokens == 0 || s.n_heads == 0) return;
   if (pool == nullptr) pool = default_pool();
-  const size_t group = s.n_heads / s.n_kv_heads;  // query heads per kv head (grouped mapping)
+  const size_t group = s.n_heads / s.n_kv_heads;     // query heads per kv head (grouped mapping)
   const size_t first_row = s.kv_len - s.n_q_tokens;  // cache row of query token 0
 
   // Work item i = (token t, head h) with i = t * n_heads + h.
@@ -62,8 +62,8 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
 AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i) {
   // One query token: the token strides only need to be large enough to be valid.
   const size_t row = b.n_heads == 0 ? 0 : (b.n_heads - 1) * b.q_head_stride + b.head_dim;
-  return AttentionShape{1, b.seqs[i].kv_len, b.n_heads, b.n_kv_heads, b.head_dim, row, b.q_head_stride,
-                        b.kv_row_stride, b.n_heads * b.head_dim};
+  return AttentionShape{1,   b.seqs[i].kv_len, b.n_heads,       b.n_kv_heads,          b.head_dim,
+                        row, b.q_head_stride,  b.kv_row_stride, b.n_heads * b.head_dim};
 }
 
 KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i) {

@@ -31,8 +31,10 @@ inline float reduce_lanes(Quad lo, Quad hi) {
 inline void add_tail(const float* a, const float* b, size_t n8, size_t n, Quad& lo, Quad& hi) {
   for (size_t i = n8; i < n; ++i) {
     const size_t l = i - n8;
-    if (l < 4) lo[l] += a[i] * b[i];
-    else hi[l - 4] += a[i] * b[i];
+    if (l < 4)
+      lo[l] += a[i] * b[i];
+    else
+      hi[l - 4] += a[i] * b[i];
   }
 }
 

@@ -11,14 +11,16 @@ namespace ds::cpu {
 namespace {
 
 // 1/sqrt(dk) rounded once from double, as the references scale q (f32 tensor times a Python float).
-float q_scale(size_t dk) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
+float q_scale(size_t dk) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+}
 
 // Pointers to token t's vectors of value head n.
 struct HeadView {
   const GdnShape& s;
   const float *q, *k, *v, *g, *beta;
   float* out;
-  size_t n;  // value head
+  size_t n;                                      // value head
   size_t kh() const { return n % s.n_k_heads; }  // tiled V -> K head mapping
   const float* q_at(size_t t) const { return q + t * s.qk_token_stride + kh() * s.dk; }
   const float* k_at(size_t t) const { return k + t * s.qk_token_stride + kh() * s.dk; }
@@ -65,18 +67,28 @@ void recurrent_head(const HeadView& hv, float* S) {
 
 // Scratch for one chunk of up to C tokens of one value head. Matrices are row-major.
 struct ChunkScratch {
-  std::vector<float> q, k, v;  // [C][dk] scaled q, [C][dk], [C][dv]
+  std::vector<float> q, k, v;    // [C][dk] scaled q, [C][dk], [C][dv]
   std::vector<float> beta, gam;  // [C] write strength, cumulative log-decay
-  std::vector<float> M;   // [C][C] exp(gam_r - gam_i) for i <= r, else 0
-  std::vector<float> QK;  // [C][C] q_r . k_i (only i <= r used)
-  std::vector<float> A;   // [C][C] strictly lower beta_r (k_r . k_i) M_ri
-  std::vector<float> T;   // [C][C] (I + A)^-1, unit lower triangular
-  std::vector<float> U;   // [C][dv] corrected writes (W - Kd S)
-  std::vector<float> Kd;  // [C][dk] T diag(beta * Gamma) K
-  std::vector<float> row;  // [max(dk, dv)]
+  std::vector<float> M;          // [C][C] exp(gam_r - gam_i) for i <= r, else 0
+  std::vector<float> QK;         // [C][C] q_r . k_i (only i <= r used)
+  std::vector<float> A;          // [C][C] strictly lower beta_r (k_r . k_i) M_ri
+  std::vector<float> T;          // [C][C] (I + A)^-1, unit lower triangular
+  std::vector<float> U;          // [C][dv] corrected writes (W - Kd S)
+  std::vector<float> Kd;         // [C][dk] T diag(beta * Gamma) K
+  std::vector<float> row;        // [max(dk, dv)]
   ChunkScratch(size_t C, size_t dk, size_t dv)
-      : q(C * dk), k(C * dk), v(C * dv), beta(C), gam(C), M(C * C), QK(C * C), A(C * C), T(C * C), U(C * dv),
-        Kd(C * dk), row(std::max(dk, dv)) {}
+      : q(C * dk),
+        k(C * dk),
+        v(C * dv),
+        beta(C),
+        gam(C),
+        M(C * C),
+        QK(C * C),
+        A(C * C),
+        T(C * C),
+        U(C * dv),
+        Kd(C * dk),
+        row(std::max(dk, dv)) {}
 };
 
 // Processes tokens [t0, t0 + L) of one value head; S: [dk][dv] updated in place.
@@ -184,8 +196,8 @@ void chunked_head(const HeadView& hv, size_t C, float* S) {
 
 }  // namespace
 
-void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                   const float* beta, float* state, float* out, ThreadPool* pool) {
+void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float* state, float* out, ThreadPool* pool) {
   if (pool == nullptr) pool = default_pool();
   pool->parallel_for(s.n_v_heads, 1, [&](size_t begin, size_t end) {
     for (size_t n = begin; n < end; ++n) {
@@ -194,8 +206,8 @@ void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const floa
   });
 }
 
-void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                 const float* beta, float* state, float* out, size_t chunk, ThreadPool* pool) {
+void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 float* state, float* out, size_t chunk, ThreadPool* pool) {
   if (pool == nullptr) pool = default_pool();
   const size_t C = std::max<size_t>(1, chunk);
   pool->parallel_for(s.n_v_heads, 1, [&](size_t begin, size_t end) {
@@ -205,13 +217,13 @@ void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float*
   });
 }
 
-void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                   const float* beta, float* state, float* out) {
+void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float* state, float* out) {
   gdn_recurrent(s, q, k, v, g, beta, state, out, nullptr);
 }
 
-void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                 const float* beta, float* state, float* out, size_t chunk) {
+void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 float* state, float* out, size_t chunk) {
   gdn_chunked(s, q, k, v, g, beta, state, out, chunk, nullptr);
 }
 

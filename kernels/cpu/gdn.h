@@ -39,20 +39,20 @@ struct GdnRawGates {
 };
 
 // Token-by-token oracle: decay, read, delta, write, output with the updated state.
-void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                   const float* beta, float* state, float* out);
+void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float* state, float* out);
 
 // Chunked (UT/WY) form with chunk size `chunk` (64 in the reference); same contract and
 // results within float rounding. A partial last chunk is handled exactly.
-void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                 const float* beta, float* state, float* out, size_t chunk = 64);
+void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 float* state, float* out, size_t chunk = 64);
 
 class ThreadPool;
 // The same, parallel over value heads (results identical for any pool; nullptr: default_pool()).
 // The overloads above use default_pool().
-void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                   const float* beta, float* state, float* out, ThreadPool* pool);
-void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                 const float* beta, float* state, float* out, size_t chunk, ThreadPool* pool);
+void gdn_recurrent(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float* state, float* out, ThreadPool* pool);
+void gdn_chunked(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                 float* state, float* out, size_t chunk, ThreadPool* pool);
 
 }  // namespace ds::cpu

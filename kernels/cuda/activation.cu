@@ -1,7 +1,6 @@
-#include "kernels/cuda/activation.h"
-
 #include <initializer_list>
 
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/common.cuh"
 
 namespace ds::cuda {
@@ -53,15 +52,15 @@ cudaError_t sigmoid_gate(const float* x, size_t x_stride, const float* gate, siz
   if (const cudaError_t e = check_f32({x, gate, y}); e != cudaSuccess) return e;
   if (n_rows > 1 && (x_stride < dim || gate_stride < dim || y_stride < dim)) return cudaErrorInvalidValue;
   return detail::launch_dependent_if_enabled(sigmoid_gate_kernel, dim3(detail::grid_for(n_rows * dim, kThreads)),
-                                             dim3(kThreads), 0, stream, x, x_stride, gate, gate_stride, n_rows, dim,
-                                             y, y_stride);
+                                             dim3(kThreads), 0, stream, x, x_stride, gate, gate_stride, n_rows, dim, y,
+                                             y_stride);
 }
 
 cudaError_t add_inplace(float* y, const float* x, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (const cudaError_t e = check_f32({y, x}); e != cudaSuccess) return e;
-  return detail::launch_dependent_if_enabled(add_kernel, dim3(detail::grid_for(n, kThreads)), dim3(kThreads), 0,
-                                             stream, y, x, n);
+  return detail::launch_dependent_if_enabled(add_kernel, dim3(detail::grid_for(n, kThreads)), dim3(kThreads), 0, stream,
+                                             y, x, n);
 }
 
 }  // namespace ds::cuda

@@ -1,7 +1,6 @@
-#include "kernels/cuda/attention.h"
-
 #include <cmath>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/common.cuh"
 
@@ -26,8 +25,8 @@ struct WarpState {
 // Keys are visited per warp in row order; row tau is found through the block table exactly as
 // on the CPU (cpu::kv_row_offset), so paging changes where rows are read, never the math.
 // head_off selects the kv head inside a cache row.
-__device__ void attend_keys(const AttentionShape& s, const float* qv, const KvPages& kv, size_t head_off,
-                            float scale, size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
+__device__ void attend_keys(const AttentionShape& s, const float* qv, const KvPages& kv, size_t head_off, float scale,
+                            size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
   for (size_t tau = warp; tau < n_keys; tau += kWarps) {
     const size_t row = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off;
     const float* kr = kv.k_pool + row;
@@ -52,12 +51,12 @@ __device__ void attend_keys(const AttentionShape& s, const float* qv, const KvPa
   }
 }
 
-__global__ void __launch_bounds__(kWarps * kWarp)
+__global__ void __launch_bounds__(kWarps* kWarp)
     attention_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
   __shared__ float s_mx[kWarps], s_sum[kWarps];
   __shared__ float s_acc[kWarps][kMaxAttentionHeadDim];
   const size_t h = blockIdx.x % s.n_heads, t = blockIdx.x / s.n_heads;
-  const size_t g = h / (s.n_heads / s.n_kv_heads);  // grouped GQA mapping
+  const size_t g = h / (s.n_heads / s.n_kv_heads);        // grouped GQA mapping
   const size_t n_keys = s.kv_len - s.n_q_tokens + t + 1;  // causal: rows 0 .. first_row + t
   const unsigned warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
 
@@ -119,9 +118,9 @@ cudaError_t attention_causal(const AttentionShape& s, const float* q, const KvPa
   if (q == nullptr || kv.k_pool == nullptr || kv.v_pool == nullptr || kv.block_table == nullptr || out == nullptr) {
     return cudaErrorInvalidValue;
   }
-  for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(kv.k_pool),
-                        static_cast<const void*>(kv.v_pool), static_cast<const void*>(kv.block_table),
-                        static_cast<const void*>(out)}) {
+  for (const void* p :
+       {static_cast<const void*>(q), static_cast<const void*>(kv.k_pool), static_cast<const void*>(kv.v_pool),
+        static_cast<const void*>(kv.block_table), static_cast<const void*>(out)}) {
     if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;
   }
   if (const cudaError_t e = check_shape(s, kv.block_size); e != cudaSuccess) return e;

@@ -1,6 +1,4 @@
 // Split-K attention for decode (see attention_decode.h).
-#include "kernels/cuda/attention_decode.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
@@ -16,7 +15,7 @@ namespace ds::cuda::detail {
 namespace {
 
 constexpr int kWarps = 8, kThreads = kWarps * kWarp;
-constexpr int kSub = 64;                                          // keys scored per round
+constexpr int kSub = 64;                                                  // keys scored per round
 constexpr int kPerLane = static_cast<int>(kMaxAttentionHeadDim) / kWarp;  // 8 head dims per lane
 constexpr int kGroup = static_cast<int>(kDecodeMaxGroup);
 constexpr size_t kMinKeysPerSplit = 32;  // below this a split costs more than it saves
@@ -81,10 +80,10 @@ struct Item {
 __device__ Item item_of(const Work& w, size_t z, const cpu::AttentionShape& s) {
   if (w.seqs == nullptr) {
     const size_t first_keys = w.kv_len - w.n_q_tokens + 1;  // causal: token z sees first_keys + z
-    size_t part = 0;  // the earlier tokens' partials
+    size_t part = 0;                                        // the earlier tokens' partials
     for (size_t t = 0; t < z; ++t) part += s.n_heads * split_plan(first_keys + t, s.n_kv_heads, w.sm_count).n_splits;
     const SplitPlan plan = split_plan(first_keys + z, s.n_kv_heads, w.sm_count);
-    return Item{w.q + z * w.q_token_stride, w.table, first_keys + z, plan.chunk, plan.n_splits, part,
+    return Item{w.q + z * w.q_token_stride,    w.table, first_keys + z, plan.chunk, plan.n_splits, part,
                 w.out + z * w.out_token_stride};
   }
   const BatchSeq& b = w.seqs[z];

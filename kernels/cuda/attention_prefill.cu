@@ -1,32 +1,33 @@
-#include "kernels/cuda/attention_prefill.h"
-
 #include <cmath>
 
+#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
 
 namespace ds::cuda {
 namespace {
 
-constexpr int kBq = 64;       // query rows per block
-constexpr int kBk = 32;       // key rows per tile
+constexpr int kBq = 64;  // query rows per block
+constexpr int kBk = 32;  // key rows per tile
 constexpr int kThreads = 256;
 constexpr int kMaxD = static_cast<int>(kAttentionPrefillMaxHeadDim);
 constexpr int kLd = kMaxD + 4;  // 16-byte aligned rows; consecutive rows start 4 banks apart
 constexpr int kLdp = kBk + 1;
-constexpr int kGroup = 8;              // threads sharing a pair of query rows
+constexpr int kGroup = 8;                 // threads sharing a pair of query rows
 constexpr int kAccCols = kMaxD / kGroup;  // 32 output columns per thread and row
 constexpr size_t kSmemFloats = size_t{kBq} * kLd + size_t{kBk} * kLd + size_t{kBq} * kLdp;
 
-__device__ __forceinline__ size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+__device__ __forceinline__ size_t min_size(size_t a, size_t b) {
+  return a < b ? a : b;
+}
 
 // Row offsets (in floats) of one key tile, through the block table as on the CPU.
 __device__ void tile_rows(const AttentionShape& s, const KvPages& kv, size_t head_off, size_t k0, int kn,
                           size_t* rowoff) {
   if (threadIdx.x < kBk) {
     const size_t tau = k0 + threadIdx.x;
-    rowoff[threadIdx.x] =
-        static_cast<int>(threadIdx.x) < kn ? cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off
-                                           : 0;
+    rowoff[threadIdx.x] = static_cast<int>(threadIdx.x) < kn
+                              ? cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off
+                              : 0;
   }
 }
 
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     prefill_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
   extern __shared__ __align__(16) float smem[];
   __shared__ size_t rowoff[kBk];
-  float* Qs = smem;            // [kBq][kLd] scaled queries
+  float* Qs = smem;             // [kBq][kLd] scaled queries
   float* KVs = Qs + kBq * kLd;  // [kBk][kLd] K tile, then V tile
   float* Ps = KVs + kBk * kLd;  // [kBq][kLdp] probabilities of the tile
   const size_t d = s.head_dim, h = blockIdx.y, g = h / (s.n_heads / s.n_kv_heads);
@@ -161,8 +162,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kAccCols / 4; ++j) {
       const int c = 4 * cg + 32 * j;
       if (c < static_cast<int>(d)) {
-        *reinterpret_cast<float4*>(o + c) = make_float4(acc[x][4 * j] * inv, acc[x][4 * j + 1] * inv,
-                                                        acc[x][4 * j + 2] * inv, acc[x][4 * j + 3] * inv);
+        *reinterpret_cast<float4*>(o + c) =
+            make_float4(acc[x][4 * j] * inv, acc[x][4 * j + 1] * inv, acc[x][4 * j + 2] * inv, acc[x][4 * j + 3] * inv);
       }
     }
   }

@@ -13,8 +13,8 @@
 
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/ptx_mma.cuh"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
+#include "kernels/cuda/ptx_mma.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = Tile<D>::kLd, kNT = D / 8;  // output n8 tiles per warp
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBq][kLd] scaled queries
-  __nv_bfloat16* Ks = Qs + kBq * kLd;                       // [kBk][kLd]
-  __nv_bfloat16* Vs = Ks + kBk * kLd;                       // [kBk][kLd]
+  __nv_bfloat16* Ks = Qs + kBq * kLd;                     // [kBk][kLd]
+  __nv_bfloat16* Vs = Ks + kBk * kLd;                     // [kBk][kLd]
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, qd = lane % 4;
   const size_t h = blockIdx.y, kvh = h / (s.n_heads / s.n_kv_heads);
@@ -237,9 +237,12 @@ cudaError_t attention_prefill_tc(const AttentionShape& s, const float* q, const 
       s, kv, reinterpret_cast<__nv_bfloat162*>(k16), reinterpret_cast<__nv_bfloat162*>(v16));
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   switch (s.head_dim) {
-    case 64: return launch<64>(s, q, k16, v16, scale, out, stream);
-    case 128: return launch<128>(s, q, k16, v16, scale, out, stream);
-    default: return launch<256>(s, q, k16, v16, scale, out, stream);
+    case 64:
+      return launch<64>(s, q, k16, v16, scale, out, stream);
+    case 128:
+      return launch<128>(s, q, k16, v16, scale, out, stream);
+    default:
+      return launch<256>(s, q, k16, v16, scale, out, stream);
   }
 }
 

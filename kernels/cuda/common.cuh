@@ -15,14 +15,20 @@ namespace ds::cuda::detail {
 
 // ---- host-side checks -------------------------------------------------------------------------
 
-inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // A float array argument: present and 4-byte aligned (nullptr is only fine when nothing is read).
-inline bool f32_ok(const float* p) { return p != nullptr && aligned_to(p, alignof(float)); }
+inline bool f32_ok(const float* p) {
+  return p != nullptr && aligned_to(p, alignof(float));
+}
 
 // Status of the launch just queued (launch-configuration errors surface here, execution errors at
 // the next synchronizing call).
-inline cudaError_t launch_status() { return cudaGetLastError(); }
+inline cudaError_t launch_status() {
+  return cudaGetLastError();
+}
 
 // Blocks for n items of `per_block`, capped so grid-stride loops cover the rest.
 inline unsigned grid_for(size_t n, size_t per_block, size_t cap = 65535u * 32u) {
@@ -103,7 +109,8 @@ cudaError_t allow_dynamic_smem(size_t bytes) {
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (devices_done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e == cudaSuccess) devices_done.fetch_or(bit, std::memory_order_release);
   return e;
 }
@@ -133,12 +140,22 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Same formulas as kernels/cpu/activation.h (full-precision expf/log1pf, no fast-math).
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float softplus(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
 
 // Grid-stride loop index helpers (64-bit, so n may exceed 2^32).
-__device__ __forceinline__ size_t global_thread() { return size_t{blockIdx.x} * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ size_t global_threads() { return size_t{gridDim.x} * blockDim.x; }
+__device__ __forceinline__ size_t global_thread() {
+  return size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t global_threads() {
+  return size_t{gridDim.x} * blockDim.x;
+}
 
 }  // namespace ds::cuda::detail

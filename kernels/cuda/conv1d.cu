@@ -1,8 +1,7 @@
-#include "kernels/cuda/conv1d.h"
-
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv1d.h"
 
 namespace ds::cuda {
 namespace {
@@ -10,8 +9,8 @@ namespace {
 constexpr int kThreads = 256;
 
 // Raw input at time tau (state rows are times -hist .. -1), channel c.
-__device__ __forceinline__ float conv_input(const float* x, size_t xs, const float* state, size_t channels,
-                                            size_t hist, long long tau, size_t c) {
+__device__ __forceinline__ float conv_input(const float* x, size_t xs, const float* state, size_t channels, size_t hist,
+                                            long long tau, size_t c) {
   return tau < 0 ? state[static_cast<size_t>(tau + static_cast<long long>(hist)) * channels + c]
                  : x[static_cast<size_t>(tau) * xs + c];
 }
@@ -27,8 +26,8 @@ __global__ void conv_kernel(const float* x, size_t xs, size_t n_tokens, size_t c
     const float* wc = weight + c * kernel;
     float acc = 0.0f;
     for (size_t m = 0; m < kernel; ++m) {
-      acc += wc[m] * conv_input(x, xs, state, channels, hist,
-                                static_cast<long long>(t + m) - static_cast<long long>(hist), c);
+      acc += wc[m] *
+             conv_input(x, xs, state, channels, hist, static_cast<long long>(t + m) - static_cast<long long>(hist), c);
     }
     y[t * channels + c] = detail::silu(acc);
   }
@@ -71,7 +70,8 @@ __device__ __forceinline__ void store_lanes(float* p, const Lanes<V>& r) {
 
 template <int K, int V>
 __global__ void conv_run_kernel(const float* __restrict__ x, size_t xs, size_t n_tokens, size_t channels,
-                                const float* __restrict__ weight, const float* __restrict__ state, float* __restrict__ y) {
+                                const float* __restrict__ weight, const float* __restrict__ state,
+                                float* __restrict__ y) {
   const size_t c0 = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) * V;
   if (c0 >= channels) return;
   const long long t0 = static_cast<long long>(blockIdx.y) * kRunTokens;
@@ -159,7 +159,7 @@ cudaError_t causal_conv1d_silu(const float* x, size_t x_stride, size_t n_tokens,
   if (const cudaError_t e = detail::launch_status(); e != cudaSuccess) return e;
   if (kernel == 1) return cudaSuccess;
   conv_state_kernel<<<detail::grid_for(channels, kThreads), kThreads, 0, stream>>>(x, x_stride, n_tokens, channels,
-                                                                                  kernel, state);
+                                                                                   kernel, state);
   return detail::launch_status();
 }
 

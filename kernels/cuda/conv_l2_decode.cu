@@ -2,9 +2,8 @@
 // channels, a thread per channel: the thread reads its channel's taps and state, writes y and
 // shifts its own state column (no other thread touches it), then the norm heads reduce y^2
 // over the block and scale.
-#include "kernels/cuda/conv_l2_decode.h"
-
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv_l2_decode.h"
 
 namespace ds::cuda {
 namespace {

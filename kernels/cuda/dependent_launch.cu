@@ -1,10 +1,9 @@
-#include "kernels/cuda/dependent_launch.h"
-
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 
 namespace ds::cuda {
@@ -31,7 +30,9 @@ Registry& registry() {
   return r;
 }
 
-uintptr_t key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
+uintptr_t key(cudaStream_t s) {
+  return reinterpret_cast<uintptr_t>(s);
+}
 
 }  // namespace
 

@@ -8,25 +8,23 @@
 // shared memory, each lane decodes one block from there, and the 2 KB of bf16 leave through
 // shared memory as four coalesced 16-byte stores per lane. Arithmetic is v1's (d * q rounded to
 // nearest-even bf16), so the two outputs are bit-identical.
-#include "kernels/cuda/dequant_q8.h"
-
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dequant_q8.h"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda::detail {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kGroupBlocks = 32;                                       // Q8_0 blocks per warp step
-constexpr int kGroupInVecs = kGroupBlocks * kQ8BlockBytes / 16;        // 68 x 16 bytes in
-constexpr int kGroupOutVecs = kGroupBlocks * kQ8Block * 2 / 16;        // 128 x 16 bytes out
+constexpr int kGroupBlocks = 32;                                 // Q8_0 blocks per warp step
+constexpr int kGroupInVecs = kGroupBlocks * kQ8BlockBytes / 16;  // 68 x 16 bytes in
+constexpr int kGroupOutVecs = kGroupBlocks * kQ8Block * 2 / 16;  // 128 x 16 bytes out
 static_assert(kGroupBlocks * kQ8BlockBytes % 16 == 0, "a group is whole 16-byte vectors");
 
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) dequant_v2_kernel(const uint8_t* __restrict__ w,
-                                                                           size_t groups,
-                                                                           __nv_bfloat16* __restrict__ out) {
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    dequant_v2_kernel(const uint8_t* __restrict__ w, size_t groups, __nv_bfloat16* __restrict__ out) {
   __shared__ uint4 in_s[kWarpsPerBlock][kGroupInVecs];
   __shared__ uint4 out_s[kWarpsPerBlock][kGroupOutVecs];
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;

@@ -1,9 +1,9 @@
-#include "kernels/cuda/device_info.h"
-
 #include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
+
+#include "kernels/cuda/device_info.h"
 
 namespace ds::cuda {
 int device_count() {
@@ -54,8 +54,12 @@ int cached_attribute(int fallback) {
 
 }  // namespace
 
-bool current_device_is_sm90_or_newer() { return cached_attribute<cudaDevAttrComputeCapabilityMajor>(0) >= 9; }
+bool current_device_is_sm90_or_newer() {
+  return cached_attribute<cudaDevAttrComputeCapabilityMajor>(0) >= 9;
+}
 
-int current_device_sm_count() { return cached_attribute<cudaDevAttrMultiProcessorCount>(132); }
+int current_device_sm_count() {
+  return cached_attribute<cudaDevAttrMultiProcessorCount>(132);
+}
 
 }  // namespace ds::cuda

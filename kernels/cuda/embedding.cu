@@ -1,6 +1,5 @@
-#include "kernels/cuda/embedding.h"
-
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda {
@@ -43,7 +42,9 @@ __global__ void scatter_kernel(const float* src, const uint32_t* rows, size_t n_
   }
 }
 
-unsigned row_grid(size_t n) { return static_cast<unsigned>(n < 65535u * 16u ? n : 65535u * 16u); }
+unsigned row_grid(size_t n) {
+  return static_cast<unsigned>(n < 65535u * 16u ? n : 65535u * 16u);
+}
 
 template <GgmlType T>
 cudaError_t launch_embed(const uint8_t* data, const cpu::WeightView& table, const int32_t* ids, size_t n_ids,
@@ -68,13 +69,18 @@ cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t 
   if (table.row_bytes < ggml_row_bytes(table.type, table.cols)) return cudaErrorInvalidValue;
   const auto* data = static_cast<const uint8_t*>(table.data);
   switch (table.type) {
-    case GgmlType::F32: return launch_embed<GgmlType::F32>(data, table, ids, n_ids, out, stream);
-    case GgmlType::F16: return launch_embed<GgmlType::F16>(data, table, ids, n_ids, out, stream);
-    case GgmlType::BF16: return launch_embed<GgmlType::BF16>(data, table, ids, n_ids, out, stream);
-    case GgmlType::Q8_0: return launch_embed<GgmlType::Q8_0>(data, table, ids, n_ids, out, stream);
+    case GgmlType::F32:
+      return launch_embed<GgmlType::F32>(data, table, ids, n_ids, out, stream);
+    case GgmlType::F16:
+      return launch_embed<GgmlType::F16>(data, table, ids, n_ids, out, stream);
+    case GgmlType::BF16:
+      return launch_embed<GgmlType::BF16>(data, table, ids, n_ids, out, stream);
+    case GgmlType::Q8_0:
+      return launch_embed<GgmlType::Q8_0>(data, table, ids, n_ids, out, stream);
     case GgmlType::Q8_0_SPLIT:  // the tied LM head may be stored split
       return launch_embed<GgmlType::Q8_0_SPLIT>(data, table, ids, n_ids, out, stream);
-    default: return cudaErrorNotSupported;
+    default:
+      return cudaErrorNotSupported;
   }
 }
 

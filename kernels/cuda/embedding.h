@@ -15,8 +15,7 @@
 namespace ds::cuda {
 
 // out[t] = table row ids[t] dequantized to f32 (table.cols floats per row).
-cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t n_ids, float* out,
-                       cudaStream_t stream);
+cudaError_t embed_rows(const cpu::WeightView& table, const int32_t* ids, size_t n_ids, float* out, cudaStream_t stream);
 
 // dst[i] = src[rows[i]], rows of `dim` floats.
 cudaError_t gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst,

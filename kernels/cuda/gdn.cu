@@ -1,8 +1,7 @@
-#include "kernels/cuda/gdn.h"
-
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gdn.h"
 
 namespace ds::cuda {
 namespace {
@@ -23,7 +22,9 @@ constexpr size_t kSmemBudget = 48 * 1024;
 __device__ __forceinline__ float gate_g(float alpha, float a, float dt_bias) {
   return a * detail::softplus(alpha + dt_bias);
 }
-__device__ __forceinline__ float gate_beta(float beta_raw) { return detail::sigmoid(beta_raw); }
+__device__ __forceinline__ float gate_beta(float beta_raw) {
+  return detail::sigmoid(beta_raw);
+}
 
 struct GdnArgs {
   GdnShape s;
@@ -75,7 +76,9 @@ __device__ __forceinline__ GdnArgs for_sequence(GdnArgs a, unsigned seq) {
 }
 
 // 1/sqrt(dk) rounded once from double, as kernels/cpu/gdn.cpp does.
-float q_scale(size_t dk) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk))); }
+float q_scale(size_t dk) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+}
 
 // Spec §5.4 per token: decay, read m = S^T k, delta = beta (v - m), write S += k delta^T, then
 // o = S^T (q / sqrt(dk)) with the updated state. kShared: S lives in shared memory for the whole
@@ -89,8 +92,8 @@ __global__ void gdn_kernel(GdnArgs a) {
   const unsigned lane = threadIdx.x;
   const size_t j = size_t{blockIdx.y} * kCols + lane;
   const bool active = j < s.dv;
-  float* qs = smem;         // [dk] scaled q of the current token
-  float* ks = smem + s.dk;  // [dk] k of the current token
+  float* qs = smem;                           // [dk] scaled q of the current token
+  float* ks = smem + s.dk;                    // [dk] k of the current token
   float* Sg = a.state + n * s.dk * s.dv + j;  // S[i][j] at Sg[i * dv]
   float* Ss = smem + 2 * s.dk + lane;         // S[i][j] at Ss[i * kCols]
   float* S = kShared ? Ss : Sg;
@@ -337,8 +340,8 @@ bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs) {
 }
 
 cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots,
-                             size_t n_seqs, float* out, cudaStream_t stream) {
+                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots, size_t n_seqs,
+                             float* out, cudaStream_t stream) {
   if (!gdn_decode_slots_applies(s, n_seqs) || slots == nullptr) return cudaErrorInvalidValue;
   if (const cudaError_t e = check_gdn(s, q, k, v, g, beta, state0, out); e != cudaSuccess) return e;
   return launch_decode_slots(GdnArgs{s, q, k, v, g, beta, state0, out, q_scale(s.dk)}, slot_stride, slots, n_seqs,

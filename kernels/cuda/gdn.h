@@ -49,8 +49,8 @@ cudaError_t gdn_recurrent_captured(const GdnShape& s, const float* q, const floa
 // (gdn_decode_slots_applies); cudaErrorInvalidValue otherwise.
 bool gdn_decode_slots_applies(const GdnShape& s, size_t n_seqs);
 cudaError_t gdn_decode_slots(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots,
-                             size_t n_seqs, float* out, cudaStream_t stream);
+                             const float* beta, float* state0, size_t slot_stride, const uint32_t* slots, size_t n_seqs,
+                             float* out, cudaStream_t stream);
 // The same with the gates computed inside the launch from their raw inputs (sequence i's alpha /
 // beta_raw at row i of `gates`; device pointers) instead of g / beta: bit-identical to gdn_gates
 // followed by the form above, one launch fewer.

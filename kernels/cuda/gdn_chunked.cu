@@ -1,9 +1,8 @@
-#include "kernels/cuda/gdn_chunked.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gdn_chunked.h"
 #include "kernels/cuda/gdn_chunked_common.cuh"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
 
@@ -47,13 +46,13 @@ __device__ void load_chunk(const Args& a, size_t t0, int L, size_t n, float* Ks,
 
 __global__ void __launch_bounds__(kThreads) prep_kernel(Args a) {
   extern __shared__ float smem[];
-  float* Ks = smem;              // [kC][kLdk]: k, then diag(beta e^gam) k, then W
-  float* Qs = Ks + kC * kLdk;    // [kC][kLdk]: q / sqrt(dk)
-  float* Vs = Qs + kC * kLdk;    // [kC][kLdk]: v, then diag(beta) v, then Ut
-  float* As = Vs + kC * kLdk;    // [kC][kLdc]: A, then P
-  float* Ts = As + kC * kLdc;    // [kC][kLdc]
-  float* gam = Ts + kC * kLdc;   // [kC]
-  float* bet = gam + kC;         // [kC]
+  float* Ks = smem;             // [kC][kLdk]: k, then diag(beta e^gam) k, then W
+  float* Qs = Ks + kC * kLdk;   // [kC][kLdk]: q / sqrt(dk)
+  float* Vs = Qs + kC * kLdk;   // [kC][kLdk]: v, then diag(beta) v, then Ut
+  float* As = Vs + kC * kLdk;   // [kC][kLdc]: A, then P
+  float* Ts = As + kC * kLdc;   // [kC][kLdc]
+  float* gam = Ts + kC * kLdc;  // [kC]
+  float* bet = gam + kC;        // [kC]
   const GdnShape& s = a.s;
   const size_t chunk = blockIdx.x, n = blockIdx.y, dk = s.dk, dv = s.dv;
   const size_t t0 = a.t0 + chunk * kC;
@@ -115,8 +114,12 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::);
+}
 
 // rows [kC][dk] of src (row stride dk) into dst rows of kLx floats, 16 bytes per copy.
 __device__ void copy_rows_async(const float* src, size_t dk, float* dst) {
@@ -133,15 +136,15 @@ __device__ void copy_rows_async(const float* src, size_t dk, float* dst) {
 // chunk's [W; Qp] overlap phase B (cp.async), Kd's overlap phase A.
 __global__ void __launch_bounds__(kThreads) state_kernel(Args a, size_t n_chunks) {
   extern __shared__ __align__(16) float smem[];
-  float* Xs = smem;              // [2 kC][kLx]: W rows, then Qp rows
+  float* Xs = smem;                // [2 kC][kLx]: W rows, then Qp rows
   float* Kds = Xs + 2 * kC * kLx;  // [kC][kLx]
-  float* Ss = Kds + kC * kLx;    // [kMaxD][kLs]: the state slab, resident for the whole call
-  float* Us = Ss + kMaxD * kLs;  // [kC][kLs]
+  float* Ss = Kds + kC * kLx;      // [kMaxD][kLs]: the state slab, resident for the whole call
+  float* Us = Ss + kMaxD * kLs;    // [kC][kLs]
   const GdnShape& s = a.s;
   const size_t n = blockIdx.x, dk = s.dk, dv = s.dv;
   const int tr = static_cast<int>(threadIdx.x) / 8, tc = static_cast<int>(threadIdx.x) % 8;
   const size_t j0 = size_t{blockIdx.y} * kSlab + 4 * tc;  // first of the thread's 4 columns
-  const bool active = j0 < dv;                             // dv % 4 == 0: all 4 or none
+  const bool active = j0 < dv;                            // dv % 4 == 0: all 4 or none
   float* Sg = a.state + n * dk * dv;
 
   for (size_t e = threadIdx.x; e < dk * kSlab; e += kThreads) {
@@ -242,10 +245,12 @@ __global__ void __launch_bounds__(kThreads) state_kernel(Args a, size_t n_chunks
   }
 }
 
-size_t record_floats(const GdnShape& s) { return kC * (3 * s.dk + 2 * s.dv) + 1; }
+size_t record_floats(const GdnShape& s) {
+  return kC * (3 * s.dk + 2 * s.dv) + 1;
+}
 
-cudaError_t check(const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                  const float* beta, const float* state, const float* out) {
+cudaError_t check(const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                  const float* state, const float* out) {
   for (const float* p : {q, k, v, g, beta, state, out}) {
     if (p == nullptr) return cudaErrorInvalidValue;
     if (!detail::aligned_to(p, 4)) return cudaErrorMisalignedAddress;

@@ -11,13 +11,13 @@ namespace ds::cuda::gdn_chunked_detail {
 
 using detail::kWarp;
 
-constexpr int kC = static_cast<int>(kGdnChunk);           // tokens per chunk
+constexpr int kC = static_cast<int>(kGdnChunk);             // tokens per chunk
 constexpr int kMaxD = static_cast<int>(kGdnChunkedMaxDim);  // dk, dv bound
 constexpr int kThreads = 256;
 constexpr int kLdk = kMaxD + 1;  // padded rows of the prep kernel: column walks hit distinct banks
 constexpr int kLdc = kC + 1;
-constexpr int kSlab = 32;        // value columns per state-pass block
-constexpr int kLx = kMaxD + 4;   // state pass: 16-byte rows, consecutive rows 4 banks apart
+constexpr int kSlab = 32;       // value columns per state-pass block
+constexpr int kLx = kMaxD + 4;  // state pass: 16-byte rows, consecutive rows 4 banks apart
 constexpr int kLs = kSlab + 4;
 
 // Per-segment scratch, one record per (chunk, value head), written by the prep kernel:
@@ -45,13 +45,15 @@ struct Args {
 constexpr size_t kPrepSmemFloats = 3 * kC * kLdk + 2 * kC * kLdc + 2 * kC;
 constexpr size_t kStateSmemFloats = 2 * kC * kLx + kC * kLx + kMaxD * kLs + kC * kLs;
 
-__device__ __forceinline__ size_t record(const Args& a, size_t chunk, size_t n) { return chunk * a.s.n_v_heads + n; }
+__device__ __forceinline__ size_t record(const Args& a, size_t chunk, size_t n) {
+  return chunk * a.s.n_v_heads + n;
+}
 
 // ---- prep building blocks (256 threads, the v2 and v3 prep kernels) --------------------------
 
 // A (strictly lower) to shared memory; P (lower with the diagonal) kept in registers: 4x4 each.
-__device__ inline void pairwise(size_t dk, const float* Ks, const float* Qs, const float* gam, const float* bet, float* As,
-                         float P[4][4]) {
+__device__ inline void pairwise(size_t dk, const float* Ks, const float* Qs, const float* gam, const float* bet,
+                                float* As, float P[4][4]) {
   const int ty = static_cast<int>(threadIdx.x) / 16, tx = static_cast<int>(threadIdx.x) % 16;
   float kk[4][4] = {}, qk[4][4] = {};
   for (size_t i = 0; i < dk; ++i) {

@@ -146,7 +146,8 @@ inline cudaError_t launch_prep_kernel(void (*kernel)(Args), size_t smem_bytes, c
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(a.s.n_v_heads)), kThreads, smem_bytes, stream>>>(a);
+  kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(a.s.n_v_heads)), kThreads, smem_bytes, stream>>>(
+      a);
   return cudaGetLastError();
 }
 

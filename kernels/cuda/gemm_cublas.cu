@@ -1,6 +1,4 @@
 // cuBLASLt bf16 GEMM with f32 accumulation and f32 output (see gemm_cublas.h for the layout).
-#include "kernels/cuda/gemm_cublas.h"
-
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -10,18 +8,27 @@
 #include <tuple>
 #include <utility>
 
+#include "kernels/cuda/gemm_cublas.h"
+
 namespace ds::cuda::detail {
 namespace {
 
 cudaError_t to_cuda_error(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return cudaSuccess;
-    case CUBLAS_STATUS_ALLOC_FAILED: return cudaErrorMemoryAllocation;
-    case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
-    case CUBLAS_STATUS_NOT_SUPPORTED: return cudaErrorNotSupported;
-    case CUBLAS_STATUS_ARCH_MISMATCH: return cudaErrorNotSupported;
-    case CUBLAS_STATUS_EXECUTION_FAILED: return cudaErrorLaunchFailure;
-    default: return cudaErrorUnknown;
+    case CUBLAS_STATUS_SUCCESS:
+      return cudaSuccess;
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return cudaErrorMemoryAllocation;
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return cudaErrorInvalidValue;
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return cudaErrorNotSupported;
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return cudaErrorNotSupported;
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return cudaErrorLaunchFailure;
+    default:
+      return cudaErrorUnknown;
   }
 }
 

@@ -44,7 +44,6 @@ KSplit choose_split(int rows, int cols, int sms) {
   return best;
 }
 
-
 bool gemm_q8_split_small_applies(const cpu::WeightView& w, const float* x, size_t xs, const float* y, size_t ys,
                                  size_t n_tokens) {
   if (w.type != GgmlType::Q8_0_SPLIT || n_tokens < 1 || n_tokens > kSplitSmallMaxTokens) return false;
@@ -62,15 +61,18 @@ namespace {
 
 // Up to 16 tokens the staged variant, beyond it the register ring (measured: docs/PERFORMANCE.md,
 // Decisions measured). Both give the same bits, so the switch keeps every token batch-invariant.
-int default_variant(size_t n) { return n <= kSplitSmallStagedMaxTokens ? 1 : 0; }
+int default_variant(size_t n) {
+  return n <= kSplitSmallStagedMaxTokens ? 1 : 0;
+}
 
 }  // namespace
 
 cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t rows, const RowSegments& out,
                               cudaStream_t stream, bool dependent) {
   const size_t total = n * rows;
-  return launch_maybe_dependent(sum_splits_kernel, dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))),
-                                dim3(256), 0, stream, dependent && current_device_is_sm90_or_newer(), partial, splits,
+  return launch_maybe_dependent(sum_splits_kernel,
+                                dim3(static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8))), dim3(256),
+                                0, stream, dependent && current_device_is_sm90_or_newer(), partial, splits,
                                 static_cast<int>(n), static_cast<int>(rows), out);
 }
 

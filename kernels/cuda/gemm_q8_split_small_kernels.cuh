@@ -19,11 +19,11 @@ namespace ds::cuda::detail {
 namespace {
 
 constexpr int kWarps = 8, kThreads = kWarps * kWarp;
-constexpr int kWarpRows = 32;                      // two m16 tiles
-constexpr int kBlockRows = kWarps * kWarpRows;     // 256
-constexpr int kSpanCols = 64;                      // one 16-byte load per lane per row
-constexpr int kSplitUnitCols = 256;                // K splits are whole units (any ring size divides it)
-constexpr int kStages = 3;                         // activation slices in shared memory
+constexpr int kWarpRows = 32;                   // two m16 tiles
+constexpr int kBlockRows = kWarps * kWarpRows;  // 256
+constexpr int kSpanCols = 64;                   // one 16-byte load per lane per row
+constexpr int kSplitUnitCols = 256;             // K splits are whole units (any ring size divides it)
+constexpr int kStages = 3;                      // activation slices in shared memory
 constexpr int kMaxSplits = 16;
 constexpr int kMaxTiles = static_cast<int>(kSplitSmallMaxTokens) / 8;
 static_assert(kBlockRows == kSplitSmallBlockRows && kSpanCols == kSplitSmallSpanCols &&
@@ -106,7 +106,8 @@ __device__ __forceinline__ void stage_slice(const __nv_bfloat16* __restrict__ xb
   for (int chunk = static_cast<int>(threadIdx.x); chunk < NT * 8 * kChunksPerRow; chunk += kThreads) {
     const int t = chunk / kChunksPerRow, part = chunk % kChunksPerRow;
     const bool valid = t < n;
-    const auto* src = reinterpret_cast<const uint8_t*>(xb + static_cast<size_t>(valid ? t : 0) * cols + col0) + 16 * part;
+    const auto* src =
+        reinterpret_cast<const uint8_t*>(xb + static_cast<size_t>(valid ? t : 0) * cols + col0) + 16 * part;
     ptx::cp_async16(ptx::smem_u32(dst + t * act_row_bytes<R>() + 16 * part), src, valid);
   }
 }
@@ -127,8 +128,7 @@ __device__ __forceinline__ BlockTile block_tile(int cols, int spans_per_split, i
 template <int NT, int R, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     gemm_q8_split_small_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
-                               const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
-                               Destination dest) {
+                               const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split, Destination dest) {
   extern __shared__ __align__(16) uint8_t stages[];
   const BlockTile tile = block_tile(cols, spans_per_split, R);
   const int warp = tile.warp, g = tile.g, c = tile.c, first_span = tile.first_span, n_slices = tile.n_slices;
@@ -185,7 +185,9 @@ struct WStage {
   static constexpr int kBytes = kWeights + kScales + NT * 8 * act_row_bytes<2>();
 };
 
-__device__ __forceinline__ int swizzled_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+__device__ __forceinline__ int swizzled_chunk(int row, int chunk) {
+  return chunk ^ ((row & 1) << 2);
+}
 
 template <int NT>
 __device__ __forceinline__ void stage_weights(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
@@ -218,8 +220,7 @@ __device__ __forceinline__ void span_from_stage(const uint8_t* weights, const ui
 template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_q8_split_staged_kernel(const uint8_t* __restrict__ w, int rows, int cols, size_t row_bytes,
-                                const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split,
-                                Destination dest) {
+                                const __nv_bfloat16* __restrict__ xb, int n, int spans_per_split, Destination dest) {
   extern __shared__ __align__(16) uint8_t stages[];
   const BlockTile tile = block_tile(cols, spans_per_split, 2);
   const int g = tile.g, c = tile.c, first_span = tile.first_span, n_slices = tile.n_slices;
@@ -326,27 +327,45 @@ cudaError_t launch_for_tokens(int variant, const cpu::WeightView& w, const __nv_
   const int tiles = (n + 7) / 8;
   if (variant == 1) {
     switch (tiles) {
-      case 1: return launch_staged<1>(w, xb, n, split, dest, s, dep);
-      case 2: return launch_staged<2>(w, xb, n, split, dest, s, dep);
-      case 3: return launch_staged<3>(w, xb, n, split, dest, s, dep);
-      case 4: return launch_staged<4>(w, xb, n, split, dest, s, dep);
-      case 5: return launch_staged<5>(w, xb, n, split, dest, s, dep);
-      case 6: return launch_staged<6>(w, xb, n, split, dest, s, dep);
-      case 7: return launch_staged<7>(w, xb, n, split, dest, s, dep);
-      case 8: return launch_staged<8>(w, xb, n, split, dest, s, dep);
-      default: return cudaErrorInvalidValue;
+      case 1:
+        return launch_staged<1>(w, xb, n, split, dest, s, dep);
+      case 2:
+        return launch_staged<2>(w, xb, n, split, dest, s, dep);
+      case 3:
+        return launch_staged<3>(w, xb, n, split, dest, s, dep);
+      case 4:
+        return launch_staged<4>(w, xb, n, split, dest, s, dep);
+      case 5:
+        return launch_staged<5>(w, xb, n, split, dest, s, dep);
+      case 6:
+        return launch_staged<6>(w, xb, n, split, dest, s, dep);
+      case 7:
+        return launch_staged<7>(w, xb, n, split, dest, s, dep);
+      case 8:
+        return launch_staged<8>(w, xb, n, split, dest, s, dep);
+      default:
+        return cudaErrorInvalidValue;
     }
   }
   switch (tiles) {
-    case 1: return launch_tiles<1, 4>(w, xb, n, split, dest, s, dep);
-    case 2: return launch_tiles<2, 4>(w, xb, n, split, dest, s, dep);
-    case 3: return launch_tiles<3, 4>(w, xb, n, split, dest, s, dep);
-    case 4: return launch_tiles<4, 4>(w, xb, n, split, dest, s, dep);
-    case 5: return launch_tiles<5, 2>(w, xb, n, split, dest, s, dep);
-    case 6: return launch_tiles<6, 2>(w, xb, n, split, dest, s, dep);
-    case 7: return launch_tiles<7, 2>(w, xb, n, split, dest, s, dep);
-    case 8: return launch_tiles<8, 2>(w, xb, n, split, dest, s, dep);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch_tiles<1, 4>(w, xb, n, split, dest, s, dep);
+    case 2:
+      return launch_tiles<2, 4>(w, xb, n, split, dest, s, dep);
+    case 3:
+      return launch_tiles<3, 4>(w, xb, n, split, dest, s, dep);
+    case 4:
+      return launch_tiles<4, 4>(w, xb, n, split, dest, s, dep);
+    case 5:
+      return launch_tiles<5, 2>(w, xb, n, split, dest, s, dep);
+    case 6:
+      return launch_tiles<6, 2>(w, xb, n, split, dest, s, dep);
+    case 7:
+      return launch_tiles<7, 2>(w, xb, n, split, dest, s, dep);
+    case 8:
+      return launch_tiles<8, 2>(w, xb, n, split, dest, s, dep);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 static_assert(kMaxTiles == 8, "launch_for_tokens covers 1..8 tiles");

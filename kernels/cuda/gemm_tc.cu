@@ -13,11 +13,11 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/device_info.h"
-#include "kernels/cuda/ptx_mma.cuh"
 #include "kernels/cuda/dequant_q8.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_cublas.h"
 #include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/ptx_mma.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda::detail {
@@ -232,8 +232,8 @@ cudaError_t gemm_bf16(TcGemmKernel kernel, const __nv_bfloat16* a, const __nv_bf
 }
 
 // v2 (dequant_q8.cu) for the whole groups of 32 blocks when the rows are packed and aligned, v1
-// for the rest (and everything when v2 does not apply, or v2 is false: tests and the kernel lab). Split rows (16-byte aligned, the
-// callers check) have their own kernel whatever v2 says. Bit-identical outputs.
+// for the rest (and everything when v2 does not apply, or v2 is false: tests and the kernel lab). Split rows (16-byte
+// aligned, the callers check) have their own kernel whatever v2 says. Bit-identical outputs.
 void launch_dequant(GgmlType type, const uint8_t* wq, size_t row_bytes, size_t rows, size_t K, __nv_bfloat16* out,
                     cudaStream_t stream, bool v2) {
   if (type == GgmlType::Q8_0_SPLIT) return launch_dequant_split(wq, row_bytes, rows, K, out, stream);
@@ -247,8 +247,8 @@ void launch_dequant(GgmlType type, const uint8_t* wq, size_t row_bytes, size_t r
     K = left * kQ8Block;
     row_bytes = left * kQ8BlockBytes;
   }
-  dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(wq, row_bytes, rows,
-                                                                                              K, out);
+  dequant_q8_bf16_kernel<<<grid_for(rows * (K / kQ8Block), 256, 132 * 16), 256, 0, stream>>>(wq, row_bytes, rows, K,
+                                                                                             out);
 }
 
 // Where the GEMM's bf16 activations come from: f32 rows x (stride xs), or, with `up`, the SwiGLU
@@ -274,7 +274,9 @@ TcPlan tc_plan(const cpu::WeightView& w, const __nv_bfloat16* persistent) {
   return p;
 }
 
-size_t x_workspace_bytes(size_t n, size_t K) { return (n * K * 2 + 255) / 256 * 256; }
+size_t x_workspace_bytes(size_t n, size_t K) {
+  return (n * K * 2 + 255) / 256 * 256;
+}
 
 // The activations' bf16 operand at xb: f32 rows x (stride xs), or the SwiGLU silu(x) * up.
 void convert_activations(const Activations& act, size_t n, size_t K, __nv_bfloat16* xb, cudaStream_t stream) {
@@ -320,8 +322,8 @@ cudaError_t gemm_q8_tc_from(const cpu::WeightView& w, const Activations& act, si
 
 }  // namespace
 
-cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
-                             cudaStream_t stream, bool dependent) {
+cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out, cudaStream_t stream,
+                             bool dependent) {
   if (cols % 2 != 0 || !aligned_to(out, 4)) return cudaErrorInvalidValue;
   return launch_maybe_dependent(x_to_bf16_kernel, dim3(grid_for(n * cols / 2, 256, 132 * 16)), dim3(256), 0, stream,
                                 dependent && current_device_is_sm90_or_newer(), x, xs, n, cols,
@@ -377,8 +379,7 @@ cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t s
   if (!detail::is_q8_0(w.type)) return cudaErrorNotSupported;
   const size_t align = detail::weight_alignment(w.type);  // 2, or 16 for split rows
   if (w.data == nullptr || out == nullptr || w.cols % detail::kQ8Block != 0 || !detail::aligned_to(out, 16) ||
-      !detail::aligned_to(w.data, align) || w.row_bytes % align != 0 ||
-      w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
+      !detail::aligned_to(w.data, align) || w.row_bytes % align != 0 || w.row_bytes < ggml_row_bytes(w.type, w.cols)) {
     return cudaErrorInvalidValue;
   }
   if (w.rows == 0) return cudaSuccess;
@@ -387,6 +388,8 @@ cudaError_t dequantize_q8_to_bf16(const WeightView& w, void* out, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t prepare_tc_gemm(cudaStream_t stream) { return detail::gemm_lt_prepare(stream); }
+cudaError_t prepare_tc_gemm(cudaStream_t stream) {
+  return detail::gemm_lt_prepare(stream);
+}
 
 }  // namespace ds::cuda

@@ -30,9 +30,12 @@ cudaError_t gemv_q8_variant(int variant, const cpu::WeightView& w, const float* 
                             size_t ys, cudaStream_t stream) {
   if (w.type != GgmlType::Q8_0) return cudaErrorNotSupported;  // GGUF block order only (split rows: gemv_q8_split)
   switch (variant) {  // gemv_q8_kernels.cuh; the lab's other shapes: tools/kernel_lab/variants_lab.cu
-    case kGemvDefaultVariant: return launch_tokens<8, 1, 2>(w, x, xs, n, y, ys, stream);
-    case kGemvWideVariant: return launch_tokens<8, 2, 1>(w, x, xs, n, y, ys, stream);
-    default: return cudaErrorInvalidValue;
+    case kGemvDefaultVariant:
+      return launch_tokens<8, 1, 2>(w, x, xs, n, y, ys, stream);
+    case kGemvWideVariant:
+      return launch_tokens<8, 2, 1>(w, x, xs, n, y, ys, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -11,11 +11,10 @@ namespace ds::cuda::detail {
 namespace {
 
 constexpr int kRowsPerBlock = kWarp;
-constexpr int kQuadWords = 17;                   // 8-byte words per quad
+constexpr int kQuadWords = 17;  // 8-byte words per quad
 static_assert(kWarp * kQuadWords == 544, "one quad of all 32 rows is 544 words, 17 per lane");
-constexpr int kRowStride32 = 35;                 // shared row stride in 4-byte words (odd: no bank conflicts)
-constexpr size_t kQuadCols = 4 * kQ8Block;       // 128
-
+constexpr int kRowStride32 = 35;            // shared row stride in 4-byte words (odd: no bank conflicts)
+constexpr size_t kQuadCols = 4 * kQ8Block;  // 128
 
 // Byte offsets (from the block's first row, quad 0) of the words lane L copies: words L, L+32,
 // ... of the 544 (word i = row i / 17, word i % 17 of that row's quad). Rows past the end
@@ -67,8 +66,7 @@ __device__ __forceinline__ void store_x(float* xsm, int lane, const float4 (&xr)
 // acc[t] += d * (32 quants qw . xq[t][0 .. 32)), the block's products summed first. xq is in
 // shared memory (stride kQuadCols per token) and read as warp-wide broadcasts.
 template <int NT>
-__device__ __forceinline__ void dot_block(float d, const uint32_t (&qw)[8], const float* xq, int n,
-                                          float (&acc)[NT]) {
+__device__ __forceinline__ void dot_block(float d, const uint32_t (&qw)[8], const float* xq, int n, float (&acc)[NT]) {
   float s[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) s[t] = 0.0f;
@@ -169,7 +167,7 @@ __global__ void __launch_bounds__(W* kWarp, MinB)
       }
     }
   }
-  __syncthreads();  // the staging is reused for the partials
+  __syncthreads();                                  // the staging is reused for the partials
   float* partial = reinterpret_cast<float*>(smem);  // [W][NT][32]
 #pragma unroll
   for (int t = 0; t < NT; ++t) partial[(warp * NT + t) * kRowsPerBlock + lane] = acc[t];
@@ -186,12 +184,11 @@ __global__ void __launch_bounds__(W* kWarp, MinB)
 }
 
 template <int W, int D, int MinB, int NT>
-cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
-                   cudaStream_t s) {
+cudaError_t launch(const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys, cudaStream_t s) {
   constexpr int kBytes = W * warp_words<NT>() * 4;
   if constexpr (kBytes > 48 * 1024) {  // above the default limit: opt in (per device, so every launch)
-    const cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<W, D, MinB, NT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    const cudaError_t e =
+        cudaFuncSetAttribute(gemv_q8_kernel<W, D, MinB, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (e != cudaSuccess) return e;
   }
   const unsigned grid = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);

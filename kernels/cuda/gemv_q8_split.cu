@@ -66,8 +66,8 @@ cudaError_t run_variant(int variant, const cpu::WeightView& w, const float* x, c
 
 }  // namespace
 
-cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream, bool pdl) {
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                                  size_t ys, cudaStream_t stream, bool pdl) {
   return run_variant(variant, w, x, nullptr, xs, n, RowSegments::whole(y, w.rows, ys), stream, pdl);
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kLaneCols = 16;                   // quants of one uint4
 constexpr int kSliceCols = kWarp * kLaneCols;   // 512 columns per warp
-constexpr int kMaxBlockWarps = 16;  // launch bound (caps registers at 128); geometry() uses <= 12
+constexpr int kMaxBlockWarps = 16;              // launch bound (caps registers at 128); geometry() uses <= 12
 constexpr int kMaxTokensPerLaunch = 4;          // activations live in registers
 constexpr int kRangeRows = 16;                  // rows per range of the persistent loop
 constexpr size_t kPartialBytesMax = 48 * 1024;  // shared memory for the (slice, row, token) partials
@@ -188,7 +188,6 @@ __device__ __forceinline__ float reduce_rows(const float (&v)[N], int lane) {
 
 // ---- the kernel --------------------------------------------------------------------------------
 
-
 // The lane's 16 quants and its block scale of UR consecutive rows from block row r (rows past the
 // matrix re-read its last row; never stored).
 template <int UR>
@@ -208,8 +207,7 @@ struct RowGroup {
 };
 
 template <int NT, int UR, int IR, class Act>
-__device__ __forceinline__ void compute_group(const Act& act, const RowGroup<UR>& g, int first,
-                                              float (&part)[NT][IR]) {
+__device__ __forceinline__ void compute_group(const Act& act, const RowGroup<UR>& g, int first, float (&part)[NT][IR]) {
 #pragma unroll
   for (int i = 0; i < UR; ++i) {
     float s[NT];
@@ -321,8 +319,8 @@ __global__ void __launch_bounds__(kMaxBlockWarps* kWarp, 1)
         a.load(base + c, base + cols + 2 * (c / 32), row_bytes, 0, last);
         act.load(x, up, xs, c);
       }
-      run_range<NT, UR, (NT <= 2 ? 8 : 4)>(base + c, base + cols + 2 * (c / 32), row_bytes, range_rows, last, act, lane, a,
-                        partials + slice * range_rows * NT);
+      run_range<NT, UR, (NT <= 2 ? 8 : 4)>(base + c, base + cols + 2 * (c / 32), row_bytes, range_rows, last, act, lane,
+                                           a, partials + slice * range_rows * NT);
     }
     const int next = range + static_cast<int>(gridDim.x);
     if (next < n_ranges && warp < slices) {  // the next range's first group, in flight across the barrier
@@ -410,11 +408,16 @@ cudaError_t launch(const cpu::WeightView& w, const float* x, const float* up, si
 cudaError_t launch_tokens(const cpu::WeightView& w, const float* x, const float* up, size_t xs, size_t n,
                           const RowsOut& out, const Geometry& g, bool pdl, cudaStream_t s) {
   switch (n) {
-    case 1: return launch<1, 4>(w, x, up, xs, out, g, pdl, s);
-    case 2: return launch<2, 4>(w, x, up, xs, out, g, pdl, s);
-    case 3: return launch<3, 2>(w, x, up, xs, out, g, pdl, s);
-    case 4: return launch<4, 2>(w, x, up, xs, out, g, pdl, s);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch<1, 4>(w, x, up, xs, out, g, pdl, s);
+    case 2:
+      return launch<2, 4>(w, x, up, xs, out, g, pdl, s);
+    case 3:
+      return launch<3, 2>(w, x, up, xs, out, g, pdl, s);
+    case 4:
+      return launch<4, 2>(w, x, up, xs, out, g, pdl, s);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -99,9 +99,9 @@ __device__ __forceinline__ int own_block(int j, int warp, int warps) {
   return (warp + (j / kStageBlocks) * warps) * kStageBlocks + j % kStageBlocks;
 }
 
-// The 32-column blocks of the warp's own stages (own_block) for the n tokens: a quad of lanes per block, kPassesInFlight blocks per quad with all
-// their loads issued first (one L2 round trip per 4 passes, not per pass). Only this warp reads
-// them, so a __syncwarp, not a block barrier, orders them before its mmas: no warp waits for
+// The 32-column blocks of the warp's own stages (own_block) for the n tokens: a quad of lanes per block,
+// kPassesInFlight blocks per quad with all their loads issued first (one L2 round trip per 4 passes, not per pass).
+// Only this warp reads them, so a __syncwarp, not a block barrier, orders them before its mmas: no warp waits for
 // another's quantization. The columns of tokens n..3 are left as they are: an mma's output
 // column depends on its own input column only, and those tokens' outputs are never stored.
 constexpr int kPassesInFlight = 4;

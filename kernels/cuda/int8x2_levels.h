@@ -33,7 +33,9 @@ inline constexpr int kQMax = 127 * 254 + 127;  // |Q| <= kQMax; a, b in [-127, 1
 inline constexpr int kBlock = 32;              // columns per scale (one Q8_0 block)
 
 // The block's scale from its max |x| (finite): u = m / kQMax, rounded once.
-DS_INT8X2_FN float block_scale(float max_abs) { return max_abs / static_cast<float>(kQMax); }
+DS_INT8X2_FN float block_scale(float max_abs) {
+  return max_abs / static_cast<float>(kQMax);
+}
 
 // Q = rint(v / u) (the clamp is a guard: v / u never exceeds kQMax + 0.004); 0 when u is 0.
 DS_INT8X2_FN int quantize(float v, float u) {

@@ -1,6 +1,5 @@
-#include "kernels/cuda/l2_norm_heads.h"
-
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/l2_norm_heads.h"
 
 namespace ds::cuda {
 namespace {

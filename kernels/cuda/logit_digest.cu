@@ -14,12 +14,11 @@
 // winning lane advances.
 // Order is total except for NaN, which is never selected; rows with NaN or +inf are flagged
 // (the CPU's own order is ill-defined there) and digested on the host from the full row.
-#include "kernels/cuda/logit_digest.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/logit_digest.h"
 
 namespace ds::cuda {
 namespace {
@@ -31,10 +30,10 @@ constexpr int kWarps = kThreads / detail::kWarp;
 
 // Where the chunk results live in the scratch buffer (doubles first for alignment).
 struct ChunkScratch {
-  double* sums;    // [rows][chunks]  sum of exp(x - chunk max)
-  float* maxes;    // [rows][chunks]
+  double* sums;        // [rows][chunks]  sum of exp(x - chunk max)
+  float* maxes;        // [rows][chunks]
   int32_t* irregular;  // [rows][chunks]
-  float* cand_v;   // [rows][chunks][k]
+  float* cand_v;       // [rows][chunks][k]
   int32_t* cand_id;
 };
 
@@ -138,8 +137,8 @@ __device__ double block_sum(double v, double* sv) {
 
 // Both kernels may run as dependent launches (common.cuh launch_dependent_if_enabled): each waits
 // for the previous kernel before reading anything.
-__global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restrict__ logits, size_t n_vocab,
-                                                            uint32_t k, ChunkScratch out) {
+__global__ void __launch_bounds__(kThreads)
+    digest_chunks(const float* __restrict__ logits, size_t n_vocab, uint32_t k, ChunkScratch out) {
   __shared__ float sv[kWarps + 1];
   __shared__ double sd[kWarps];
   // The warps' candidate lists (a list shorter than k ends with id -1).
@@ -217,10 +216,11 @@ __global__ void __launch_bounds__(kThreads) digest_chunks(const float* __restric
 constexpr size_t kMaxChunks = size_t{kThreads};
 // Dynamic shared memory: the row's candidate lists (at most 256 chunks x 64 x 8 bytes).
 constexpr size_t kMergeSmemMax = kMaxChunks * kDigestMaxCandidates * (sizeof(float) + sizeof(int32_t));
-size_t merge_smem(size_t n_chunks, uint32_t k) { return n_chunks * k * (sizeof(float) + sizeof(int32_t)); }
+size_t merge_smem(size_t n_chunks, uint32_t k) {
+  return n_chunks * k * (sizeof(float) + sizeof(int32_t));
+}
 
-__global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_chunks, ChunkScratch in,
-                                                           DigestRow* out) {
+__global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_chunks, ChunkScratch in, DigestRow* out) {
   extern __shared__ __align__(16) uint8_t staged[];
   __shared__ float sv[kWarps + 1];
   __shared__ double sd[kWarps];
@@ -268,7 +268,9 @@ __global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_ch
   }
 }
 
-size_t chunks_of(size_t n_vocab) { return (n_vocab + kChunk - 1) / kChunk; }
+size_t chunks_of(size_t n_vocab) {
+  return (n_vocab + kChunk - 1) / kChunk;
+}
 static_assert(kDigestMaxVocab <= kMaxChunks * kChunk, "the merge's lanes cover every chunk");
 
 }  // namespace

@@ -27,7 +27,7 @@ inline constexpr size_t kDigestMaxVocab = 524288;
 
 // One row's device result (downloaded as is).
 struct DigestRow {
-  int32_t ids[kDigestMaxCandidates];     // rule order; -1 past the row's end
+  int32_t ids[kDigestMaxCandidates];  // rule order; -1 past the row's end
   float logits[kDigestMaxCandidates];
   double logsumexp;
   int32_t irregular;  // 1: NaN / +inf present or no finite logit; the host must digest the full row

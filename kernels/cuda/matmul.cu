@@ -1,9 +1,8 @@
-#include "kernels/cuda/matmul.h"
-
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dependent_launch.h"
+#include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/weights.cuh"
 
@@ -87,7 +86,7 @@ __global__ void __launch_bounds__(kGemmThreads)
   __shared__ __align__(16) float xsh[kBK][kBN + kPad];
   const size_t m0 = size_t{blockIdx.x} * kBM, n0 = size_t{blockIdx.y} * kBN;
   const int tid = static_cast<int>(threadIdx.x);
-  const int ty = tid / 16, tx = tid % 16;    // compute: rows ty*4.., tokens tx*4..
+  const int ty = tid / 16, tx = tid % 16;      // compute: rows ty*4.., tokens tx*4..
   const int lr = tid / 4, lk = (tid % 4) * 8;  // load: row/token lr, columns lk..lk+7
 
   float acc[4][4] = {};
@@ -143,8 +142,8 @@ void launch_typed(const WeightView& w, const float* x, size_t xs, size_t n, floa
   if (n <= 4) return launch_gemv<T, 4>(w, x, xs, n, y, ys, s);
   if (n <= kGemvMaxTokens) return launch_gemv<T, 8>(w, x, xs, n, y, ys, s);
   const dim3 grid(static_cast<unsigned>((w.rows + kBM - 1) / kBM), static_cast<unsigned>((n + kBN - 1) / kBN));
-  gemm_kernel<T><<<grid, kGemmThreads, 0, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.row_bytes, x,
-                                               xs, n, y, ys);
+  gemm_kernel<T>
+      <<<grid, kGemmThreads, 0, s>>>(static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.row_bytes, x, xs, n, y, ys);
 }
 
 cudaError_t check_args(const WeightView& w, const float* x, size_t xs, size_t n, const float* y, size_t ys) {
@@ -203,7 +202,9 @@ cudaError_t matmul_swiglu_decode(const WeightView& w, const float* gate, const f
                                               stream, dependent_launches(stream), acts);
 }
 
-size_t matmul_swiglu_act_bytes(size_t cols) { return detail::gemv_q8_split_mma_act_bytes(cols); }
+size_t matmul_swiglu_act_bytes(size_t cols) {
+  return detail::gemv_q8_split_mma_act_bytes(cols);
+}
 
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream) {
@@ -229,14 +230,23 @@ cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t 
     return detail::gemv_q8(w, x, x_stride, n_tokens, y, y_stride, stream);
   }
   switch (w.type) {
-    case GgmlType::F32: launch_typed<GgmlType::F32>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
-    case GgmlType::F16: launch_typed<GgmlType::F16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
-    case GgmlType::BF16: launch_typed<GgmlType::BF16>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
-    case GgmlType::Q8_0: launch_typed<GgmlType::Q8_0>(w, x, x_stride, n_tokens, y, y_stride, stream); break;
+    case GgmlType::F32:
+      launch_typed<GgmlType::F32>(w, x, x_stride, n_tokens, y, y_stride, stream);
+      break;
+    case GgmlType::F16:
+      launch_typed<GgmlType::F16>(w, x, x_stride, n_tokens, y, y_stride, stream);
+      break;
+    case GgmlType::BF16:
+      launch_typed<GgmlType::BF16>(w, x, x_stride, n_tokens, y, y_stride, stream);
+      break;
+    case GgmlType::Q8_0:
+      launch_typed<GgmlType::Q8_0>(w, x, x_stride, n_tokens, y, y_stride, stream);
+      break;
     case GgmlType::Q8_0_SPLIT:
       launch_typed<GgmlType::Q8_0_SPLIT>(w, x, x_stride, n_tokens, y, y_stride, stream);
       break;
-    default: return cudaErrorNotSupported;
+    default:
+      return cudaErrorNotSupported;
   }
   return detail::launch_status();
 }
@@ -260,8 +270,7 @@ cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, si
   }
   // Prefill: where each segment's own product would take the tensor-core GEMM (as matmul() decides
   // past the small-batch GEMM's range), one activation conversion.
-  if (!detail::gemm_q8_tc_applies(w, n_tokens) ||
-      !segments_valid(w, x, x_stride, n_tokens, out)) {
+  if (!detail::gemm_q8_tc_applies(w, n_tokens) || !segments_valid(w, x, x_stride, n_tokens, out)) {
     return cudaErrorNotSupported;
   }
   return detail::gemm_q8_tc_rows(w, x, x_stride, n_tokens, out, tc, stream);

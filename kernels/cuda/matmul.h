@@ -90,15 +90,14 @@ inline constexpr size_t kMmaPrequantMinTokens = 2;
 // weight loads start while the previous kernel finishes; same bits) when the stream's switch is on
 // (dependent_launch.h), like every other decode-path kernel; the CUDA backend sets it.
 
-
 cudaError_t matmul(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
                    MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
 
 // The product of a stacked matrix written to row segments (RowSegments) in one pass. Only where
 // matmul() would run each segment on the split-rows GEMV (1..kGemvSplitBestTokens tokens, any
 // precision), on the small-batch GEMM over split rows (bf16 mode, kGemvSplitBestTokens + 1 ..
-// detail::kSplitSmallMaxTokens tokens, tc.split_small) or on the tensor-core GEMM (prefill): cudaErrorNotSupported otherwise,
-// and the caller runs one product per segment.
+// detail::kSplitSmallMaxTokens tokens, tc.split_small) or on the tensor-core GEMM (prefill): cudaErrorNotSupported
+// otherwise, and the caller runs one product per segment.
 cudaError_t matmul_rows(const WeightView& w, const float* x, size_t x_stride, size_t n_tokens, const RowSegments& out,
                         MatmulPrecision precision, const TcGemmOptions& tc, cudaStream_t stream);
 

@@ -4,7 +4,8 @@
 //    into a per-(device, stream) workspace in row chunks, the activations are rounded f32 -> bf16
 //    once, and a bf16 mma.sync (m16n8k16, f32 accumulation) GEMM with a 4-stage cp.async pipeline
 //    writes f32 y, or the same bf16 operands go to cuBLASLt (gemm_cublas.h; the default), and a
-//    persistent bf16 weight copy may replace the per-call dequantization. Precision: two bf16 roundings (weight and activation), |err| <= 2^-8 sum|w x|.
+//    persistent bf16 weight copy may replace the per-call dequantization. Precision: two bf16 roundings (weight and
+//    activation), |err| <= 2^-8 sum|w x|.
 //  * gemv_q8: n_tokens <= kGemvMaxTokens. Raw Q8_0 rows are streamed with coalesced 8-byte loads
 //    through shared memory, 32 rows a block, one lane per row (warp-uniform activation loads);
 //    the block's warps split the row and their partials are added in a fixed order. f32 math
@@ -67,8 +68,8 @@ cudaError_t gemv_q8_split(const cpu::WeightView& w, const float* x, size_t xs, s
 // take run variant 0). Each is batch-invariant; their results differ in rounding (each within
 // its bound in test_cuda_gemv_split.cpp). Either dot forced: tools/kernel_lab/variants_lab.h.
 inline constexpr int kGemvSplitVariants = 2, kGemvSplitMmaVariant = 1, kGemvSplitDefaultVariant = 0;
-cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream, bool pdl = false);
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                                  size_t ys, cudaStream_t stream, bool pdl = false);
 // A stacked matrix's GEMV with its rows written to row segments (RowSegments), 1..kGemvSplitMaxTokens
 // tokens: each row's bits are those of its own matrix's gemv_q8_split (the launch geometry
 // depends on the columns only), in one launch per 4 tokens instead of one per part.
@@ -147,8 +148,8 @@ cudaError_t launch_sum_splits(const float* partial, int splits, size_t n, size_t
 int gemm_q8_split_small_splits(size_t rows, size_t cols);
 // x [n][xs] f32 -> out [n][cols] bf16 (round to nearest even), contiguous; optionally as a dependent
 // launch (common.cuh launch_maybe_dependent).
-cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out,
-                             cudaStream_t stream, bool dependent = false);
+cudaError_t launch_x_to_bf16(const float* x, size_t xs, size_t n, size_t cols, __nv_bfloat16* out, cudaStream_t stream,
+                             bool dependent = false);
 
 // Grow-only device scratch owned by (current device, stream); valid until the next call on the same
 // stream asks for more. Returns nullptr (and the CUDA error in *err) when allocation fails.

@@ -1,9 +1,8 @@
-#include "kernels/cuda/norm.h"
-
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/norm.h"
 #include "kernels/cuda/norm_rope.cuh"
 
 namespace ds::cuda {
@@ -300,7 +299,9 @@ cudaError_t check_rows(const float* x, size_t xs, const float* y, size_t ys, siz
   return cudaSuccess;
 }
 
-unsigned row_blocks(size_t n_rows) { return static_cast<unsigned>((n_rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+unsigned row_blocks(size_t n_rows) {
+  return static_cast<unsigned>((n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
 
 }  // namespace
 

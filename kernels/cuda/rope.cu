@@ -1,9 +1,8 @@
-#include "kernels/cuda/rope.h"
-
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norm_rope.cuh"
+#include "kernels/cuda/rope.h"
 
 namespace ds::cuda {
 namespace {

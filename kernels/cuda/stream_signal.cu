@@ -1,11 +1,11 @@
 // Stream-ordered host-word signals (see stream_signal.h). The runtime has no wrapper for the
 // driver's cuStreamWriteValue32 / cuStreamWaitValue32, and the binaries link the runtime
 // statically without libcuda at link time, so the two entry points are looked up at run time.
-#include "kernels/cuda/stream_signal.h"
-
 #include <cuda.h>
 
 #include <mutex>
+
+#include "kernels/cuda/stream_signal.h"
 
 namespace ds::cuda {
 namespace {
@@ -50,7 +50,9 @@ cudaError_t device_address(const uint32_t* word, CUdeviceptr* out) {
   return cudaSuccess;
 }
 
-cudaError_t to_runtime(CUresult r) { return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported; }
+cudaError_t to_runtime(CUresult r) {
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+}
 
 }  // namespace
 

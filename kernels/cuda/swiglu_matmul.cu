@@ -1,15 +1,16 @@
 // The argument checks of swiglu_matmul (swiglu_matmul.h); the work is gemm_tc.cu's per-call
 // bf16 GEMM with the SwiGLU as its activation conversion (detail::swiglu_gemm_q8_tc).
-#include "kernels/cuda/swiglu_matmul.h"
-
 #include "common/ggml_types.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_fast.h"
+#include "kernels/cuda/swiglu_matmul.h"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda {
 
-bool swiglu_matmul_applies(const WeightView& w, size_t n_tokens) { return detail::gemm_q8_tc_applies(w, n_tokens); }
+bool swiglu_matmul_applies(const WeightView& w, size_t n_tokens) {
+  return detail::gemm_q8_tc_applies(w, n_tokens);
+}
 
 cudaError_t swiglu_matmul(const WeightView& w, const float* gate, const float* up, size_t n_tokens, float* y,
                           size_t y_stride, const TcGemmOptions& tc, cudaStream_t stream) {

@@ -19,10 +19,16 @@ namespace ds::cuda::detail {
 inline constexpr size_t kQ8Block = 32;       // elements per Q8_0 block
 inline constexpr size_t kQ8BlockBytes = 34;  // fp16 scale + 32 int8
 
-__device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t{b} << 16); }
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
+  return __uint_as_float(uint32_t{b} << 16);
+}
 
-__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(p);
+}
 
 // Two int8 quants (the low 16 bits of `pair`, first quant lowest) times the block scale d, each
 // rounded to bf16 (nearest even): the one rounding every Q8_0 -> bf16 path shares (dequant v1,
@@ -145,7 +151,9 @@ struct WeightRow<GgmlType::Q8_0_SPLIT> {
 };
 
 // Host-side: either Q8_0 layout (both need cols % 32 == 0).
-inline bool is_q8_0(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q8_0_SPLIT; }
+inline bool is_q8_0(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q8_0_SPLIT;
+}
 
 // Host-side: the weight types the device kernels read, and the alignment their rows need (split
 // rows: 16 bytes, for the vector loads of their quants; the backend's allocations give 256).

@@ -17,7 +17,8 @@ void put_f16(uint8_t* p, float v) {
 }
 
 TEST(Dequant, F16AndBF16RoundTripExactValues) {
-  const float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /* min normal */, 5.9604645e-8f /* min subnormal */};
+  const float vals[] = {0.0f,         -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /* min normal */,
+                        5.9604645e-8f /* min subnormal */};
   for (float v : vals) EXPECT_EQ(fp16_to_fp32(fp32_to_fp16(v)), v) << v;
   EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(3.0f)), 3.0f);
   EXPECT_EQ(bf16_to_fp32(fp32_to_bf16(-1.0f / 128.0f)), -1.0f / 128.0f);
@@ -60,8 +61,8 @@ TEST(Dequant, Q8_0QuantizeRoundTripsRepresentableValues) {
 
 TEST(Dequant, Q4_KExactIntegers) {
   uint8_t blk[144] = {};
-  put_f16(blk, 1.0f);     // d
-  put_f16(blk + 2, 0.5f); // dmin
+  put_f16(blk, 1.0f);      // d
+  put_f16(blk + 2, 0.5f);  // dmin
   uint8_t* scales = blk + 4;
   // sub-blocks 0..3: sc = j+1, m = j ; sub-blocks 4..7: sc = 16+j (needs the high bits), m = 2j
   for (int j = 0; j < 4; ++j) {

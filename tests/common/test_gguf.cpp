@@ -131,11 +131,16 @@ TEST(Gguf, RejectsHugeCountsWithoutAllocating) {
 std::vector<uint8_t> reduced_fixture_header(const GgufFile& full) {
   GgufWriter w;
   for (const auto& [k, v] : full.metadata()) {
-    if (v.type == GgufType::UINT32) w.add_u32(k, static_cast<uint32_t>(v.u64));
-    else if (v.type == GgufType::INT32) w.add_i32(k, static_cast<int32_t>(v.i64));
-    else if (v.type == GgufType::FLOAT32) w.add_f32(k, static_cast<float>(v.f64));
-    else if (v.type == GgufType::BOOL) w.add_bool(k, v.u64 != 0);
-    else if (v.type == GgufType::STRING) w.add_string(k, std::string(v.str));
+    if (v.type == GgufType::UINT32)
+      w.add_u32(k, static_cast<uint32_t>(v.u64));
+    else if (v.type == GgufType::INT32)
+      w.add_i32(k, static_cast<int32_t>(v.i64));
+    else if (v.type == GgufType::FLOAT32)
+      w.add_f32(k, static_cast<float>(v.f64));
+    else if (v.type == GgufType::BOOL)
+      w.add_bool(k, v.u64 != 0);
+    else if (v.type == GgufType::STRING)
+      w.add_string(k, std::string(v.str));
     else if (v.is_array() && v.elem_type == GgufType::STRING) {
       std::vector<std::string> few;
       for (size_t i = 0; i < v.strings.size() && i < 16; ++i) few.emplace_back(v.strings[i]);

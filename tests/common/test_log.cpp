@@ -1,10 +1,10 @@
 // common/log: JSON escaping and both line formats (the JSON lines parse with RapidJSON).
-#include "common/log.h"
-
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
 #include <string>
+
+#include "common/log.h"
 
 namespace ds::log {
 namespace {
@@ -26,7 +26,7 @@ TEST(Log, JsonEscape) {
   EXPECT_EQ(json_escape(std::string("\x01\x1f\x7f", 3)), "\\u0001\\u001f\\u007f");
   EXPECT_EQ(json_escape(std::string("nul\0x", 5)), "nul\\u0000x");
   EXPECT_EQ(json_escape("caf\xC3\xA9 \xE2\x9C\x93"), "caf\xC3\xA9 \xE2\x9C\x93");  // valid UTF-8 kept
-  EXPECT_EQ(json_escape("bad \xFF\xC3"), "bad \xEF\xBF\xBD\xEF\xBF\xBD");      // ill-formed -> U+FFFD
+  EXPECT_EQ(json_escape("bad \xFF\xC3"), "bad \xEF\xBF\xBD\xEF\xBF\xBD");          // ill-formed -> U+FFFD
   EXPECT_EQ(json_escape("</script>"), "</script>");
 }
 
@@ -64,8 +64,7 @@ TEST(Log, JsonLineHasEveryField) {
   EXPECT_STREQ(d["proc"].GetString(), "coordinator");
   EXPECT_TRUE(d["rank"].IsNull());
   EXPECT_STREQ(d["component"].GetString(), "engine");
-  EXPECT_EQ(std::string(d["msg"].GetString()),
-            "quote \" backslash \\ newline \n tab \t ctl \x02 bad \xEF\xBF\xBD end");
+  EXPECT_EQ(std::string(d["msg"].GetString()), "quote \" backslash \\ newline \n tab \t ctl \x02 bad \xEF\xBF\xBD end");
   EXPECT_TRUE(d["request_id"].IsNull());
 
   c.proc = "worker";

@@ -46,7 +46,8 @@ TEST(ModelConfig, EmbeddingRowsMatchReferenceExactly) {
   const GgufTensor& embd = g.tensor("token_embd.weight");
   ASSERT_EQ(embd.type, GgmlType::Q8_0);
   // chat_basic ids (manifest) and hidden_states[0] = their embeddings, shape [9, 19, 64].
-  const std::vector<int> ids = {151644, 872, 198, 9707, 0, 3555, 374, 279, 6722, 315, 11862, 30, 151645, 198, 151644, 77091, 198, 151667, 198};
+  const std::vector<int> ids = {151644, 872, 198,    9707, 0,      3555,  374, 279,    6722, 315,
+                                11862,  30,  151645, 198,  151644, 77091, 198, 151667, 198};
   const std::vector<float> hs = test::read_f32(test::data_path("reference/qwen35_chat_basic_hidden_states.f32"));
   ASSERT_EQ(hs.size(), 9u * 19u * 64u);
   std::vector<float> row(c.n_embd);

@@ -24,7 +24,8 @@ struct Toy {
 
 OptionTable toy_table(Toy* t) {
   return {
-      {"port", "P", "TCP port", [t](const std::string& v) {
+      {"port", "P", "TCP port",
+       [t](const std::string& v) {
          try {
            size_t used = 0;
            t->port = std::stoi(v, &used);
@@ -34,11 +35,20 @@ OptionTable toy_table(Toy* t) {
          }
        },
        [t] { return std::to_string(t->port); }},
-      {"name", "S", "what to call it\nsecond line", [t](const std::string& v) { t->name = v; return !v.empty(); },
+      {"name", "S", "what to call it\nsecond line",
+       [t](const std::string& v) {
+         t->name = v;
+         return !v.empty();
+       },
        [t] { return t->name; }},
-      {"api-key", "KEY", "the secret", [t](const std::string& v) { t->key = v; return true; },
+      {"api-key", "KEY", "the secret",
+       [t](const std::string& v) {
+         t->key = v;
+         return true;
+       },
        [t] { return t->key.empty() ? std::string("(none)") : t->key; }, "-", /*secret=*/true},
-      {"fast", "", "a switch", [t](const std::string& v) {
+      {"fast", "", "a switch",
+       [t](const std::string& v) {
          if (v == "true" || v == "1") return t->fast = true, true;
          if (v == "false" || v == "0") return t->fast = false, true;
          return false;

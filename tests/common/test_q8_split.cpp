@@ -1,6 +1,4 @@
 // The split-rows Q8_0 layout (common/q8_split.h): a pure permutation of each row's bytes.
-#include "common/q8_split.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/ggml_types.h"
+#include "common/q8_split.h"
 
 namespace ds {
 namespace {

@@ -30,7 +30,9 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-std::vector<uint8_t> copy_of(std::span<const uint8_t> s) { return {s.begin(), s.end()}; }
+std::vector<uint8_t> copy_of(std::span<const uint8_t> s) {
+  return {s.begin(), s.end()};
+}
 
 TEST(ShmRing, WrapsAroundInOrder) {
   const std::string name = test_ring_name("wrap");
@@ -195,9 +197,7 @@ TEST(ShmRing, RecreatedAfterACrashAndUnlinkedOnShutdown) {
   EXPECT_THROW(new_cons.view(*old_ref), ShmRingError) << "a descriptor of the old ring is stale";
   EXPECT_EQ(copy_of(old_cons.view(*old_ref)), pattern(64, 1)) << "the old mapping stays readable";
   old_prod.release();  // leak on purpose: a crashed process never runs its destructor
-  {
-    ShmRingProducer scoped(test_ring_name("scoped"), {2, 64}, 1);
-  }
+  { ShmRingProducer scoped(test_ring_name("scoped"), {2, 64}, 1); }
   EXPECT_THROW(ShmRingConsumer(test_ring_name("scoped")), ShmRingError) << "unlinked on clean shutdown";
 }
 

@@ -11,7 +11,9 @@
 namespace ds {
 namespace {
 
-double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+double uniform(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
 
 void check_distribution(const SamplingRule& rule) {
   const size_t V = 6;
@@ -65,7 +67,8 @@ TEST(Speculative, RuleDistributionMatchesSampleToken) {
   const std::vector<double> p = rule_distribution(logits.data(), logits.size(), rule);
   std::mt19937_64 rng(3);
   std::vector<int> count(logits.size(), 0);
-  for (int i = 0; i < 100000; ++i) ++count[static_cast<size_t>(sample_token(logits.data(), logits.size(), rule, uniform(rng)))];
+  for (int i = 0; i < 100000; ++i)
+    ++count[static_cast<size_t>(sample_token(logits.data(), logits.size(), rule, uniform(rng)))];
   for (size_t t = 0; t < p.size(); ++t) EXPECT_NEAR(count[t] / 100000.0, p[t], 0.01) << t;
 }
 

@@ -1,11 +1,11 @@
 // common/utf8: strict steps and U+FFFD replacement, loose decoding, stream splitting.
-#include "common/utf8.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/utf8.h"
 
 namespace ds::utf8 {
 namespace {
@@ -18,7 +18,9 @@ std::string encode(uint32_t cp) {
   return s;
 }
 
-Step step_of(const std::string& s) { return step(s, 0); }
+Step step_of(const std::string& s) {
+  return step(s, 0);
+}
 
 std::string sanitized(const std::string& s, bool final, size_t* used = nullptr,
                       Replace mode = Replace::kMaximalSubpart) {
@@ -33,11 +35,16 @@ TEST(Utf8, EncodesEveryLengthAtItsBoundaries) {
     uint32_t cp;
     std::string bytes;
   } cases[] = {
-      {0x0, std::string(1, '\0')},       {0x7F, "\x7F"},
-      {0x80, "\xC2\x80"},                {0x7FF, "\xDF\xBF"},
-      {0x800, "\xE0\xA0\x80"},           {0xD7FF, "\xED\x9F\xBF"},
-      {0xE000, "\xEE\x80\x80"},          {0xFFFF, "\xEF\xBF\xBF"},
-      {0x10000, "\xF0\x90\x80\x80"},     {kMaxCodePoint, "\xF4\x8F\xBF\xBF"},
+      {0x0, std::string(1, '\0')},
+      {0x7F, "\x7F"},
+      {0x80, "\xC2\x80"},
+      {0x7FF, "\xDF\xBF"},
+      {0x800, "\xE0\xA0\x80"},
+      {0xD7FF, "\xED\x9F\xBF"},
+      {0xE000, "\xEE\x80\x80"},
+      {0xFFFF, "\xEF\xBF\xBF"},
+      {0x10000, "\xF0\x90\x80\x80"},
+      {kMaxCodePoint, "\xF4\x8F\xBF\xBF"},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(encode(c.cp), c.bytes) << std::hex << c.cp;
@@ -68,9 +75,9 @@ TEST(Utf8, StrictTruncatedSequencesAreIncomplete) {
 
 TEST(Utf8, StrictRejectsOverlongsSurrogatesAndTooLarge) {
   for (const std::string s : {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xE0\x9F\xBF", "\xF0\x80\x80\x80",
-                              "\xF0\x8F\xBF\xBF",                        // overlongs
-                              "\xED\xA0\x80", "\xED\xBF\xBF",            // surrogates
-                              "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",    // > U+10FFFF
+                              "\xF0\x8F\xBF\xBF",                      // overlongs
+                              "\xED\xA0\x80", "\xED\xBF\xBF",          // surrogates
+                              "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",  // > U+10FFFF
                               "\xF8\x88\x80\x80\x80", "\xFF", "\x80", "\xBF"}) {
     EXPECT_EQ(step_of(s).kind, Step::INVALID) << testing::PrintToString(s);
     EXPECT_FALSE(is_valid(s));
@@ -86,7 +93,9 @@ TEST(Utf8, StrictRejectsOverlongsSurrogatesAndTooLarge) {
 TEST(Utf8, LengthCountsSubpartsAsOne) {
   EXPECT_EQ(length(""), 0u);
   EXPECT_EQ(length("é東🦙"), 3u);
-  EXPECT_EQ(length("a\xE4\xB8" "b"), 3u);
+  EXPECT_EQ(length("a\xE4\xB8"
+                   "b"),
+            3u);
   EXPECT_EQ(length("\xC0\x80"), 2u);
 }
 

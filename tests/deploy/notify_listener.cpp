@@ -15,7 +15,8 @@
 namespace ds::test {
 
 NotifyListener::NotifyListener(bool abstract) {
-  const std::string name = "ds-notify-test-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  const std::string name =
+      "ds-notify-test-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw std::runtime_error("socket() failed");
   sockaddr_un addr{};

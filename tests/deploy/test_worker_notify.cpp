@@ -33,7 +33,8 @@ long find_prefix(const std::vector<std::string>& msgs, const std::string& prefix
 
 // Starts rank 0 with this process's environment plus `extra_env`.
 pid_t spawn_worker(const std::string& endpoint, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> args{std::string(DS_BIN_DIR) + "/deltaserve-worker", "--coordinator", endpoint, "--rank", "0"};
+  std::vector<std::string> args{std::string(DS_BIN_DIR) + "/deltaserve-worker", "--coordinator", endpoint, "--rank",
+                                "0"};
   std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -53,7 +54,8 @@ TEST(WorkerNotify, ReadyAfterLoadThenWatchdogThenStopping) {
   o.control_endpoint = ipc::make_ipc_control_endpoint();
   o.startup_timeout_ms = 30000;
   // 200 ms watchdog: a keep-alive every ~100 ms.
-  const pid_t worker = spawn_worker(o.control_endpoint, {"NOTIFY_SOCKET=" + listener.address(), "WATCHDOG_USEC=200000"});
+  const pid_t worker =
+      spawn_worker(o.control_endpoint, {"NOTIFY_SOCKET=" + listener.address(), "WATCHDOG_USEC=200000"});
   ASSERT_GT(worker, 0);
   {
     PipelineEngine engine(o);

@@ -107,7 +107,9 @@ int ServerProcess::terminate(int timeout_ms) {
   return -1;
 }
 
-std::string ServerProcess::log() const { return read_all(log_path_); }
+std::string ServerProcess::log() const {
+  return read_all(log_path_);
+}
 
 HttpReply http_request(int port, const std::string& method, const std::string& path, const std::string& body,
                        const std::vector<std::string>& extra_headers,
@@ -123,7 +125,8 @@ HttpReply http_request(int port, const std::string& method, const std::string& p
   }
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   for (const auto& h : extra_headers) req += h + "\r\n";
-  if (!body.empty() || method == "POST") req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (!body.empty() || method == "POST")
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
   send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string raw;
@@ -186,8 +189,7 @@ HttpReply post_completion(int port, const std::string& body) {
   return http_request(port, "POST", "/v1/completions", body);
 }
 
-std::string greedy_completion_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens,
-                                   bool stream) {
+std::string greedy_completion_body(const std::vector<int32_t>& prompt, size_t len, uint32_t max_tokens, bool stream) {
   const std::vector<int32_t> ids(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(len));
   return R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": )" + std::to_string(max_tokens) +
          R"(, "temperature": 0, "ignore_eos": true, "logprobs": 1)" + (stream ? R"(, "stream": true})" : "}");

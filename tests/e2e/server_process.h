@@ -5,10 +5,10 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <map>
-#include <cstdint>
 #include <string>
 #include <vector>
 

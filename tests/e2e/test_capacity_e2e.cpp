@@ -25,8 +25,12 @@ namespace ds::test {
 namespace {
 
 std::vector<std::string> args(const std::vector<std::string>& extra) {
-  std::vector<std::string> a{"--model",     tiny_model_path(), "--workers",       "2",  "--port", "0",
-                             "--layer-split", "4,4",           "--max-seqs",      "4",  "--max-context", "1024",
+  std::vector<std::string> a{"--model",         tiny_model_path(),
+                             "--workers",       "2",
+                             "--port",          "0",
+                             "--layer-split",   "4,4",
+                             "--max-seqs",      "4",
+                             "--max-context",   "1024",
                              "--memory-budget", "3M"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;

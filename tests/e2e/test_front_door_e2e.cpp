@@ -107,7 +107,8 @@ TEST(FrontDoorE2E, SigtermEndsAStreamThatOutlivesTheGrace) {
   const std::vector<std::string> events = sse_events(r.body);
   ASSERT_GE(events.size(), 2u) << r.body;
   EXPECT_EQ(events.back(), "[DONE]");
-  EXPECT_NE(events[events.size() - 2].find("\"code\":\"server_shutdown\""), std::string::npos) << events[events.size() - 2];
+  EXPECT_NE(events[events.size() - 2].find("\"code\":\"server_shutdown\""), std::string::npos)
+      << events[events.size() - 2];
   EXPECT_GE(stop_ms, 1000);  // the grace was given
   EXPECT_LT(stop_ms, 15000);
 }
@@ -116,8 +117,8 @@ TEST(FrontDoorE2E, SigtermEndsAStreamThatOutlivesTheGrace) {
 // in 6 (2 run, 4 wait), and every other one gets 429. Each admitted request decodes for
 // seconds, so none finishes (freeing a place) while the burst arrives.
 TEST(FrontDoorE2E, SimultaneousArrivalsNeverOvershootTheQueue) {
-  ServerProcess server({"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--max-queue", "4",
-                        "--max-seqs", "2"});
+  ServerProcess server(
+      {"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--max-queue", "4", "--max-seqs", "2"});
   const int port = server.port();
   const std::string body = R"({"prompt": "Hello", "max_tokens": 40, "ignore_eos": true})";
   std::atomic<bool> go{false};

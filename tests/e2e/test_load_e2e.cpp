@@ -94,8 +94,10 @@ void hang_up(int port, const std::string& body, size_t received, std::chrono::mi
   addr.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   const auto deadline = Clock::now() + after;
   size_t got = 0;
@@ -131,7 +133,7 @@ TEST_F(LoadE2E, ConcurrentRequestsMatchAloneRuns) {
   const int port = server_->port();
   std::vector<std::string> bodies;
   for (int i = 0; i < 16; ++i) {
-    const size_t len = 5 + static_cast<size_t>(i * 37 % 596);  // 5..600, mixed order
+    const size_t len = 5 + static_cast<size_t>(i * 37 % 596);            // 5..600, mixed order
     const uint32_t max_tokens = 8 + static_cast<uint32_t>(i * 13 % 41);  // 8..48
     bodies.push_back(completion_body(len, max_tokens));
   }
@@ -166,8 +168,7 @@ TEST_F(LoadE2E, CancellationStormLeavesNothingBehind) {
           hang_up(port, completion_body(1400, 500, true), 0, std::chrono::milliseconds(30 + 10 * i));
           break;
         case 1:  // gone mid-decode, after a few events
-          hang_up(port, completion_body(40 + static_cast<size_t>(i), 500, true), 3000,
-                  std::chrono::milliseconds(3000));
+          hang_up(port, completion_body(40 + static_cast<size_t>(i), 500, true), 3000, std::chrono::milliseconds(3000));
           break;
         case 2:  // gone while queued behind the others
           hang_up(port, completion_body(300, 500, true), 0, std::chrono::milliseconds(1));
@@ -203,8 +204,8 @@ TEST_F(LoadE2E, CancellationStormLeavesNothingBehind) {
 }
 
 TEST(OverloadE2E, FullQueueIsShedWith429AndAcceptedRequestsComplete) {
-  ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads", "1",
-                        "--max-seqs", "2", "--max-queue", "4"});
+  ServerProcess server({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads", "1", "--max-seqs",
+                        "2", "--max-queue", "4"});
   const int port = server.port();
   std::vector<std::string> bodies;
   for (size_t k = 0; k < 4; ++k) bodies.push_back(completion_body(20 + 30 * k, 16));
@@ -244,8 +245,8 @@ TEST(OverloadE2E, FullQueueIsShedWith429AndAcceptedRequestsComplete) {
   for (int i = 0; i < kRequests; ++i) {
     if (replies[i].status == 429) slowest_429 = std::max(slowest_429, seconds[i]);
   }
-  std::cerr << "overload: " << ok << " accepted, " << shed << " shed with 429 (slowest 429 after "
-            << slowest_429 * 1e3 << " ms)\n";
+  std::cerr << "overload: " << ok << " accepted, " << shed << " shed with 429 (slowest 429 after " << slowest_429 * 1e3
+            << " ms)\n";
   EXPECT_EQ(ok + shed, kRequests);
   EXPECT_GT(shed, 0) << "40 requests at once must overflow a queue of 4";
   EXPECT_GE(ok, 4) << "the first 4 always find room in the queue";

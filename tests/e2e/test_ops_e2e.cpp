@@ -161,12 +161,13 @@ TEST(OpsE2E, WorkerKilledUnderConcurrentStreams) {
     std::vector<std::thread> clients;
     for (int i = 0; i < kStreams; ++i) {
       clients.emplace_back([&, i] {
-        replies[i] = http_request(server.port(), "POST", "/v1/completions", body(i), {}, [&](const std::string& so_far) {
-          if (kill_worker && i == 0 && !killed && sse_events(so_far).size() >= 6) {
-            kill(victim, SIGKILL);
-            killed = true;
-          }
-        });
+        replies[i] =
+            http_request(server.port(), "POST", "/v1/completions", body(i), {}, [&](const std::string& so_far) {
+              if (kill_worker && i == 0 && !killed && sse_events(so_far).size() >= 6) {
+                kill(victim, SIGKILL);
+                killed = true;
+              }
+            });
       });
     }
     for (auto& t : clients) t.join();

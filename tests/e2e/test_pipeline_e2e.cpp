@@ -48,8 +48,8 @@ void expect_same_completions(int want_port, int got_port, const std::vector<std:
 }
 
 std::vector<std::string> server_args(const std::string& workers, std::vector<std::string> extra) {
-  std::vector<std::string> a{"--model", tiny_model_path(), "--workers", workers, "--port", "0", "--threads", "1",
-                             "--max-seqs", "8"};
+  std::vector<std::string> a{"--model", tiny_model_path(), "--workers", workers,      "--port",
+                             "0",       "--threads",       "1",         "--max-seqs", "8"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -70,9 +70,7 @@ class PipelineE2E : public ::testing::Test {
     three_ = new ServerProcess(server_args("3", pipelined));
     two_ = new ServerProcess(server_args("2", {"--max-batch-tokens", "32"}));  // default depth: 3
   }
-  static void TearDownTestSuite() {
-    stop_servers({&sequential_, &three_, &two_});
-  }
+  static void TearDownTestSuite() { stop_servers({&sequential_, &three_, &two_}); }
   static ServerProcess* sequential_;
   static ServerProcess* three_;
   static ServerProcess* two_;
@@ -119,13 +117,12 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
   const std::string body = greedy_completion_body(ids, ids.size(), 8, true);
   const auto t0 = Clock::now();
   std::atomic<int64_t> ttft_ms{-1};
-  const HttpReply clean = http_request(sequential_->port(), "POST", "/v1/completions", body, {},
-                                       [&](const std::string& so_far) {
-                                         if (ttft_ms < 0 && !streamed_completion_text(so_far).empty()) {
-                                           ttft_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                         Clock::now() - t0).count();
-                                         }
-                                       });
+  const HttpReply clean =
+      http_request(sequential_->port(), "POST", "/v1/completions", body, {}, [&](const std::string& so_far) {
+        if (ttft_ms < 0 && !streamed_completion_text(so_far).empty()) {
+          ttft_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        }
+      });
   ASSERT_EQ(clean.status, 200) << clean.body;
   ASSERT_GT(ttft_ms.load(), 0);
   const std::string want = streamed_completion_text(clean.body);
@@ -136,13 +133,14 @@ TEST_F(PipelineE2E, WorkerKilledMidPipelinedPrefillGivesTheSameTokens) {
     token_before_kill = token_seen.load();
     kill(three_->worker_pids().at(1), SIGKILL);
   });
-  const HttpReply crashed = http_request(three_->port(), "POST", "/v1/completions", body, {},
-                                         [&](const std::string& so_far) {
-                                           if (!streamed_completion_text(so_far).empty()) token_seen = true;
-                                         });
+  const HttpReply crashed =
+      http_request(three_->port(), "POST", "/v1/completions", body, {}, [&](const std::string& so_far) {
+        if (!streamed_completion_text(so_far).empty()) token_seen = true;
+      });
   killer.join();
   ASSERT_EQ(crashed.status, 200) << crashed.body;
-  EXPECT_FALSE(token_before_kill.load()) << "the kill came after the prefill (time to first token " << ttft_ms << " ms)";
+  EXPECT_FALSE(token_before_kill.load()) << "the kill came after the prefill (time to first token " << ttft_ms
+                                         << " ms)";
   EXPECT_EQ(streamed_completion_text(crashed.body), want);
   EXPECT_NE(three_->log().find("worker rank 1 pid"), std::string::npos) << "the supervisor saw the kill";
   EXPECT_EQ(http_request(three_->port(), "GET", "/ready", "").status, 200);
@@ -239,9 +237,7 @@ class TransportE2E : public ::testing::Test {
     // The ring's hand-off after the rows land (--early-handoff off): the default hands over first.
     late_ = new ServerProcess(server_args("2", {"--early-handoff", "off"}));
   }
-  static void TearDownTestSuite() {
-    stop_servers({&default_, &inline_, &late_});
-  }
+  static void TearDownTestSuite() { stop_servers({&default_, &inline_, &late_}); }
   static ServerProcess* default_;
   static ServerProcess* inline_;
   static ServerProcess* late_;

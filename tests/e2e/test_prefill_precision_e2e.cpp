@@ -52,7 +52,8 @@ TEST(PrefillPrecisionE2E, Bf16WeightCopyDecodeGemvAndBudgetReachEveryWorker) {
   for (const std::string& line : applied) {
     EXPECT_NE(line.find("decode_gemv=mma bf16_weight_copy=auto pool_budget=512.00 MiB"), std::string::npos) << line;
   }
-  const HttpReply r = post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
+  const HttpReply r =
+      post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 

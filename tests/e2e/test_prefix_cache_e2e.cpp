@@ -8,7 +8,6 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
 #include "tests/testutil/testutil.h"
@@ -54,9 +53,7 @@ class PrefixCacheE2E : public ::testing::Test {
     plain_ = new ServerProcess(
         {"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--prefix-cache-snapshots", "0"});
   }
-  static void TearDownTestSuite() {
-    stop_servers({&cached_, &plain_});
-  }
+  static void TearDownTestSuite() { stop_servers({&cached_, &plain_}); }
   static ServerProcess* cached_;
   static ServerProcess* plain_;
 };

@@ -64,8 +64,9 @@ TEST_F(ServeE2E, GreedyCompletionMatchesReference) {
 }
 
 TEST_F(ServeE2E, ChatTemplateProducesTheReferencePrompt) {
-  const HttpReply r = http_request(server_->port(), "POST", "/v1/chat/completions",
-                                   R"({"messages": [{"role": "user", "content": "Hello! What is the capital of Korea?"}],
+  const HttpReply r =
+      http_request(server_->port(), "POST", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "Hello! What is the capital of Korea?"}],
                                        "max_tokens": 4, "temperature": 0})");
   ASSERT_EQ(r.status, 200) << r.body;
   rapidjson::Document d = parse(r.body);
@@ -76,7 +77,8 @@ TEST_F(ServeE2E, ChatTemplateProducesTheReferencePrompt) {
 
 TEST_F(ServeE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   const ReferencePrompt ref = load_reference_prompt("rand_200");
-  const std::string body = R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 64, "temperature": 0, "stream": true})";
+  const std::string body =
+      R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 64, "temperature": 0, "stream": true})";
   const HttpReply clean = http_request(server_->port(), "POST", "/v1/completions", body);
   ASSERT_EQ(clean.status, 200);
   const auto [want, want_finish] = streamed_text(clean.body);
@@ -85,13 +87,13 @@ TEST_F(ServeE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   const pid_t victim = server_->worker_pids().at(1);
   const pid_t survivor = server_->worker_pids().at(0);
   bool killed = false;
-  const HttpReply crashed = http_request(server_->port(), "POST", "/v1/completions", body, {},
-                                         [&](const std::string& so_far) {
-                                           if (!killed && sse_events(so_far).size() >= 8) {
-                                             kill(victim, SIGKILL);
-                                             killed = true;
-                                           }
-                                         });
+  const HttpReply crashed =
+      http_request(server_->port(), "POST", "/v1/completions", body, {}, [&](const std::string& so_far) {
+        if (!killed && sse_events(so_far).size() >= 8) {
+          kill(victim, SIGKILL);
+          killed = true;
+        }
+      });
   ASSERT_TRUE(killed) << "the stream ended before the worker could be killed";
   ASSERT_EQ(crashed.status, 200);
   const auto [got, got_finish] = streamed_text(crashed.body);

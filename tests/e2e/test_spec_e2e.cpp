@@ -4,7 +4,6 @@
 // prefill chunks of other requests); the usage extension and /metrics report the drafts.
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
-
 #include <signal.h>
 
 #include <map>
@@ -25,8 +24,9 @@ std::string prefix_json(const std::vector<int32_t>& ids, size_t n) {
 class SpecE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::vector<std::string> common{"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads",
-                                          "1", "--max-seqs", "8", "--max-batch-tokens", "256"};
+    const std::vector<std::string> common{
+        "--model", tiny_model_path(),    "--workers", "2", "--port", "0", "--threads", "1", "--max-seqs",
+        "8",       "--max-batch-tokens", "256"};
     std::vector<std::string> spec = common;
     spec.insert(spec.end(), {"--spec-k", "3"});
     std::vector<std::string> part_vocab = common;
@@ -35,9 +35,7 @@ class SpecE2E : public ::testing::Test {
     spec_ = new ServerProcess(spec);
     part_vocab_ = new ServerProcess(part_vocab);
   }
-  static void TearDownTestSuite() {
-    stop_servers({&plain_, &spec_, &part_vocab_});
-  }
+  static void TearDownTestSuite() { stop_servers({&plain_, &spec_, &part_vocab_}); }
   static ServerProcess* plain_;
   static ServerProcess* spec_;
   static ServerProcess* part_vocab_;  // drafts among the first 2000 ids (Assign.draft_vocab)
@@ -102,7 +100,8 @@ TEST_F(SpecE2E, SixteenConcurrentGreedyRequestsMatchWithoutSpeculation) {
     EXPECT_EQ(completion_outcome(got[i]), completion_outcome(want[i])) << "request " << i;
   }
   const auto after = metric_samples(spec_->port());
-  const double drafted = after.at("deltaserve:spec_drafted_tokens_total") - before.at("deltaserve:spec_drafted_tokens_total");
+  const double drafted =
+      after.at("deltaserve:spec_drafted_tokens_total") - before.at("deltaserve:spec_drafted_tokens_total");
   const double accepted =
       after.at("deltaserve:spec_accepted_tokens_total") - before.at("deltaserve:spec_accepted_tokens_total");
   EXPECT_GT(drafted, 0);
@@ -146,17 +145,18 @@ TEST_F(SpecE2E, SampledRequestsComplete) {
 // still the text without speculation. Runs last: it restarts a worker of the spec server.
 TEST_F(SpecE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   const std::vector<int32_t> ids = load_reference_prompt("rand_200").ids;
-  const std::string body = R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": 64, "temperature": 0, "stream": true})";
+  const std::string body =
+      R"({"prompt": )" + ids_json(ids) + R"(, "max_tokens": 64, "temperature": 0, "stream": true})";
   const HttpReply clean = post_completion(plain_->port(), body);
   ASSERT_EQ(clean.status, 200);
   bool killed = false;
-  const HttpReply crashed = http_request(spec_->port(), "POST", "/v1/completions", body, {},
-                                         [&](const std::string& so_far) {
-                                           if (!killed && sse_events(so_far).size() >= 8) {
-                                             kill(spec_->worker_pids().at(1), SIGKILL);
-                                             killed = true;
-                                           }
-                                         });
+  const HttpReply crashed =
+      http_request(spec_->port(), "POST", "/v1/completions", body, {}, [&](const std::string& so_far) {
+        if (!killed && sse_events(so_far).size() >= 8) {
+          kill(spec_->worker_pids().at(1), SIGKILL);
+          killed = true;
+        }
+      });
   ASSERT_TRUE(killed) << "the stream ended before the worker could be killed";
   ASSERT_EQ(crashed.status, 200);
   EXPECT_EQ(streamed_completion_text(crashed.body), streamed_completion_text(clean.body));

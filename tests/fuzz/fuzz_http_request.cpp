@@ -49,7 +49,7 @@ size_t one_request(const uint8_t* data, size_t size) {
       }
       const bool has_length = h.find(http::field::content_length) != h.end();
       if (ds::http_rules::check_request_framing(te, has_length)) return 0;  // reply 4xx/5xx and close
-      if (!te.empty() && !parser.chunked()) std::abort();  // accepted but not delimited by chunks
+      if (!te.empty() && !parser.chunked()) std::abort();                   // accepted but not delimited by chunks
       const auto ct = h[http::field::content_type];
       if (ds::http_rules::is_json_media_type({ct.data(), ct.size()}) &&
           !boost::beast::iequals(ct.substr(0, 16), "application/json")) {

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(20261129);
   const long iters = std::atol(argv[2]);
   for (long i = 0; i < iters; ++i, ++runs) {
-    std::vector<uint8_t> m(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(8192 + rng() % (base.size() - 8192)));
+    std::vector<uint8_t> m(base.begin(),
+                           base.begin() + static_cast<std::ptrdiff_t>(8192 + rng() % (base.size() - 8192)));
     const int kind = static_cast<int>(rng() % 3);
     const int edits = 1 + static_cast<int>(rng() % 6);
     for (int e = 0; e < edits; ++e) {

@@ -16,7 +16,8 @@ namespace ds::test {
 
 // The chat prompt of the fixture manifest (19 tokens).
 inline std::vector<int32_t> chat_prompt() {
-  return {151644, 872, 198, 9707, 0, 3555, 374, 279, 6722, 315, 11862, 30, 151645, 198, 151644, 77091, 198, 151667, 198};
+  return {151644, 872, 198,    9707, 0,      3555,  374, 279,    6722, 315,
+          11862,  30,  151645, 198,  151644, 77091, 198, 151667, 198};
 }
 
 // A random prompt of n ids drawn from the whole vocabulary (fixed seed).

@@ -29,19 +29,22 @@ std::vector<std::vector<float>> reference_logits(const std::vector<int32_t>& pro
   std::vector<std::vector<float>> rows;
   for (const Chunk& c : chunks) {
     StepInput in;
-    in.seqs.push_back(SeqStep{1, static_cast<uint32_t>(c.begin),
-                              std::vector<int32_t>(prompt.begin() + static_cast<long>(c.begin), prompt.begin() + static_cast<long>(c.end)),
-                              c.rows});
+    in.seqs.push_back(SeqStep{
+        1, static_cast<uint32_t>(c.begin),
+        std::vector<int32_t>(prompt.begin() + static_cast<long>(c.begin), prompt.begin() + static_cast<long>(c.end)),
+        c.rows});
     StepOutput out;
     model.stage->forward(in, &out);
     const size_t v = model.config.n_vocab;
-    for (size_t r = 0; r < c.rows.size(); ++r) rows.emplace_back(out.logits.begin() + static_cast<long>(r * v), out.logits.begin() + static_cast<long>((r + 1) * v));
+    for (size_t r = 0; r < c.rows.size(); ++r)
+      rows.emplace_back(out.logits.begin() + static_cast<long>(r * v),
+                        out.logits.begin() + static_cast<long>((r + 1) * v));
   }
   return rows;
 }
 
-std::vector<std::vector<float>> pipeline_logits(PipelineEngine& engine, uint64_t seq, const std::vector<int32_t>& prompt,
-                                                const std::vector<Chunk>& chunks) {
+std::vector<std::vector<float>> pipeline_logits(PipelineEngine& engine, uint64_t seq,
+                                                const std::vector<int32_t>& prompt, const std::vector<Chunk>& chunks) {
   std::vector<std::vector<float>> rows;
   for (const Chunk& c : chunks) {
     SeqRequest r;
@@ -317,9 +320,9 @@ TEST(Pipeline, PipelinedReleasesApplyBeforeTheirOwnPlan) {
     }
     return std::vector<SeqRequest>{r};
   };
-  const std::vector<StepOutcome> outs = run_windowed(
-      engine, {chunk(1, 0, 32, true, {0, 1}), chunk(1, 32, 64, false, {2, 3}), chunk(2, 0, 8, true, {0})}, 3,
-      {{}, {}, {1}});
+  const std::vector<StepOutcome> outs =
+      run_windowed(engine, {chunk(1, 0, 32, true, {0, 1}), chunk(1, 32, 64, false, {2, 3}), chunk(2, 0, 8, true, {0})},
+                   3, {{}, {}, {1}});
   ASSERT_EQ(outs.size(), 3u);
   ASSERT_EQ(outs[2].rows.size(), 1u);
   expect_bit_equal({outs[2].rows[0].logits}, ref);

@@ -47,10 +47,9 @@ struct BudgetedPipeline {
   EngineOptions options;
 
   explicit BudgetedPipeline(std::map<uint32_t, std::string> budgets)
-      : budget(std::move(budgets)),
-        supervisor(std::string(DS_BIN_DIR) + "/deltaserve-worker", 2, [this](uint32_t r) {
-          return std::vector<std::string>{"--coordinator", endpoint, "--rank", std::to_string(r), "--memory-budget",
-                                          budget.at(r)};
+      : budget(std::move(budgets)), supervisor(std::string(DS_BIN_DIR) + "/deltaserve-worker", 2, [this](uint32_t r) {
+          return std::vector<std::string>{"--coordinator",   endpoint,          "--rank",
+                                          std::to_string(r), "--memory-budget", budget.at(r)};
         }) {
     options = test::engine_options(2);
     options.external_workers = true;
@@ -200,7 +199,8 @@ std::string startup_error_with_ready(const CacheGeometry& bad) {
 TEST(WorkerCapacity, ImpossibleReadyCapacityFailsStartupWithoutCrashing) {
   const std::string zero = startup_error_with_ready(geometry(0, 4, 8));
   EXPECT_NE(zero.find("worker rank 0 failed to load: bad pool capacity: worker rank 0 reported kv_blocks = 0"),
-            std::string::npos) << zero;
+            std::string::npos)
+      << zero;
   const std::string absurd = startup_error_with_ready(geometry(4000000000u, 4, 8));
   EXPECT_NE(absurd.find("kv_blocks = 4000000000 in Ready (expected 64..256)"), std::string::npos) << absurd;
   const std::string slots = startup_error_with_ready(geometry(100, 0, 8));

@@ -21,7 +21,8 @@ namespace v1 = ipc::v1;
 class FakeCoordinator {
  public:
   explicit FakeCoordinator(uint32_t rank)
-      : endpoint_(ipc::make_ipc_control_endpoint()), router_(ctx_, ipc::SocketRole::kRouter, endpoint_),
+      : endpoint_(ipc::make_ipc_control_endpoint()),
+        router_(ctx_, ipc::SocketRole::kRouter, endpoint_),
         supervisor_(std::string(DS_BIN_DIR) + "/deltaserve-worker", rank + 1, [this](uint32_t r) {
           return std::vector<std::string>{"--coordinator", endpoint_, "--rank", std::to_string(r)};
         }) {}
@@ -41,7 +42,9 @@ class FakeCoordinator {
     ADD_FAILURE() << "timed out waiting for body case " << want;
     return {};
   }
-  void send(const v1::Envelope& env, const std::vector<uint8_t>& bulk = {}) { ASSERT_TRUE(router_.send(env, bulk, peer)); }
+  void send(const v1::Envelope& env, const std::vector<uint8_t>& bulk = {}) {
+    ASSERT_TRUE(router_.send(env, bulk, peer));
+  }
   void send_junk(std::mt19937& rng, const std::string& valid) {
     for (int i = 0; i < 50; ++i) {
       std::string junk(rng() % 200, '\0');

@@ -85,8 +85,8 @@ void check_attention(const AttnCase& c, ThreadPool* pool) {
 TEST(Attention, MatchesFloat64WithGqaAndOffset) {
   ThreadPool pool(2);
   const AttnCase cases[] = {
-      {1, 1, 1, 1, 7},     {1, 19, 6, 2, 64},   {5, 19, 6, 2, 7},   {5, 5, 4, 4, 31},
-      {3, 33, 8, 2, 100},  {19, 99, 6, 3, 256}, {33, 33, 2, 1, 64},
+      {1, 1, 1, 1, 7},    {1, 19, 6, 2, 64},   {5, 19, 6, 2, 7},   {5, 5, 4, 4, 31},
+      {3, 33, 8, 2, 100}, {19, 99, 6, 3, 256}, {33, 33, 2, 1, 64},
   };
   for (const auto& c : cases) check_attention(c, &pool);
   check_attention({4, 40, 6, 2, 64}, nullptr);
@@ -111,8 +111,8 @@ TEST(Attention, PagedEqualsContiguousBitForBit) {
   struct Case {
     size_t n_q, kv_len, block_size;
   };
-  for (const Case& c : {Case{1, 1, 1}, Case{1, 50, 16}, Case{9, 33, 4}, Case{16, 64, 16}, Case{5, 100, 7},
-                        Case{3, 17, 32}}) {
+  for (const Case& c :
+       {Case{1, 1, 1}, Case{1, 50, 16}, Case{9, 33, 4}, Case{16, 64, 16}, Case{5, 100, 7}, Case{3, 17, 32}}) {
     Rng rng(c.kv_len * 31 + c.block_size);
     const size_t H = 6, Hkv = 2, d = 32, row = Hkv * d;
     const AttentionShape s{c.n_q, c.kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
@@ -173,8 +173,10 @@ std::vector<double> rope_reference(const std::vector<float>& x, size_t n_tokens,
       double* z = &y[(t * n_heads + h) * head_dim];
       for (size_t i = 0; i < half; ++i) {
         size_t stream = 0;
-        if (i % 3 == 1 && i < 3 * static_cast<size_t>(sec[1])) stream = 1;
-        else if (i % 3 == 2 && i < 3 * static_cast<size_t>(sec[2])) stream = 2;
+        if (i % 3 == 1 && i < 3 * static_cast<size_t>(sec[1]))
+          stream = 1;
+        else if (i % 3 == 2 && i < 3 * static_cast<size_t>(sec[2]))
+          stream = 2;
         const double angle = pos[stream * n_tokens + t] * std::pow(theta, -2.0 * static_cast<double>(i) / n_rot);
         const double a = z[i], b = z[i + half];
         z[i] = a * std::cos(angle) - b * std::sin(angle);
@@ -188,7 +190,9 @@ std::vector<double> rope_reference(const std::vector<float>& x, size_t n_tokens,
 // The op computes angles in f32 like transformers (f32 inv_freq, f32 position * inv_freq), so
 // the angle itself carries a relative error of a few f32 ulps: ~3 * 6e-8 * |angle|. With
 // |x| <= 1 the output error is bounded by that angle error (+ f32 products).
-double rope_tolerance(int32_t max_pos) { return 3e-7 * max_pos + 1e-6; }
+double rope_tolerance(int32_t max_pos) {
+  return 3e-7 * max_pos + 1e-6;
+}
 
 TEST(Rope, MropeSectionsMatchFloat64) {
   Rng rng(31);
@@ -206,7 +210,8 @@ TEST(Rope, MropeSectionsMatchFloat64) {
   for (size_t e = 0; e < x.size(); ++e) ASSERT_NEAR(x[e], ref[e], rope_tolerance(50)) << e;
   // Pass-through dims are untouched bit for bit (checked against the original copy in ref).
   for (size_t r = 0; r < n_tokens * n_heads; ++r)
-    for (size_t i = n_rot; i < head_dim; ++i) EXPECT_EQ(static_cast<double>(x[r * head_dim + i]), ref[r * head_dim + i]);
+    for (size_t i = n_rot; i < head_dim; ++i)
+      EXPECT_EQ(static_cast<double>(x[r * head_dim + i]), ref[r * head_dim + i]);
 }
 
 // Plain RoPE (sections all zero) at large positions, with a token stride wider than the heads
@@ -217,10 +222,12 @@ TEST(Rope, PlainLargePositionsAndStrides) {
     const size_t n_tokens = 33, n_heads = 3, n_rot = 64, head_stride = 2 * head_dim;
     const size_t token_stride = n_heads * head_stride + 5;
     std::vector<int32_t> pos(3 * n_tokens);
-    for (size_t t = 0; t < n_tokens; ++t) pos[t] = pos[n_tokens + t] = pos[2 * n_tokens + t] = static_cast<int32_t>(4000 + 3 * t);
+    for (size_t t = 0; t < n_tokens; ++t)
+      pos[t] = pos[n_tokens + t] = pos[2 * n_tokens + t] = static_cast<int32_t>(4000 + 3 * t);
     auto buf = rng.vec(n_tokens * token_stride);
     const auto orig = buf;
-    rope_neox(buf.data(), n_tokens, token_stride, n_heads, head_stride, head_dim, n_rot, pos.data(), {0, 0, 0, 0}, 1e7f);
+    rope_neox(buf.data(), n_tokens, token_stride, n_heads, head_stride, head_dim, n_rot, pos.data(), {0, 0, 0, 0},
+              1e7f);
     for (size_t t = 0; t < n_tokens; ++t) {
       for (size_t h = 0; h < n_heads; ++h) {
         const size_t base = t * token_stride + h * head_stride;
@@ -238,7 +245,8 @@ TEST(Rope, PlainLargePositionsAndStrides) {
           const size_t e = t * token_stride + h * head_stride + i;
           ASSERT_EQ(buf[e], orig[e]);
         }
-      for (size_t e = t * token_stride + n_heads * head_stride; e < (t + 1) * token_stride; ++e) ASSERT_EQ(buf[e], orig[e]);
+      for (size_t e = t * token_stride + n_heads * head_stride; e < (t + 1) * token_stride; ++e)
+        ASSERT_EQ(buf[e], orig[e]);
     }
   }
 }
@@ -248,7 +256,8 @@ TEST(Rope, SameStreamsEqualPlain) {
   Rng rng(33);
   const size_t n_tokens = 7, head_dim = 64, n_rot = 64;
   std::vector<int32_t> pos(3 * n_tokens);
-  for (size_t t = 0; t < n_tokens; ++t) pos[t] = pos[n_tokens + t] = pos[2 * n_tokens + t] = static_cast<int32_t>(t * 11);
+  for (size_t t = 0; t < n_tokens; ++t)
+    pos[t] = pos[n_tokens + t] = pos[2 * n_tokens + t] = static_cast<int32_t>(t * 11);
   auto a = rng.vec(n_tokens * head_dim);
   auto b = a;
   rope_neox(a.data(), n_tokens, head_dim, 1, head_dim, head_dim, n_rot, pos.data(), {11, 11, 10, 0}, 1e7f);

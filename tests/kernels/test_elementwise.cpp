@@ -15,7 +15,9 @@ namespace {
 
 using test::Rng;
 
-double silu64(double x) { return x / (1.0 + std::exp(-x)); }
+double silu64(double x) {
+  return x / (1.0 + std::exp(-x));
+}
 
 const size_t kRowsList[] = {1, 3, 19, 33};
 const size_t kDims[] = {7, 31, 64, 100, 256};

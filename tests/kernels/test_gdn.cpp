@@ -1,10 +1,9 @@
-#include "kernels/cpu/gdn.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/gdn.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -102,7 +101,9 @@ void run_split(const GdnInputs& in, const std::vector<size_t>& pieces, std::vect
   ASSERT_EQ(t0, s.n_tokens);
 }
 
-std::vector<float> random_state(Rng& rng, const GdnShape& s) { return rng.vec(s.n_v_heads * s.dk * s.dv, -0.5f, 0.5f); }
+std::vector<float> random_state(Rng& rng, const GdnShape& s) {
+  return rng.vec(s.n_v_heads * s.dk * s.dv, -0.5f, 0.5f);
+}
 
 // Chunked vs recurrent (both f32) must agree within 1e-5 relative (max abs diff over the
 // tensor / max abs of the recurrent result): the two forms differ only in rounding.
@@ -124,11 +125,11 @@ TEST(Gdn, ChunkedMatchesRecurrentAndOracle) {
       for (const auto& pieces : splits) {
         std::vector<float> st_r = s0, st_c = s0, out_r, out_c;
         run_split(in, pieces, &st_r, &out_r,
-                  [&](const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                      const float* b, float* st, float* o) { gdn_recurrent(s, q, k, v, g, b, st, o, &pool); });
+                  [&](const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* b,
+                      float* st, float* o) { gdn_recurrent(s, q, k, v, g, b, st, o, &pool); });
         run_split(in, pieces, &st_c, &out_c,
-                  [&](const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                      const float* b, float* st, float* o) { gdn_chunked(s, q, k, v, g, b, st, o, chunk, &pool); });
+                  [&](const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* b,
+                      float* st, float* o) { gdn_chunked(s, q, k, v, g, b, st, o, chunk, &pool); });
         SCOPED_TRACE(testing::Message() << "T=" << T << " chunk=" << chunk << " pieces=" << pieces.size());
         EXPECT_LT(rel_error(out_c, out_r), 1e-5);
         EXPECT_LT(rel_error(st_c, st_r), 1e-5);
@@ -182,10 +183,12 @@ TEST(Gdn, ThreadIndependent) {
   for (bool chunked : {false, true}) {
     std::vector<float> st1 = s0, st3 = s0, out1, out3;
     auto op = [&](ThreadPool* p) {
-      return [&, p](const GdnShape& s, const float* q, const float* k, const float* v, const float* g,
-                    const float* b, float* st, float* o) {
-        if (chunked) gdn_chunked(s, q, k, v, g, b, st, o, 64, p);
-        else gdn_recurrent(s, q, k, v, g, b, st, o, p);
+      return [&, p](const GdnShape& s, const float* q, const float* k, const float* v, const float* g, const float* b,
+                    float* st, float* o) {
+        if (chunked)
+          gdn_chunked(s, q, k, v, g, b, st, o, 64, p);
+        else
+          gdn_recurrent(s, q, k, v, g, b, st, o, p);
       };
     };
     run_split(in, {70}, &st1, &out1, op(&pool1));

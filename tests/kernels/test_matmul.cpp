@@ -1,5 +1,3 @@
-#include "kernels/cpu/matmul.h"
-
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -11,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -116,12 +115,12 @@ TEST(Matmul, SmallIntegersAreExact) {
     for (size_t cols : {size_t{7}, size_t{31}, size_t{64}, size_t{100}, size_t{256}}) {
       for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
         if (type == GgmlType::Q8_0 && cols % 32 != 0) continue;
-        TestWeight w = type == GgmlType::Q8_0
-                           ? make_q8(rows, cols, [](size_t, size_t) { return 1.0f; },
-                                     [&](size_t, size_t) { return rng.integer(-127, 127); })
-                           : make_plain(type, rows, cols, [&](size_t, size_t) {
-                               return static_cast<float>(rng.integer(-100, 100));
-                             });
+        TestWeight w = type == GgmlType::Q8_0 ? make_q8(
+                                                    rows, cols, [](size_t, size_t) { return 1.0f; },
+                                                    [&](size_t, size_t) { return rng.integer(-127, 127); })
+                                              : make_plain(type, rows, cols, [&](size_t, size_t) {
+                                                  return static_cast<float>(rng.integer(-100, 100));
+                                                });
         for (size_t n_tokens : kTokens) {
           std::vector<float> x(n_tokens * cols);
           for (auto& v : x) v = static_cast<float>(rng.integer(-8, 8));
@@ -146,8 +145,9 @@ TEST(Matmul, RandomMatchesFloat64) {
     for (size_t cols : {size_t{32}, size_t{64}, size_t{96}, size_t{256}}) {
       for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
         TestWeight w = type == GgmlType::Q8_0
-                           ? make_q8(rows, cols, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
-                                     [&](size_t, size_t) { return rng.integer(-127, 127); })
+                           ? make_q8(
+                                 rows, cols, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
+                                 [&](size_t, size_t) { return rng.integer(-127, 127); })
                            : make_plain(type, rows, cols, [&](size_t, size_t) { return rng.uniform(-1, 1); });
         for (size_t n_tokens : kTokens) {
           const auto x = rng.vec(n_tokens * cols);
@@ -169,8 +169,9 @@ TEST(Matmul, RandomMatchesFloat64) {
 TEST(Matmul, BatchAndThreadIndependent) {
   Rng rng(3);
   ThreadPool pool1(1), pool2(2), pool3(3);
-  const TestWeight w = make_q8(99, 96, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
-                               [&](size_t, size_t) { return rng.integer(-127, 127); });
+  const TestWeight w = make_q8(
+      99, 96, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
+      [&](size_t, size_t) { return rng.integer(-127, 127); });
   const size_t n_tokens = 300;
   const auto x = rng.vec(n_tokens * w.cols);
   const auto y1 = run(w, x, n_tokens, &pool1);
@@ -209,8 +210,8 @@ TEST(Matmul, StridesLeavePaddingAlone) {
 
 TEST(Matmul, WeightRowAndUnsupportedType) {
   Rng rng(5);
-  const TestWeight w = make_q8(3, 64, [&](size_t, size_t) { return 0.5f; },
-                               [&](size_t, size_t) { return rng.integer(-127, 127); });
+  const TestWeight w = make_q8(
+      3, 64, [&](size_t, size_t) { return 0.5f; }, [&](size_t, size_t) { return rng.integer(-127, 127); });
   std::vector<float> row(64);
   weight_row(w.view(), 2, row.data());
   for (size_t c = 0; c < 64; ++c) EXPECT_EQ(row[c], w.values[2 * 64 + c]);
@@ -224,8 +225,9 @@ TEST(Matmul, WeightRowAndUnsupportedType) {
 
 TEST(Embedding, GathersRowsAndChecksIds) {
   Rng rng(6);
-  const TestWeight w = make_q8(10, 32, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
-                               [&](size_t, size_t) { return rng.integer(-127, 127); });
+  const TestWeight w = make_q8(
+      10, 32, [&](size_t, size_t) { return rng.uniform(0.001f, 0.02f); },
+      [&](size_t, size_t) { return rng.integer(-127, 127); });
   const int32_t ids[] = {9, 0, 9, 4};
   std::vector<float> out(4 * 32);
   embed_rows(w.view(), ids, 4, out.data());
@@ -249,14 +251,14 @@ TEST(Matmul, SpeedReport) {
     const auto t1 = std::chrono::steady_clock::now();
     return std::chrono::duration<double, std::milli>(t1 - t0).count() / reps;
   };
-  const TestWeight gemm_w = make_q8(128, 64, [&](size_t, size_t) { return 0.01f; },
-                                    [&](size_t, size_t) { return rng.integer(-127, 127); });
+  const TestWeight gemm_w = make_q8(
+      128, 64, [&](size_t, size_t) { return 0.01f; }, [&](size_t, size_t) { return rng.integer(-127, 127); });
   const double gemm = time_ms(gemm_w, 1500, 5);
-  const TestWeight lm_head = make_q8(151936, 64, [&](size_t, size_t) { return 0.01f; },
-                                     [&](size_t r, size_t c) { return static_cast<int>((r * 7 + c) % 255) - 127; });
+  const TestWeight lm_head = make_q8(
+      151936, 64, [&](size_t, size_t) { return 0.01f; },
+      [&](size_t r, size_t c) { return static_cast<int>((r * 7 + c) % 255) - 127; });
   const double gemv = time_ms(lm_head, 1, 5);
-  std::printf("[speed] Q8_0 GEMM 1500 tok x 64 -> 128: %.3f ms; GEMV 151936 x 64: %.3f ms (2 threads)\n", gemm,
-              gemv);
+  std::printf("[speed] Q8_0 GEMM 1500 tok x 64 -> 128: %.3f ms; GEMV 151936 x 64: %.3f ms (2 threads)\n", gemm, gemv);
   EXPECT_LT(gemm, 1000.0);
   EXPECT_LT(gemv, 1000.0);
 }

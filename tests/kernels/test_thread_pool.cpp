@@ -1,10 +1,10 @@
-#include "kernels/cpu/thread_pool.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <stdexcept>
 #include <vector>
+
+#include "kernels/cpu/thread_pool.h"
 
 namespace ds::cpu {
 namespace {

@@ -1,9 +1,10 @@
 // Crash-surviving greedy generation (see greedy_generate.h).
 #include "tests/testutil/greedy_generate.h"
-#include "common/log.h"
 
 #include <algorithm>
 #include <iostream>
+
+#include "common/log.h"
 
 namespace ds {
 namespace {
@@ -13,14 +14,16 @@ SeqRequest chunk_request(uint64_t seq_id, const std::vector<int32_t>& tokens, si
   SeqRequest r;
   r.seq_id = seq_id;
   r.start_pos = static_cast<uint32_t>(start);
-  r.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.begin() + static_cast<std::ptrdiff_t>(end));
+  r.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                  tokens.begin() + static_cast<std::ptrdiff_t>(end));
   r.logit_rows = {static_cast<uint32_t>(end - start - 1)};
   r.random_u = {0.0};
   return r;
 }
 
 // Runs tokens[start, end) of the sequence; returns the greedy token after the last one.
-int32_t run_chunk(PipelineEngine& engine, uint64_t seq_id, const std::vector<int32_t>& tokens, size_t start, size_t end) {
+int32_t run_chunk(PipelineEngine& engine, uint64_t seq_id, const std::vector<int32_t>& tokens, size_t start,
+                  size_t end) {
   return engine.step({chunk_request(seq_id, tokens, start, end)}).rows.at(0).token;
 }
 
@@ -95,7 +98,8 @@ std::vector<int32_t> generate_greedy(PipelineEngine& engine, const std::vector<i
       if (options.on_token) options.on_token(static_cast<uint32_t>(tokens.size() - prompt.size()));
     } catch (const WorkerLost& e) {
       if (++recoveries > options.max_recoveries) throw;
-      ds::log::warn("generate", ds::log::Msg() << e.what() << "; recovering and re-prefilling " << done_end << " tokens");
+      ds::log::warn("generate", ds::log::Msg()
+                                    << e.what() << "; recovering and re-prefilling " << done_end << " tokens");
       engine.recover();
       done_end = 0;
       replay_idx = 0;

@@ -7,9 +7,13 @@
 
 namespace ds::test {
 
-std::string data_path(const std::string& rel) { return std::string(DS_TESTDATA_DIR) + "/" + rel; }
+std::string data_path(const std::string& rel) {
+  return std::string(DS_TESTDATA_DIR) + "/" + rel;
+}
 
-std::string tiny_model_path() { return data_path("tiny-qwen35-q8_0.gguf"); }
+std::string tiny_model_path() {
+  return data_path("tiny-qwen35-q8_0.gguf");
+}
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

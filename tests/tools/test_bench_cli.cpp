@@ -127,11 +127,11 @@ TEST(BenchCli, JsonRowsThroughTwoWorkerProcesses) {
 // stderr it shares with the bench. CPU workers ignore the GPU list (the engine passes --device to cuda workers only),
 // so on this GPU-less machine only its acceptance is tested here; the bad lists are below.
 TEST(BenchCli, WorkersGetThePrefillPrecisionAndAcceptADeviceList) {
-  const std::string err = (std::filesystem::path(testing::TempDir()) /
-                           ("bench_cli_workers_" + std::to_string(getpid()) + ".err")).string();
-  const CmdResult r = run(kBin + "/deltaserve-bench -m " + tiny_model() +
-                          " -p 32 -n 2 --workers 2 --devices 0,0 --prefill-precision f32 -r 1 -t 1 -o json" +
-                          " --no-warmup 2>" + err);
+  const std::string err =
+      (std::filesystem::path(testing::TempDir()) / ("bench_cli_workers_" + std::to_string(getpid()) + ".err")).string();
+  const CmdResult r =
+      run(kBin + "/deltaserve-bench -m " + tiny_model() +
+          " -p 32 -n 2 --workers 2 --devices 0,0 --prefill-precision f32 -r 1 -t 1 -o json" + " --no-warmup 2>" + err);
   const std::string log = run("cat " + err).output;
   ASSERT_EQ(r.status, 0) << r.output << log;
   expect_rows(json_lines(r.output), {32}, 2, 32, 2, 1);
@@ -166,8 +166,8 @@ void expect_batch_row(const rapidjson::Document& d, uint64_t prompt, uint64_t ge
   EXPECT_EQ(u(d, "n_workers"), workers);
   EXPECT_EQ(u(d, "n_depth"), prompt);
   EXPECT_EQ(u(d, "n_gen"), gen);
-  EXPECT_EQ(u(d, "steps"), gen);             // ONE forward step per decode position...
-  EXPECT_EQ(u(d, "tokens"), gen * n_seqs);   // ...advancing every sequence
+  EXPECT_EQ(u(d, "steps"), gen);            // ONE forward step per decode position...
+  EXPECT_EQ(u(d, "tokens"), gen * n_seqs);  // ...advancing every sequence
   expect_sane_rates(d, reps);
   const double avg = num(d, "avg_ts");
   // Printed with %.6g: relative 1e-4 covers the rounding of both operands.
@@ -191,7 +191,7 @@ TEST(BenchCli, ParallelAddsBatchedDecodeRowsInProcess) {
   ASSERT_EQ(r.status, 0) << r.output;
   auto rows = json_lines(r.output);
   ASSERT_EQ(rows.size(), 2u * 2u + 2u * 2u) << r.output;  // pp + tg per prompt, then 2 batched per prompt
-  std::vector<rapidjson::Document> single;  // Documents move, they do not copy
+  std::vector<rapidjson::Document> single;                // Documents move, they do not copy
   for (size_t i = 0; i < 4; ++i) single.push_back(std::move(rows[i]));
   ASSERT_NO_FATAL_FAILURE(expect_rows(single, {40, 24}, 3, 40, 0, 2));
   for (const auto& row : single) EXPECT_FALSE(row.HasMember("n_parallel"));  // N = 1 rows as before
@@ -222,8 +222,9 @@ TEST(BenchCli, ParallelThroughTwoWorkerProcessesAndInTheTable) {
 // Decode groups: 5 sequences as groups of 2 and 3 in flight at once; every sequence still
 // advances one token per round (tokens = 5 x gen, steps = gen rounds).
 TEST(BenchCli, DecodeGroupsThroughTwoWorkerProcesses) {
-  const CmdResult j = run(kBin + "/deltaserve-bench -m " + tiny_model() +
-                          " -p 24 -n 4 --parallel 5 --workers 2 --decode-groups 2 -r 1 -t 1 -o json --no-warmup 2>/dev/null");
+  const CmdResult j =
+      run(kBin + "/deltaserve-bench -m " + tiny_model() +
+          " -p 24 -n 4 --parallel 5 --workers 2 --decode-groups 2 -r 1 -t 1 -o json --no-warmup 2>/dev/null");
   ASSERT_EQ(j.status, 0) << j.output;
   const auto rows = json_lines(j.output);
   ASSERT_EQ(rows.size(), 1u) << j.output;
@@ -310,8 +311,9 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
       {m + " --workers 2 --decode-groups 0", "--decode-groups needs an integer in [1, 8], got '0'"},
       {m + " --workers 2 --decode-groups 9", "--decode-groups needs an integer in [1, 8], got '9'"},
       {m + " --decode-groups 2", "--decode-groups splits batched decode over worker processes: give --workers N"},
-      {m + " --ablate pdl,bogus", "--ablate: unknown name 'bogus' (valid: cublaslt, device-digest, fused-decode-ops, "
-                                  "stacked-weights, gdn-tensor-cores, prefill-fusions, split-small, q8-split, pdl)"},
+      {m + " --ablate pdl,bogus",
+       "--ablate: unknown name 'bogus' (valid: cublaslt, device-digest, fused-decode-ops, "
+       "stacked-weights, gdn-tensor-cores, prefill-fusions, split-small, q8-split, pdl)"},
       {m + " --ablate pdl", "--ablate switches the in-process CUDA stage's kernels: give --backend cuda"},
       // Retired flags and the old aliases are gone (their choices are constants or --ablate names).
       {m + " --dequant v1", "unknown argument '--dequant'"},

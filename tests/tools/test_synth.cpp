@@ -138,7 +138,9 @@ TEST(Synth, DeterministicForASeedWhateverTheThreadCount) {
   EXPECT_NE(a, other);
 }
 
-TEST(Synth, UnknownShapeIsRejected) { EXPECT_THROW(shape_by_name("13b"), ConfigError); }
+TEST(Synth, UnknownShapeIsRejected) {
+  EXPECT_THROW(shape_by_name("13b"), ConfigError);
+}
 
 }  // namespace
 }  // namespace ds::synth

@@ -31,7 +31,8 @@ std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<
     SeqStep s;
     s.seq_id = seq_id;
     s.start_pos = static_cast<uint32_t>(begin);
-    s.token_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(begin), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    s.token_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(begin),
+                       ids.begin() + static_cast<std::ptrdiff_t>(end));
     for (; w < rows.size() && rows[w] < end; ++w) s.logit_rows.push_back(static_cast<uint32_t>(rows[w] - begin));
     in.seqs.push_back(std::move(s));
     StepOutput out;
@@ -42,7 +43,8 @@ std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<
   return logits;
 }
 
-std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id, const std::vector<int32_t>& prompt) {
+std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id,
+                                       const std::vector<int32_t>& prompt) {
   const size_t n = prompt.size();
   std::vector<float> hidden;
   run_prompt(m, seq_id, prompt, all_rows(n), 0, &hidden);

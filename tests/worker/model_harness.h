@@ -30,7 +30,8 @@ std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<
 // The MTP block's input rows for `prompt` as the catch-up builds them: `prompt` runs as sequence
 // `seq_id` from position 0 on `m`, then row i is the final-normed hidden of prompt row i - 1 (row 0
 // zeros); [prompt.size(), n_embd].
-std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id, const std::vector<int32_t>& prompt);
+std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id,
+                                       const std::vector<int32_t>& prompt);
 
 // All rows 0..n-1.
 std::vector<uint32_t> all_rows(size_t n);

@@ -25,7 +25,8 @@ std::vector<int32_t> next_drafts(const SpecRowOutput& o, const Generated& g, uin
 
 }  // namespace
 
-Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vector<int32_t>& prompt, size_t n_generate) {
+Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vector<int32_t>& prompt,
+                              size_t n_generate) {
   Generated g;
   std::vector<float> logits = run_prompt(stage, 1, prompt, {static_cast<uint32_t>(prompt.size() - 1)});
   for (size_t i = 0; i < n_generate; ++i) {
@@ -41,7 +42,7 @@ Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vect
 }
 
 Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, const std::vector<int32_t>& prompt,
-                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate, bool ask_digests) {
+                             uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate, bool ask_digests) {
   const size_t V = n_vocab;
   SpecDecoder spec(stage, n_embd, V);
   Generated g;
@@ -62,8 +63,10 @@ Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, c
     r.start_pos = step.start_pos;
     r.tokens = step.token_ids;
     r.n_draft = step.n_draft;
-    if (digested) r.target_digests = out.digests.data();
-    else r.target_logits = out.logits.data();
+    if (digested)
+      r.target_digests = out.digests.data();
+    else
+      r.target_logits = out.logits.data();
     r.final_hidden = out.final_hidden.data();
     r.spec_k = K;
     r.u_accept.assign(step.n_draft, 0.5);

@@ -29,6 +29,7 @@ Generated greedy_plain_decode(StageModel& stage, size_t n_vocab, const std::vect
 // as the worker does for greedy sequences); where the model gives them, the verdict is taken
 // on the digests and that step's `logits` entries are left empty.
 Generated greedy_spec_decode(StageModel& stage, size_t n_embd, size_t n_vocab, const std::vector<int32_t>& prompt,
-                      uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate, bool ask_digests = false);
+                             uint32_t K, const std::vector<int32_t>* oracle, size_t n_generate,
+                             bool ask_digests = false);
 
 }  // namespace ds::test

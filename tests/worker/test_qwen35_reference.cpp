@@ -80,7 +80,8 @@ TEST_P(Qwen35Hidden, EveryLayerMatches) {
   ASSERT_EQ(m.stage->layer_hidden().size(), L);
   // Index i (1..L-1) is the residual after layer i-1; the last index is after the final norm.
   for (size_t i = 1; i < L; ++i) {
-    const double err = relative_error(m.stage->layer_hidden()[i - 1].data(), ref.hidden_states.data() + i * T * D, T * D);
+    const double err =
+        relative_error(m.stage->layer_hidden()[i - 1].data(), ref.hidden_states.data() + i * T * D, T * D);
     EXPECT_LE(err, kHiddenRelTol) << "after layer " << i - 1;
   }
   EXPECT_LE(relative_error(final_hidden.data(), ref.hidden_states.data() + L * T * D, T * D), kHiddenRelTol);

@@ -57,8 +57,12 @@ TEST(Qwen35State, MixedBatchEqualsSeparateRuns) {
   StepOutput out;
   m.stage->forward(in, &out);
   ASSERT_EQ(out.logits.size(), 2 * V);
-  EXPECT_LE(max_abs_diff(std::vector<float>(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(V)), a_alone), kChainTol);
-  EXPECT_LE(max_abs_diff(std::vector<float>(out.logits.begin() + static_cast<std::ptrdiff_t>(V), out.logits.end()), b_alone), kChainTol);
+  EXPECT_LE(max_abs_diff(std::vector<float>(out.logits.begin(), out.logits.begin() + static_cast<std::ptrdiff_t>(V)),
+                         a_alone),
+            kChainTol);
+  EXPECT_LE(
+      max_abs_diff(std::vector<float>(out.logits.begin() + static_cast<std::ptrdiff_t>(V), out.logits.end()), b_alone),
+      kChainTol);
 }
 
 TEST(Qwen35State, BadStepsAreRejectedWithoutCorruptingState) {
@@ -151,8 +155,9 @@ TEST_P(SignalledHandOff, WaitsForTheRows) {
   EXPECT_EQ(out.logits, want);  // bit-identical to one stage: the rows were read after they landed
 }
 
-INSTANTIATE_TEST_SUITE_P(Qwen35State, SignalledHandOff, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "HostWaits" : "BackendWaits"; });
+INSTANTIATE_TEST_SUITE_P(Qwen35State, SignalledHandOff, ::testing::Bool(), [](const ::testing::TestParamInfo<bool>& i) {
+  return i.param ? "HostWaits" : "BackendWaits";
+});
 
 }  // namespace
 }  // namespace ds::test

@@ -6,17 +6,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
-#include <cstring>
-#include <functional>
 
 #include "common/error.h"
+#include "common/speculative.h"
 #include "tests/testutil/reference.h"
 #include "tests/worker/model_harness.h"
 #include "tests/worker/spec_harness.h"
-#include "common/speculative.h"
 #include "worker/speculation.h"
 
 namespace ds::test {
@@ -208,8 +208,10 @@ void check_first_token_distribution(const char* what, const std::vector<float>& 
   const ChiSquare c = chi_square(emitted, p, kTrials);
   const double critical = chi_square_critical(c.df, 3.0902);  // z of the upper 0.1 % tail
   const double accept_rate = static_cast<double>(accepted) / kTrials;
-  std::printf("[spec] T=1, %s drafts: total variation(p, q) %.3f, %.1f %% accepted, chi2 %.1f on %.0f df "
-              "(critical %.1f)\n", what, tv, 100.0 * accept_rate, c.statistic, c.df, critical);
+  std::printf(
+      "[spec] T=1, %s drafts: total variation(p, q) %.3f, %.1f %% accepted, chi2 %.1f on %.0f df "
+      "(critical %.1f)\n",
+      what, tv, 100.0 * accept_rate, c.statistic, c.df, critical);
   EXPECT_GT(c.df, 5.0) << what;
   EXPECT_LT(c.statistic, critical) << what;
   EXPECT_GE(accept_rate, min_accept) << what;
@@ -236,7 +238,8 @@ TEST(Speculation, TemperatureOneEmitsTheTargetDistribution) {
   std::vector<int32_t> ids = prompt;
   ids.push_back(y);
   std::vector<float> h((n + 1) * D, 0.0f);
-  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>(n * D), h.begin() + static_cast<std::ptrdiff_t>(D));
+  std::copy(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>(n * D),
+            h.begin() + static_cast<std::ptrdiff_t>(D));
   std::vector<float> mtp;
   m.stage->forward_mtp(1, 0, ids, h.data(), &mtp);
   const std::vector<float> draft_row(mtp.end() - static_cast<std::ptrdiff_t>(V), mtp.end());
@@ -259,7 +262,8 @@ TEST(Speculation, TemperatureOneEmitsTheTargetDistribution) {
   // bring back all of p's mass there. Cut at the median id of the target's top 50.
   std::vector<size_t> order(V);
   std::iota(order.begin(), order.end(), size_t{0});
-  std::partial_sort(order.begin(), order.begin() + 50, order.end(), [&](size_t a, size_t b) { return target[a] > target[b]; });
+  std::partial_sort(order.begin(), order.begin() + 50, order.end(),
+                    [&](size_t a, size_t b) { return target[a] > target[b]; });
   std::vector<size_t> top(order.begin(), order.begin() + 50);
   std::nth_element(top.begin(), top.begin() + 25, top.end());
   std::vector<float> first_ids_only(perturbed);

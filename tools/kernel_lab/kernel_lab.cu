@@ -2,9 +2,10 @@
 // Qwen3.5 9B shapes, against the device's measured ceilings (lab_common.cuh; figures in docs/PERFORMANCE.md).
 //
 //   deltaserve-kernel-lab [--reps N] [--gemm-paths]   (--gemm-paths: only the prefill GEMM paths)
-//   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN f32 vs tensor-core state pass and dequant v1/v2: prefill_ops.cu)
-//   deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order paths)
-//   deltaserve-kernel-lab [--reps N] --gemm-split     (only the small-batch GEMM over split rows vs today's paths)
+//   deltaserve-kernel-lab [--reps N] --prefill-ops    (only GDN f32 vs tensor-core state pass and dequant v1/v2:
+//   prefill_ops.cu) deltaserve-kernel-lab [--reps N] --gemv-split     (only the split-rows GEMV vs the GGUF-order
+//   paths) deltaserve-kernel-lab [--reps N] --gemm-split     (only the small-batch GEMM over split rows vs today's
+//   paths)
 //
 // Method (METHOD.md): random inputs (never zeros), one warm-up launch, then N timed launches
 // between CUDA events, median reported; weights rotate over enough copies that the set exceeds
@@ -24,12 +25,12 @@
 #include "common/q8_split.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/conv1d.h"
 #include "kernels/cuda/conv_l2_decode.h"
 #include "kernels/cuda/gdn.h"
 #include "kernels/cuda/gdn_chunked.h"
 #include "kernels/cuda/logit_digest.h"
-#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/norm.h"
@@ -50,9 +51,9 @@ void gemm_paths(int reps) {
     const char* name;
     size_t rows, cols;
   };
-  const PathShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096},       {"ffn_down 4096x12288", 4096, 12288},
-                              {"qkv/attn_q 8192x4096", 8192, 4096},     {"gate/out/o 4096x4096", 4096, 4096},
-                              {"attn_k/v 1024x4096", 1024, 4096},       {"lm_head 248320x4096", 248320, 4096}};
+  const PathShape shapes[] = {{"ffn_up 12288x4096", 12288, 4096},   {"ffn_down 4096x12288", 4096, 12288},
+                              {"qkv/attn_q 8192x4096", 8192, 4096}, {"gate/out/o 4096x4096", 4096, 4096},
+                              {"attn_k/v 1024x4096", 1024, 4096},   {"lm_head 248320x4096", 248320, 4096}};
   using ds::cuda::TcGemmKernel;
   struct Path {
     const char* name;
@@ -100,26 +101,22 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
   // Decode-step matrices as the CUDA backend multiplies them (stacked where it stacks them) and how
   // many times a step reads each: 9B 32 layers (24 GDN, 8 attention), 27B 64 (48 GDN, 16 attention).
   const std::vector<StepShape> shapes =
-      model == "27b" ? std::vector<StepShape>{{"gate+up 34816x5120", 34816, 5120, 64},
-                                              {"ffn_down 5120x17408", 5120, 17408, 64},
-                                              {"qkv+z+a+b 16528x5120", 16528, 5120, 48},
-                                              {"attn_q 12288x5120", 12288, 5120, 16},
-                                              {"gdn_out/o 5120x6144", 5120, 6144, 64},
-                                              {"attn_k/v 1024x5120", 1024, 5120, 32},
-                                              {"lm_head 248320x5120", 248320, 5120, 1}}
-                     : std::vector<StepShape>{{"gate+up 24576x4096", 24576, 4096, 32},
-                                              {"ffn_down 4096x12288", 4096, 12288, 32},
-                                              {"qkv+z+a+b 12352x4096", 12352, 4096, 24},
-                                              {"attn_q 8192x4096", 8192, 4096, 8},
-                                              {"gdn_out/o 4096x4096", 4096, 4096, 32},
-                                              {"attn_k/v 1024x4096", 1024, 4096, 16},
-                                              {"lm_head 248320x4096", 248320, 4096, 1}};
+      model == "27b"
+          ? std::vector<StepShape>{{"gate+up 34816x5120", 34816, 5120, 64},   {"ffn_down 5120x17408", 5120, 17408, 64},
+                                   {"qkv+z+a+b 16528x5120", 16528, 5120, 48}, {"attn_q 12288x5120", 12288, 5120, 16},
+                                   {"gdn_out/o 5120x6144", 5120, 6144, 64},   {"attn_k/v 1024x5120", 1024, 5120, 32},
+                                   {"lm_head 248320x5120", 248320, 5120, 1}}
+          : std::vector<StepShape>{{"gate+up 24576x4096", 24576, 4096, 32},   {"ffn_down 4096x12288", 4096, 12288, 32},
+                                   {"qkv+z+a+b 12352x4096", 12352, 4096, 24}, {"attn_q 8192x4096", 8192, 4096, 8},
+                                   {"gdn_out/o 4096x4096", 4096, 4096, 32},   {"attn_k/v 1024x4096", 1024, 4096, 16},
+                                   {"lm_head 248320x4096", 248320, 4096, 1}};
   const char* step_name = model == "27b" ? "27B" : "9B";
   const size_t ns[] = {1, 2, 3, 4, 8};
   double cur_step[5] = {}, int_step[5] = {}, float_step[5] = {}, auto_step[5] = {}, mma_step[5] = {}, mma1_step[5] = {};
   double pq_step[5] = {};
   // The tensor-core GEMV in block shape 1 (8 warps, 2 blocks per SM) where it fits, else shape 0.
-  const auto mma_shape1 = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv, size_t rows) {
+  const auto mma_shape1 = [&](const ds::cpu::WeightView& v, const float* xv, size_t cols, size_t n, float* yv,
+                              size_t rows) {
     const ds::cuda::RowSegments out = ds::cuda::RowSegments::whole(yv, rows, rows);
     if (ds::kernel_lab::gemv_q8_split_mma_shape(1, v, xv, nullptr, cols, n, out, nullptr, false) == cudaSuccess) return;
     LAB_CHECK(ds::kernel_lab::gemv_q8_split_mma_shape(0, v, xv, nullptr, cols, n, out, nullptr, false));
@@ -151,20 +148,18 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
       });
       const auto split = [&](int variant) {
         return median_ms(reps, [&](int i) {
-          LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols,
-                                                            n, y, sh.rows, nullptr));
+          LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n,
+                                                          y, sh.rows, nullptr));
         });
       };
       const double int_ms = split(1), float_ms = split(2), mma_ms = split(ds::kernel_lab::kSplitMma);
       const double per = static_cast<double>(sh.per_step);
       mma_step[k] += mma_ms * per;
-      const double mma1_ms = median_ms(reps, [&](int i) {
-        mma_shape1(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows);
-      });
+      const double mma1_ms =
+          median_ms(reps, [&](int i) { mma_shape1(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows); });
       mma1_step[k] += mma1_ms * per;
-      const double pq_ms = median_ms(reps, [&](int i) {
-        mma_pq(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows);
-      });
+      const double pq_ms =
+          median_ms(reps, [&](int i) { mma_pq(w.view(i, ds::GgmlType::Q8_0_SPLIT), x, sh.cols, n, y, sh.rows); });
       pq_step[k] += pq_ms * per;
       cur_step[k] += cur * per;
       int_step[k] += int_ms * per;
@@ -172,24 +167,27 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
       auto_step[k] += (picks_int ? int_ms : float_ms) * per;
       const double bytes = static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows);
       const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
-      std::printf("gemv-split n=%zu %-22s gguf %7.1f us %5.1f%% | int8x3 %7.1f us %5.1f%% | float %7.1f us %5.1f%% | "
-                  "mma %7.1f us %5.1f%% | mma 8x2 %7.1f us %5.1f%% | mma pq %7.1f us | default %s\n",
-                  n, sh.name, cur * 1e3, pct(cur), int_ms * 1e3, pct(int_ms), float_ms * 1e3, pct(float_ms),
-                  mma_ms * 1e3, pct(mma_ms), mma1_ms * 1e3, pct(mma1_ms), pq_ms * 1e3, picks_int ? "int8x3" : "float");
+      std::printf(
+          "gemv-split n=%zu %-22s gguf %7.1f us %5.1f%% | int8x3 %7.1f us %5.1f%% | float %7.1f us %5.1f%% | "
+          "mma %7.1f us %5.1f%% | mma 8x2 %7.1f us %5.1f%% | mma pq %7.1f us | default %s\n",
+          n, sh.name, cur * 1e3, pct(cur), int_ms * 1e3, pct(int_ms), float_ms * 1e3, pct(float_ms), mma_ms * 1e3,
+          pct(mma_ms), mma1_ms * 1e3, pct(mma1_ms), pq_ms * 1e3, picks_int ? "int8x3" : "float");
     }
   }
   for (int k = 0; k < 5; ++k) {
-    std::printf("gemv-split %s step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
-                "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms | "
-                "mma pq %6.3f ms\n",
-                step_name, ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0], mma_step[k],
-                mma_step[k] / mma_step[0], mma1_step[k], pq_step[k]);
+    std::printf(
+        "gemv-split %s step n=%zu (sum of lone launches)  gguf %6.3f ms | int8x3 %6.3f | float %6.3f | "
+        "int8+float %6.3f ms (x%.2f of its n=1) | mma %6.3f ms (x%.2f of its n=1) | mma 8x2 %6.3f ms | "
+        "mma pq %6.3f ms\n",
+        step_name, ns[k], cur_step[k], int_step[k], float_step[k], auto_step[k], auto_step[k] / auto_step[0],
+        mma_step[k], mma_step[k] / mma_step[0], mma1_step[k], pq_step[k]);
   }
   // The same step as one queue of back-to-back launches (no per-launch event floor): what a decode
   // step's GEMVs cost, at the step's weight bytes.
   double step_bytes = 0;
   if (!only.empty()) return;  // the step below needs every shape
-  for (size_t i = 0; i < mats.size(); ++i) step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
+  for (size_t i = 0; i < mats.size(); ++i)
+    step_bytes += double(shapes[i].rows * mats[i]->row_bytes) * shapes[i].per_step;
   for (int k = 0; k < 5; ++k) {
     const size_t n = ns[k];
     constexpr int kGgufOrder = -1, kMmaShape1 = -2, kMmaPq = -3;  // queued()'s other paths besides the split variants
@@ -204,11 +202,11 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
               mma_pq(mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows);
             } else if (variant == kGgufOrder) {
               LAB_CHECK(ds::cuda::matmul(mats[i]->view(copy), x, shapes[i].cols, n, y, shapes[i].rows,
-                                         ds::cuda::MatmulPrecision::kBf16TensorCores,
-                                         ds::cuda::TcGemmOptions{}, nullptr));
+                                         ds::cuda::MatmulPrecision::kBf16TensorCores, ds::cuda::TcGemmOptions{},
+                                         nullptr));
             } else {
-              LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT),
-                                                                x, shapes[i].cols, n, y, shapes[i].rows, nullptr));
+              LAB_CHECK(ds::kernel_lab::gemv_q8_split_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x,
+                                                              shapes[i].cols, n, y, shapes[i].rows, nullptr));
             }
           }
         }
@@ -216,10 +214,11 @@ void gemv_split(int reps, const std::string& only, const std::string& model) {
     };
     const double g = queued(kGgufOrder), d = queued(0), in = queued(1), fl = queued(2);
     const double mm = queued(ds::kernel_lab::kSplitMma), mm1 = queued(kMmaShape1), pq = queued(kMmaPq);
-    std::printf("gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
-                "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
-                step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d, 100 * step_bytes / (d * 1e-3) / kHbm,
-                in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm, mm1, pq);
+    std::printf(
+        "gemv-split %s step n=%zu queued (%.2f GB)  gguf %6.3f ms %5.1f%% | variant 0 %6.3f ms %5.1f%% | int8x3 "
+        "%6.3f | float %6.3f | mma %6.3f ms %5.1f%% | mma 8x2 %6.3f ms | mma pq %6.3f ms\n",
+        step_name, n, step_bytes / 1e9, g, 100 * step_bytes / (g * 1e-3) / kHbm, d,
+        100 * step_bytes / (d * 1e-3) / kHbm, in, fl, mm, 100 * step_bytes / (mm * 1e-3) / kHbm, mm1, pq);
   }
   LAB_CHECK(cudaFree(acts));
   LAB_CHECK(cudaFree(x));
@@ -242,22 +241,21 @@ void decode_step_ops(int reps) {
   std::vector<float> host(4 * V);
   for (size_t n : {size_t{1}, size_t{4}}) {
     for (uint32_t kk : {k, ds::cuda::kDigestMaxCandidates}) {
-      const double ms = median_ms(reps, [&](int) {
-        LAB_CHECK(ds::cuda::logit_digest_rows(logits, n, V, kk, scratch, rows, nullptr));
-      });
+      const double ms = median_ms(
+          reps, [&](int) { LAB_CHECK(ds::cuda::logit_digest_rows(logits, n, V, kk, scratch, rows, nullptr)); });
       std::printf("logit digest %zu row(s) k=%-2u            %10.1f\n", n, kk, ms * 1e3);
     }
     // What the digest replaces: the rows downloaded to pageable host memory (then a host scan).
-    const double ms = median_ms(reps, [&](int) {
-      LAB_CHECK(cudaMemcpy(host.data(), logits, n * V * sizeof(float), cudaMemcpyDeviceToHost));
-    });
+    const double ms = median_ms(
+        reps, [&](int) { LAB_CHECK(cudaMemcpy(host.data(), logits, n * V * sizeof(float), cudaMemcpyDeviceToHost)); });
     std::printf("logits download %zu row(s) (pageable)  %10.1f\n", n, ms * 1e3);
   }
   float* x = device_f32(D, 22);
   float* delta = device_f32(D, 23);
   float* w = device_f32(D, 24, 0.5f, 1.5f);
   float* y = device_f32(D, 25);
-  const double fused = median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::add_rms_norm(x, delta, w, 1e-6f, 1, D, y, nullptr)); });
+  const double fused =
+      median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::add_rms_norm(x, delta, w, 1e-6f, 1, D, y, nullptr)); });
   const double apart = median_ms(reps, [&](int) {
     LAB_CHECK(ds::cuda::add_inplace(x, delta, D, nullptr));
     LAB_CHECK(ds::cuda::rms_norm(x, D, w, 1e-6f, 1, D, y, D, nullptr));
@@ -269,9 +267,8 @@ void decode_step_ops(int reps) {
     float* cw = device_f32(C * Kc, 28);
     float* cs = device_f32((Kc - 1) * C, 29);
     float* cy = device_f32(C, 30);
-    const double one = median_ms(reps, [&](int) {
-      LAB_CHECK(ds::cuda::conv_silu_l2_token(cx, C, cw, Kc, cs, 32, dk, 1e-6f, cy, nullptr));
-    });
+    const double one = median_ms(
+        reps, [&](int) { LAB_CHECK(ds::cuda::conv_silu_l2_token(cx, C, cw, Kc, cs, 32, dk, 1e-6f, cy, nullptr)); });
     const double three = median_ms(reps, [&](int) {
       LAB_CHECK(ds::cuda::causal_conv1d_silu(cx, C, 1, C, cw, Kc, cs, cy, nullptr));
       LAB_CHECK(ds::cuda::l2_norm(cy, dk, 1e-6f, 32, dk, cy, dk, nullptr));
@@ -287,9 +284,8 @@ void decode_step_ops(int reps) {
                           Stack{"ffn gate+up 12288+12288", 12288, 12288}}) {
     const Q8Matrix both(st.a + st.b, D, size_t{256} << 20);
     float* out = device_f32(st.a + st.b, 26);
-    const double one = median_ms(reps, [&](int i) {
-      LAB_CHECK(ds::cuda::matmul(both.view(i), x, D, 1, out, st.a + st.b, nullptr));
-    });
+    const double one =
+        median_ms(reps, [&](int i) { LAB_CHECK(ds::cuda::matmul(both.view(i), x, D, 1, out, st.a + st.b, nullptr)); });
     const double two = median_ms(reps, [&](int i) {
       const ds::cuda::WeightView v = both.view(i);
       ds::cuda::WeightView a = v, b = v;
@@ -309,13 +305,13 @@ void decode_step_ops(int reps) {
 
 int main(int argc, char** argv) {
   int reps = 20;
-  bool only_gemm_paths = false;  // --gemm-paths: just the prefill GEMM comparison (short device runs)
+  bool only_gemm_paths = false;   // --gemm-paths: just the prefill GEMM comparison (short device runs)
   bool only_prefill_ops = false;  // --prefill-ops: just prefill_ops.cu's comparisons
-  bool only_gemv_split = false;  // --gemv-split: just the split-rows GEMV against the GGUF-order paths
-  std::string shape_prefix;      // --shape NAME: only the --gemv-split shapes whose name starts with NAME
-  std::string model = "9b";      // --model 9b|27b: the --gemv-split step's shapes
-  bool only_gemm_split = false;  // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
-  bool only_decode_ops = false;  // --decode-ops: just decode_step_ops (digest, fused norms, stacked GEMVs)
+  bool only_gemv_split = false;   // --gemv-split: just the split-rows GEMV against the GGUF-order paths
+  std::string shape_prefix;       // --shape NAME: only the --gemv-split shapes whose name starts with NAME
+  std::string model = "9b";       // --model 9b|27b: the --gemv-split step's shapes
+  bool only_gemm_split = false;   // --gemm-split: just the small-batch GEMM over split rows vs today's dispatch
+  bool only_decode_ops = false;   // --decode-ops: just decode_step_ops (digest, fused norms, stacked GEMVs)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--gemm-paths") == 0) only_gemm_paths = true;
@@ -360,11 +356,10 @@ int main(int argc, char** argv) {
     const char* name;
     size_t rows, cols, per_token;  // matrices of this shape in one 9B decode step
   };
-  const DecodeShape gemv_shapes[] = {
-      {"ffn_up 12288x4096", 12288, 4096, 64}, {"ffn_down 4096x12288", 4096, 12288, 32},
-      {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
-      {"attn_k/v 1024x4096", 1024, 4096, 16},  {"ssm_alpha/beta 32x4096", 32, 4096, 48},
-      {"lm_head 248320x4096", 248320, 4096, 1}};
+  const DecodeShape gemv_shapes[] = {{"ffn_up 12288x4096", 12288, 4096, 64},   {"ffn_down 4096x12288", 4096, 12288, 32},
+                                     {"qkv/attn_q 8192x4096", 8192, 4096, 32}, {"gate/out/o 4096x4096", 4096, 4096, 56},
+                                     {"attn_k/v 1024x4096", 1024, 4096, 16},   {"ssm_alpha/beta 32x4096", 32, 4096, 48},
+                                     {"lm_head 248320x4096", 248320, 4096, 1}};
   double step_ms[9] = {}, step_bytes = 0;
   for (const DecodeShape& sh : gemv_shapes) {
     const Q8Matrix w(sh.rows, sh.cols, size_t{256} << 20);
@@ -398,7 +393,8 @@ int main(int argc, char** argv) {
         const double ms = median_ms(reps, [&](int i) {
           LAB_CHECK(ds::kernel_lab::gemv_q8_shape(v, w.view(i), x, sh.cols, n, y, sh.rows, nullptr));
         });
-        const double gbs = (static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows)) / (ms * 1e-3) / 1e9;
+        const double gbs =
+            (static_cast<double>(sh.rows * w.row_bytes) + 4.0 * n * (sh.cols + sh.rows)) / (ms * 1e-3) / 1e9;
         std::printf("gemv v%d n=%zu %-23s %10.1f %7.0f GB/s %7.1f%%\n", v, n, sh.name, ms * 1e3, gbs,
                     100 * gbs * 1e9 / kHbm);
       }
@@ -421,7 +417,8 @@ int main(int argc, char** argv) {
     LAB_CHECK(cudaMemcpy(dt, table.data(), n_blocks * sizeof(int32_t), cudaMemcpyHostToDevice));
     const ds::cpu::AttentionShape s{1, kv_len, H, Hkv, d, 2 * H * d, 2 * d, row, H * d};
     const ds::cpu::KvPages kv{kp, vp, dt, bs};
-    const double ms = median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::attention_causal(s, q, kv, 0.0625f, out, nullptr)); });
+    const double ms =
+        median_ms(reps, [&](int) { LAB_CHECK(ds::cuda::attention_causal(s, q, kv, 0.0625f, out, nullptr)); });
     const double gbs = 2.0 * kv_len * row * 4 / (ms * 1e-3) / 1e9;
     std::printf("attn decode kv=%-6zu (1 layer)      %10.1f %7.0f GB/s %7.1f%%\n", kv_len, ms * 1e3, gbs,
                 100 * gbs * 1e9 / kHbm);
@@ -542,16 +539,17 @@ int main(int argc, char** argv) {
       float* x = device_f32(n * sh.cols, 3);
       float* y = device_f32(n * sh.rows, 4);
       gemm_ms += sh.per_step * median_ms(3, [&](int i) {
-        LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows, ds::cuda::MatmulPrecision::kBf16TensorCores,
-                                   nullptr));
-      });
+                   LAB_CHECK(ds::cuda::matmul(w.view(i), x, sh.cols, n, y, sh.rows,
+                                              ds::cuda::MatmulPrecision::kBf16TensorCores, nullptr));
+                 });
       LAB_CHECK(cudaFree(x));
       LAB_CHECK(cudaFree(y));
     }
     const double gdn = 24 * prefill_gdn_ms[ti], attn = 8 * prefill_attn_ms[1][ti];
-    std::printf("prefill step %5zu tok (9B kernels)  gemm %.1f ms, gdn %.1f ms, attention(tc) %.1f ms, sum %.1f ms "
-                "(%.0f tok/s)\n",
-                n, gemm_ms, gdn, attn, gemm_ms + gdn + attn, n / ((gemm_ms + gdn + attn) * 1e-3));
+    std::printf(
+        "prefill step %5zu tok (9B kernels)  gemm %.1f ms, gdn %.1f ms, attention(tc) %.1f ms, sum %.1f ms "
+        "(%.0f tok/s)\n",
+        n, gemm_ms, gdn, attn, gemm_ms + gdn + attn, n / ((gemm_ms + gdn + attn) * 1e-3));
   }
   return 0;
 }

@@ -141,8 +141,10 @@ void dequant_variants(int reps) {
     const char* name;
     size_t rows, cols;
   };
-  const Shape shapes[] = {{"ffn_up 12288x4096", 12288, 4096}, {"ffn_down 4096x12288", 4096, 12288},
-                          {"qkv 8192x4096", 8192, 4096},      {"gate/out 4096x4096", 4096, 4096},
+  const Shape shapes[] = {{"ffn_up 12288x4096", 12288, 4096},
+                          {"ffn_down 4096x12288", 4096, 12288},
+                          {"qkv 8192x4096", 8192, 4096},
+                          {"gate/out 4096x4096", 4096, 4096},
                           {"attn_k/v 1024x4096", 1024, 4096}};
   for (const Shape& sh : shapes) {
     const size_t row_bytes = sh.cols / 32 * 34, bytes = sh.rows * row_bytes;

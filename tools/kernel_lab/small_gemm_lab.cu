@@ -1,7 +1,5 @@
 // deltaserve-kernel-lab --gemm-split: the small-batch GEMM over split rows (batched
 // decode) at the 9B shapes, each matrix alone and a whole step's matrices queued (see kernel_lab.cu).
-#include "tools/kernel_lab/small_gemm_lab.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "tools/kernel_lab/lab_common.cuh"
+#include "tools/kernel_lab/small_gemm_lab.h"
 #include "tools/kernel_lab/variants_lab.h"
 
 using namespace ds::kernel_lab;
@@ -73,14 +72,15 @@ void gemm_split(int reps) {
       const double neu = median_ms(reps, [&](int c) { run(i, c, n, true); });
       const double v1 = median_ms(reps, [&](int c) {
         LAB_CHECK(ds::kernel_lab::gemm_q8_split_small_variant(1, mats[i]->view(c, ds::GgmlType::Q8_0_SPLIT), x,
-                                                                shapes[i].cols, n, y, shapes[i].rows, nullptr, true));
+                                                              shapes[i].cols, n, y, shapes[i].rows, nullptr, true));
       });
       const double bytes = static_cast<double>(shapes[i].rows * mats[i]->row_bytes);
       const auto pct = [&](double ms) { return 100 * bytes / (ms * 1e-3) / kHbm; };
-      std::printf("gemm-split n=%-2zu %-24s cur %8.1f us %5.1f%% | small %8.1f us %5.1f%% | v1 %8.1f us %5.1f%% "
-                  "(%d splits)\n",
-                  n, shapes[i].name, cur * 1e3, pct(cur), neu * 1e3, pct(neu), v1 * 1e3, pct(v1),
-                  ds::cuda::detail::gemm_q8_split_small_splits(shapes[i].rows, shapes[i].cols));
+      std::printf(
+          "gemm-split n=%-2zu %-24s cur %8.1f us %5.1f%% | small %8.1f us %5.1f%% | v1 %8.1f us %5.1f%% "
+          "(%d splits)\n",
+          n, shapes[i].name, cur * 1e3, pct(cur), neu * 1e3, pct(neu), v1 * 1e3, pct(v1),
+          ds::cuda::detail::gemm_q8_split_small_splits(shapes[i].rows, shapes[i].cols));
     }
   }
   for (size_t n : ns) {
@@ -98,17 +98,18 @@ void gemm_split(int reps) {
         int copy = rep * 7;
         for (size_t i = 0; i < mats.size(); ++i) {
           for (size_t j = 0; j < shapes[i].per_step; ++j, ++copy) {
-            LAB_CHECK(ds::kernel_lab::gemm_q8_split_small_variant(
-                variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x, shapes[i].cols, n, y, shapes[i].rows,
-                nullptr, dependent));
+            LAB_CHECK(
+                ds::kernel_lab::gemm_q8_split_small_variant(variant, mats[i]->view(copy, ds::GgmlType::Q8_0_SPLIT), x,
+                                                            shapes[i].cols, n, y, shapes[i].rows, nullptr, dependent));
           }
         }
       });
     };
     const double v0d = queued_variant(0, true), v1 = queued_variant(1, false), v1d = queued_variant(1, true);
-    std::printf("gemm-split 9B step n=%-2zu queued (%.2f GB)  cur %7.3f ms %5.1f%% | small %7.3f ms %5.1f%% "
-                "(%.0f tok/s GEMM-only) | +pdl %7.3f | v1 %7.3f | v1+pdl %7.3f ms\n",
-                n, step_bytes / 1e9, cur, 100 * step_bytes / (cur * 1e-3) / kHbm, neu,
-                100 * step_bytes / (neu * 1e-3) / kHbm, n / (neu * 1e-3), v0d, v1, v1d);
+    std::printf(
+        "gemm-split 9B step n=%-2zu queued (%.2f GB)  cur %7.3f ms %5.1f%% | small %7.3f ms %5.1f%% "
+        "(%.0f tok/s GEMM-only) | +pdl %7.3f | v1 %7.3f | v1+pdl %7.3f ms\n",
+        n, step_bytes / 1e9, cur, 100 * step_bytes / (cur * 1e-3) / kHbm, neu, 100 * step_bytes / (neu * 1e-3) / kHbm,
+        n / (neu * 1e-3), v0d, v1, v1d);
   }
 }

@@ -5,7 +5,9 @@
 namespace ds::kernel_lab {
 namespace {
 
-bool forced(int variant) { return variant == kSplitInt8x3 || variant == kSplitFloat; }
+bool forced(int variant) {
+  return variant == kSplitInt8x3 || variant == kSplitFloat;
+}
 
 int production_variant(int variant) {
   return variant == kSplitMma ? cuda::detail::kGemvSplitMmaVariant : cuda::detail::kGemvSplitDefaultVariant;
@@ -22,10 +24,11 @@ cudaError_t run_forced(int variant, const cpu::WeightView& w, const float* x, co
 
 }  // namespace
 
-cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream, bool pdl) {
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                                  size_t ys, cudaStream_t stream, bool pdl) {
   if (variant < 0 || variant >= kSplitVariants) return cudaErrorInvalidValue;
-  if (forced(variant)) return run_forced(variant, w, x, nullptr, xs, n, cuda::RowSegments::whole(y, w.rows, ys), stream, pdl);
+  if (forced(variant))
+    return run_forced(variant, w, x, nullptr, xs, n, cuda::RowSegments::whole(y, w.rows, ys), stream, pdl);
   return cuda::detail::gemv_q8_split_variant(production_variant(variant), w, x, xs, n, y, ys, stream, pdl);
 }
 

@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "kernels/cpu/matmul.h"  // WeightView (device pointers here)
+#include "kernels/cpu/matmul.h"   // WeightView (device pointers here)
 #include "kernels/cuda/matmul.h"  // RowSegments
 
 namespace ds::kernel_lab {
@@ -19,8 +19,8 @@ namespace ds::kernel_lab {
 // 4: 16 warps, 1 quad, 1 block/SM (80-96 KB of dynamic shared memory; for matrices with few 32-row
 // blocks, not yet measured). 4 and 8 tokens use at most 4 warps. Shapes differ in rounding order only.
 inline constexpr int kGemvQ8Shapes = 5;
-cudaError_t gemv_q8_shape(int shape, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
-                          size_t ys, cudaStream_t stream);
+cudaError_t gemv_q8_shape(int shape, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y, size_t ys,
+                          cudaStream_t stream);
 
 // The split-rows decode GEMV on int8 tensor cores (gemv_q8_split_mma_kernels.cuh) in block shape
 // 0..kSplitMmaShapes-1: 0: 16 warps, one block per SM (production's, matmul_fast.h
@@ -36,8 +36,8 @@ cudaError_t gemv_q8_split_mma_shape(int shape, const cpu::WeightView& w, const f
 // through matmul_fast.h gemv_q8_split_variant), 1 the int8x3 dot and 2 the float dot forced on
 // every shape. Arguments and errors as the production calls'.
 inline constexpr int kSplitVariants = 4, kSplitAuto = 0, kSplitInt8x3 = 1, kSplitFloat = 2, kSplitMma = 3;
-cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
-                                  float* y, size_t ys, cudaStream_t stream, bool pdl = false);
+cudaError_t gemv_q8_split_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n, float* y,
+                                  size_t ys, cudaStream_t stream, bool pdl = false);
 cudaError_t gemv_q8_split_rows_variant(int variant, const cpu::WeightView& w, const float* x, size_t xs, size_t n,
                                        const cuda::RowSegments& out, cudaStream_t stream, bool pdl = false);
 cudaError_t gemv_q8_split_swiglu_variant(int variant, const cpu::WeightView& w, const float* gate, const float* up,

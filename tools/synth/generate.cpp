@@ -41,7 +41,9 @@ float approx_normal(uint64_t r) {
   return (static_cast<float>(sum) - kMean) * kInvStd;
 }
 
-float uniform01(uint64_t r) { return static_cast<float>(r >> 40) * (1.0f / 16777216.0f); }
+float uniform01(uint64_t r) {
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+}
 
 void draw(Init init, uint64_t fan_in, uint64_t& rng, float* out, size_t n) {
   const float mat_std = 1.0f / std::sqrt(static_cast<float>(fan_in));
@@ -49,10 +51,18 @@ void draw(Init init, uint64_t fan_in, uint64_t& rng, float* out, size_t n) {
     const uint64_t r = splitmix64(rng);
     switch (init) {
       case Init::kMatrix:
-      case Init::kConv: out[i] = approx_normal(r) * mat_std; break;
-      case Init::kNorm: out[i] = 1.0f + 0.05f * approx_normal(r); break;
-      case Init::kSsmA: out[i] = -(0.1f + 0.9f * uniform01(r)); break;
-      case Init::kDtBias: out[i] = 0.2f * uniform01(r) - 0.1f; break;
+      case Init::kConv:
+        out[i] = approx_normal(r) * mat_std;
+        break;
+      case Init::kNorm:
+        out[i] = 1.0f + 0.05f * approx_normal(r);
+        break;
+      case Init::kSsmA:
+        out[i] = -(0.1f + 0.9f * uniform01(r));
+        break;
+      case Init::kDtBias:
+        out[i] = 0.2f * uniform01(r) - 0.1f;
+        break;
     }
   }
 }
@@ -91,7 +101,8 @@ void add_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed) {
   const std::string a = "qwen35.";
   w.add_string("general.architecture", "qwen35");
   w.add_string("general.type", "model");
-  w.add_string("general.name", "deltaserve-synth qwen35 " + s.name + " (random weights, seed " + std::to_string(seed) + ")");
+  w.add_string("general.name",
+               "deltaserve-synth qwen35 " + s.name + " (random weights, seed " + std::to_string(seed) + ")");
   w.add_u32("general.file_type", 7);  // mostly Q8_0
   w.add_u32("general.quantization_version", 2);
   w.add_u32(a + "context_length", s.context_length);
@@ -162,7 +173,8 @@ SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, 
   }
   w.open(path);
   const std::vector<WorkItem> items = split_work(w.tensors());
-  const unsigned n_threads = threads > 0 ? static_cast<unsigned>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned n_threads =
+      threads > 0 ? static_cast<unsigned>(threads) : std::max(1u, std::thread::hardware_concurrency());
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;

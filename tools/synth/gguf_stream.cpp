@@ -29,16 +29,21 @@ size_t scalar_bytes(GgufType t) {
   switch (t) {
     case GgufType::UINT8:
     case GgufType::INT8:
-    case GgufType::BOOL: return 1;
+    case GgufType::BOOL:
+      return 1;
     case GgufType::UINT16:
-    case GgufType::INT16: return 2;
+    case GgufType::INT16:
+      return 2;
     case GgufType::UINT32:
     case GgufType::INT32:
-    case GgufType::FLOAT32: return 4;
+    case GgufType::FLOAT32:
+      return 4;
     case GgufType::UINT64:
     case GgufType::INT64:
-    case GgufType::FLOAT64: return 8;
-    default: throw FormatError(std::string("GgufStreamWriter: no scalar size for type ") + gguf_type_name(t));
+    case GgufType::FLOAT64:
+      return 8;
+    default:
+      throw FormatError(std::string("GgufStreamWriter: no scalar size for type ") + gguf_type_name(t));
   }
 }
 
@@ -46,24 +51,51 @@ size_t scalar_bytes(GgufType t) {
 void put_scalar(std::vector<uint8_t>& out, const GgufValue& v) {
   switch (v.type) {
     case GgufType::UINT8:
-    case GgufType::BOOL: put(out, static_cast<uint8_t>(v.u64)); break;
-    case GgufType::INT8: put(out, static_cast<int8_t>(v.i64)); break;
-    case GgufType::UINT16: put(out, static_cast<uint16_t>(v.u64)); break;
-    case GgufType::INT16: put(out, static_cast<int16_t>(v.i64)); break;
-    case GgufType::UINT32: put(out, static_cast<uint32_t>(v.u64)); break;
-    case GgufType::INT32: put(out, static_cast<int32_t>(v.i64)); break;
-    case GgufType::UINT64: put(out, v.u64); break;
-    case GgufType::INT64: put(out, v.i64); break;
-    case GgufType::FLOAT32: put(out, static_cast<float>(v.f64)); break;
-    case GgufType::FLOAT64: put(out, v.f64); break;
-    case GgufType::STRING: put_string(out, v.str); break;
-    default: throw FormatError("GgufStreamWriter: cannot encode a value of type " + v.type_string());
+    case GgufType::BOOL:
+      put(out, static_cast<uint8_t>(v.u64));
+      break;
+    case GgufType::INT8:
+      put(out, static_cast<int8_t>(v.i64));
+      break;
+    case GgufType::UINT16:
+      put(out, static_cast<uint16_t>(v.u64));
+      break;
+    case GgufType::INT16:
+      put(out, static_cast<int16_t>(v.i64));
+      break;
+    case GgufType::UINT32:
+      put(out, static_cast<uint32_t>(v.u64));
+      break;
+    case GgufType::INT32:
+      put(out, static_cast<int32_t>(v.i64));
+      break;
+    case GgufType::UINT64:
+      put(out, v.u64);
+      break;
+    case GgufType::INT64:
+      put(out, v.i64);
+      break;
+    case GgufType::FLOAT32:
+      put(out, static_cast<float>(v.f64));
+      break;
+    case GgufType::FLOAT64:
+      put(out, v.f64);
+      break;
+    case GgufType::STRING:
+      put_string(out, v.str);
+      break;
+    default:
+      throw FormatError("GgufStreamWriter: cannot encode a value of type " + v.type_string());
   }
 }
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 }  // namespace
 

@@ -11,13 +11,13 @@
 namespace ds::synth {
 
 struct SynthShape {
-  std::string name;          // "9b", "tiny", ...
-  uint32_t n_embd = 0;       // D
-  uint32_t n_layer = 0;      // main stack
-  uint32_t n_head = 0;       // H
-  uint32_t n_head_kv = 0;    // Hkv
-  uint32_t head_dim = 0;     // d
-  uint32_t n_rot = 0;        // r
+  std::string name;        // "9b", "tiny", ...
+  uint32_t n_embd = 0;     // D
+  uint32_t n_layer = 0;    // main stack
+  uint32_t n_head = 0;     // H
+  uint32_t n_head_kv = 0;  // Hkv
+  uint32_t head_dim = 0;   // d
+  uint32_t n_rot = 0;      // r
   std::vector<int32_t> rope_sections{11, 11, 10, 0};
   uint32_t n_ff = 0;         // F
   uint32_t n_vocab = 0;      // V
@@ -27,8 +27,8 @@ struct SynthShape {
   uint32_t conv_kernel = 4;  // Kc
   uint32_t attn_interval = 4;
   uint32_t context_length = 262144;
-  bool tied = false;         // no output.weight
-  uint32_t n_nextn = 1;      // MTP blocks
+  bool tied = false;     // no output.weight
+  uint32_t n_nextn = 1;  // MTP blocks
   uint32_t conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state; }
 };
 

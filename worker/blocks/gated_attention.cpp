@@ -10,8 +10,7 @@ namespace {
 // `q_head` floats ([query | gate] with the output gate). A plain decode step of several
 // sequences is one batched call (Backend::attention_decode_batch: the same result per sequence,
 // one launch pair on CUDA); anything else goes sequence by sequence.
-void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, const float* q, size_t q_head,
-            float* o) {
+void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, const float* q, size_t q_head, float* o) {
   const size_t H = ctx.cfg.n_head, Hkv = ctx.cfg.n_head_kv, d = ctx.cfg.head_dim, row = Hkv * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const size_t block_size = ctx.cache.kv().block_size();
@@ -20,11 +19,11 @@ void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, co
     std::vector<DecodeAttentionSeq>& seqs = ctx.scratch.decode_seqs;
     seqs.clear();
     for (const SeqSpan& s : spans) {
-      seqs.push_back(DecodeAttentionSeq{size_t{s.start_pos} + 1, s.offset * H * q_head, s.offset * H * d,
-                                        s.seq->table.data()});
+      seqs.push_back(
+          DecodeAttentionSeq{size_t{s.start_pos} + 1, s.offset * H * q_head, s.offset * H * d, s.seq->table.data()});
     }
-    ctx.be.attention_decode_batch(
-        DecodeAttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o, seqs.data(), seqs.size()});
+    ctx.be.attention_decode_batch(DecodeAttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o,
+                                                       seqs.data(), seqs.size()});
     return;
   }
   for (const SeqSpan& s : spans) {

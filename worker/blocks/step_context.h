@@ -21,9 +21,9 @@ namespace ds {
 
 // Host-side scratch the blocks reuse across steps (so the steady state allocates nothing).
 struct BlockScratch {
-  std::vector<GdnSeq> gdn_seqs;                   // every sequence of a step, for the GDN mixer
-  std::vector<uint32_t> slots;                    // ... and their state slots
-  std::vector<DecodeAttentionSeq> decode_seqs;    // every sequence of a decode step, for attention
+  std::vector<GdnSeq> gdn_seqs;                 // every sequence of a step, for the GDN mixer
+  std::vector<uint32_t> slots;                  // ... and their state slots
+  std::vector<DecodeAttentionSeq> decode_seqs;  // every sequence of a decode step, for attention
 };
 
 struct StepContext {
@@ -33,10 +33,10 @@ struct StepContext {
   BlockScratch& scratch;
   const ModelConfig& cfg;
   const std::vector<SeqSpan>& spans;
-  size_t T;                        // token rows of the step
-  const int32_t* positions;        // host [3][T]: rope positions (three streams: M-RoPE)
-  const uint32_t* kv_rows;         // host [T]: the pool row of every token's K/V
-  const BlockTap* tap = nullptr;   // null or empty: no taps
+  size_t T;                       // token rows of the step
+  const int32_t* positions;       // host [3][T]: rope positions (three streams: M-RoPE)
+  const uint32_t* kv_rows;        // host [T]: the pool row of every token's K/V
+  const BlockTap* tap = nullptr;  // null or empty: no taps
 };
 
 // Hands `rows` (device, [T, width]) to the tap under "blk.<layer>.<what>".

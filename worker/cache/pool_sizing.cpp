@@ -20,7 +20,9 @@ uint64_t mul_sat(uint64_t a, uint64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? kMax : r;
 }
 
-uint64_t add_sat(uint64_t a, uint64_t b) { return a > kMax - b ? kMax : a + b; }
+uint64_t add_sat(uint64_t a, uint64_t b) {
+  return a > kMax - b ? kMax : a + b;
+}
 
 // Block ids travel as int32 and pool rows as uint32 (stage_cache.cpp checks the same bound).
 uint32_t max_blocks_for(uint32_t block_size) {
@@ -30,7 +32,8 @@ uint32_t max_blocks_for(uint32_t block_size) {
 std::string describe(const CacheGeometry& g) {
   return std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) + " tokens, " +
          std::to_string(g.max_seqs) + " state slots" +
-         (g.captures_per_slot ? " with " + std::to_string(g.captures_per_slot) + " speculation rollback records each" : "") +
+         (g.captures_per_slot ? " with " + std::to_string(g.captures_per_slot) + " speculation rollback records each"
+                              : "") +
          ", " + std::to_string(g.num_snapshots) + " snapshots";
 }
 

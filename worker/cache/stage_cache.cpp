@@ -75,7 +75,8 @@ void StageCache::check_self_managed_row(const SeqStep& s) const {
     return;
   }
   if (s.start_pos != 0 || s.rewind) {
-    throw ConfigError(who(s) + ": step starts at position " + std::to_string(s.start_pos) + " but the stage holds 0 positions");
+    throw ConfigError(who(s) + ": step starts at position " + std::to_string(s.start_pos) +
+                      " but the stage holds 0 positions");
   }
 }
 

@@ -7,12 +7,11 @@
 //    demand. For tools and tests that run without a scheduler.
 #pragma once
 
-#include "common/stage_types.h"  // CacheShapes
-
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
+#include "common/stage_types.h"  // CacheShapes
 #include "worker/cache/kv_cache.h"
 #include "worker/cache/state_pool.h"
 #include "worker/stage_model.h"
@@ -60,7 +59,7 @@ class StageCache {
   void check_managed_row(const SeqStep& step, const SeqCache& c) const;
   void check_self_managed_row(const SeqStep& step) const;
   void check_continues(const SeqStep& step, const Seq& s) const;  // start_pos vs n_past, rewind
-  void apply_speculation(const SeqStep& step, Seq& s);             // rewind, capture bookkeeping
+  void apply_speculation(const SeqStep& step, Seq& s);            // rewind, capture bookkeeping
   Seq& place_managed(const SeqStep& step, const SeqCache& c);
   Seq& place_self_managed(const SeqStep& step);
   void cover(Seq& s, size_t rows);  // self-managed: blocks up to `rows` positions

@@ -50,7 +50,9 @@ void StatePool::load(uint32_t snapshot, uint32_t slot) {
 
 namespace ds {
 
-void StatePool::reserve_captures(size_t slots) { grow(captures_, slots * kMaxCaptures); }
+void StatePool::reserve_captures(size_t slots) {
+  grow(captures_, slots * kMaxCaptures);
+}
 
 void StatePool::capture_conv(uint32_t slot, uint32_t j, size_t gdn_layer) {
   if (record_ > 0) be_.copy(capture_layer(slot, j, gdn_layer), conv(slot, gdn_layer), conv_);

@@ -52,8 +52,10 @@ class StatePool {
   void capture_conv(uint32_t slot, uint32_t j, size_t gdn_layer);
   void capture_ssm(uint32_t slot, uint32_t j, size_t gdn_layer);
   // Where capture j keeps one layer's recurrent state; capture j + 1's is record_floats() further.
-  float* capture_ssm_at(uint32_t slot, uint32_t j, size_t gdn_layer) { return capture_layer(slot, j, gdn_layer) + conv_; }
-  void restore(uint32_t j, uint32_t slot);                     // slot <- capture j (all layers)
+  float* capture_ssm_at(uint32_t slot, uint32_t j, size_t gdn_layer) {
+    return capture_layer(slot, j, gdn_layer) + conv_;
+  }
+  void restore(uint32_t j, uint32_t slot);  // slot <- capture j (all layers)
 
  private:
   struct Buffer {

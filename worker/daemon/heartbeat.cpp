@@ -19,8 +19,13 @@ uint64_t unix_now_ms() {
 
 HeartbeatThread::HeartbeatThread(ipc::Context& ctx, std::string endpoint, uint32_t rank, uint64_t instance_id,
                                  int period_ms, const WorkerStats& stats)
-    : ctx_(ctx), endpoint_(std::move(endpoint)), rank_(rank), instance_id_(instance_id), period_ms_(period_ms),
-      stats_(stats), thread_([this] { loop(); }) {}
+    : ctx_(ctx),
+      endpoint_(std::move(endpoint)),
+      rank_(rank),
+      instance_id_(instance_id),
+      period_ms_(period_ms),
+      stats_(stats),
+      thread_([this] { loop(); }) {}
 
 HeartbeatThread::~HeartbeatThread() {
   stop_ = true;

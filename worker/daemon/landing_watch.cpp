@@ -12,7 +12,8 @@ constexpr auto kPollPeriod = std::chrono::milliseconds(1);
 }  // namespace
 
 LandingWatch::LandingWatch(std::chrono::milliseconds deadline, std::function<bool(int64_t)> producer_alive)
-    : deadline_(deadline), producer_alive_(producer_alive ? std::move(producer_alive) : process_alive),
+    : deadline_(deadline),
+      producer_alive_(producer_alive ? std::move(producer_alive) : process_alive),
       thread_([this] { loop(); }) {}
 
 LandingWatch::~LandingWatch() {
@@ -54,10 +55,11 @@ void LandingWatch::loop() {
     }
     const bool dead = !producer_alive_(producer_pid_);
     if (dead || std::chrono::steady_clock::now() - armed_at_ > deadline_) {
-      ds::log::error("worker", ds::log::Msg() << "hidden chunk never landed: "
-                                              << (dead ? "the previous stage (pid " + std::to_string(producer_pid_) + ") is gone"
-                                                       : std::string("deadline passed"))
-                                              << "; releasing the wait, the step fails");
+      ds::log::error("worker", ds::log::Msg()
+                                   << "hidden chunk never landed: "
+                                   << (dead ? "the previous stage (pid " + std::to_string(producer_pid_) + ") is gone"
+                                            : std::string("deadline passed"))
+                                   << "; releasing the wait, the step fails");
       forced_ = true;
       ready_.set();
       ready_ = {};

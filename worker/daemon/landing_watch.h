@@ -40,7 +40,7 @@ class LandingWatch {
   std::function<bool(int64_t)> producer_alive_;
   std::mutex mu_;
   std::condition_variable cv_;
-  HostSignal ready_;          // armed when ready_.word != nullptr
+  HostSignal ready_;  // armed when ready_.word != nullptr
   int64_t producer_pid_ = 0;
   std::chrono::steady_clock::time_point armed_at_;
   bool forced_ = false;

@@ -8,7 +8,9 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -36,7 +36,9 @@ void ServiceNotifier::ready(uint32_t first_layer, uint32_t last_layer, int64_t l
 
 // Not READY: systemd keeps the unit "activating" with this status, and the coordinator,
 // which got the reason in Ready, decides what happens next.
-void ServiceNotifier::load_failed(const std::string& why) { notify_status("load failed: " + why); }
+void ServiceNotifier::load_failed(const std::string& why) {
+  notify_status("load failed: " + why);
+}
 
 void ServiceNotifier::tick() {
   if (period_ms_ == 0) return;
@@ -46,6 +48,8 @@ void ServiceNotifier::tick() {
   next_ping_ms_ = now + period_ms_;
 }
 
-void ServiceNotifier::stopping() { notify_stopping(); }
+void ServiceNotifier::stopping() {
+  notify_stopping();
+}
 
 }  // namespace ds

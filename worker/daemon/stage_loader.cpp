@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/gguf.h"          // GgufFile::open, tensors
-#include "common/byte_size.h"     // format_bytes
+#include "common/byte_size.h"  // format_bytes
+#include "common/gguf.h"       // GgufFile::open, tensors
 #include "common/log.h"
-#include "common/model_config.h"  // load_model_config
+#include "common/model_config.h"     // load_model_config
 #include "common/stage_footprint.h"  // stage_reads, stage_weight_bytes
 #include "worker/cache/pool_sizing.h"
 #include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
@@ -89,7 +89,8 @@ uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t 
 // Assign's pool numbers as a sizing request.
 PoolRequest pool_request(const ipc::v1::Assign& a, const ModelConfig& cfg) {
   if (a.cache_sizing() != ipc::v1::CACHE_SIZING_EXACT && a.cache_sizing() != ipc::v1::CACHE_SIZING_FIT_BUDGET) {
-    throw std::runtime_error("unknown cache_sizing " + std::to_string(static_cast<int>(a.cache_sizing())) + " in Assign");
+    throw std::runtime_error("unknown cache_sizing " + std::to_string(static_cast<int>(a.cache_sizing())) +
+                             " in Assign");
   }
   PoolRequest r;
   if (a.block_size() != 0) r.limit.block_size = a.block_size();
@@ -104,8 +105,8 @@ PoolRequest pool_request(const ipc::v1::Assign& a, const ModelConfig& cfg) {
   r.limit.captures_per_slot = a.spec_k() > 0 ? static_cast<uint32_t>(StatePool::kMaxCaptures) : 0;
   r.exact = a.cache_sizing() == ipc::v1::CACHE_SIZING_EXACT;
   const uint64_t context = a.max_context() != 0 ? a.max_context() : cfg.context_length;
-  r.min_blocks = static_cast<uint32_t>(
-      std::min<uint64_t>((context + r.limit.block_size - 1) / r.limit.block_size, UINT32_MAX));
+  r.min_blocks =
+      static_cast<uint32_t>(std::min<uint64_t>((context + r.limit.block_size - 1) / r.limit.block_size, UINT32_MAX));
   return r;
 }
 
@@ -136,8 +137,8 @@ CopyPlan plan_bf16_copy(const WorkerOptions& o, uint64_t copy_bytes, const std::
 // largest part of a restarted worker's time to serve again.
 void log_weights_loaded(const StageRange& range, uint64_t bytes, std::chrono::steady_clock::time_point t0) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::info("worker", log::Msg() << "layers [" << range.first_layer << ", " << range.last_layer << "): "
-                                 << format_bytes(bytes) << " of weights on the device in "
+  log::info("worker", log::Msg() << "layers [" << range.first_layer << ", " << range.last_layer
+                                 << "): " << format_bytes(bytes) << " of weights on the device in "
                                  << static_cast<int64_t>(s * 1000) << " ms");
 }
 #endif

@@ -19,7 +19,9 @@ uint64_t now_us() {
   return static_cast<uint64_t>(duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
 }
 
-uint64_t total_tokens(const v1::StepPlan& plan) { return static_cast<uint64_t>(plan.token_ids_size()); }
+uint64_t total_tokens(const v1::StepPlan& plan) {
+  return static_cast<uint64_t>(plan.token_ids_size());
+}
 
 std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> bytes(v.size() * sizeof(float));
@@ -131,8 +133,10 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uin
     SeqStep s;
     s.seq_id = plan.seq_ids(i);
     s.start_pos = plan.start_positions(i);
-    s.token_ids.assign(plan.token_ids().begin() + tok, plan.token_ids().begin() + tok + static_cast<int>(plan.n_tokens(i)));
-    s.logit_rows.assign(plan.logit_rows().begin() + row, plan.logit_rows().begin() + row + static_cast<int>(plan.n_logit_rows(i)));
+    s.token_ids.assign(plan.token_ids().begin() + tok,
+                       plan.token_ids().begin() + tok + static_cast<int>(plan.n_tokens(i)));
+    s.logit_rows.assign(plan.logit_rows().begin() + row,
+                        plan.logit_rows().begin() + row + static_cast<int>(plan.n_logit_rows(i)));
     tok += static_cast<int>(plan.n_tokens(i));
     row += static_cast<int>(plan.n_logit_rows(i));
     in.seqs.push_back(std::move(s));
@@ -141,7 +145,8 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uin
   if (!model_->is_first()) {
     const uint64_t want = total_tokens(plan) * shape_.n_embd * sizeof(float);
     if (hidden_bytes.size() != want) {
-      throw FormatError("hidden chunk has " + std::to_string(hidden_bytes.size()) + " bytes, expected " + std::to_string(want));
+      throw FormatError("hidden chunk has " + std::to_string(hidden_bytes.size()) + " bytes, expected " +
+                        std::to_string(want));
     }
     if (reinterpret_cast<uintptr_t>(hidden_bytes.data()) % alignof(float) == 0) {
       // Read in place (a page-aligned ring slot or an allocator's buffer): no copy.
@@ -210,12 +215,13 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   pack_result(plan, out, result, &msg.bulk);
   if (plan_speculates(plan)) {
     if (!spec_) spec_ = std::make_unique<SpecDecoder>(*model_, shape_.n_embd, shape_.n_vocab);
-    run_speculation(plan, out, shape_.n_embd, shape_.n_vocab,
-                    [this](uint64_t id) {
-                      const auto it = sampling_.find(id);
-                      return it == sampling_.end() ? SamplingRule{} : it->second.params;
-                    },
-                    spec_.get(), result);
+    run_speculation(
+        plan, out, shape_.n_embd, shape_.n_vocab,
+        [this](uint64_t id) {
+          const auto it = sampling_.find(id);
+          return it == sampling_.end() ? SamplingRule{} : it->second.params;
+        },
+        spec_.get(), result);
   }
   *result->mutable_timings() = timings;
   *result->add_timings() = mine;
@@ -245,11 +251,13 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
   const size_t n_rows = static_cast<size_t>(plan.logit_rows_size());
   const bool digested = !out.digests.empty();  // the model digested on its device
   if (digested && out.digests.size() != n_rows) {
-    throw FormatError("model returned " + std::to_string(out.digests.size()) + " digests for " + std::to_string(n_rows) + " rows");
+    throw FormatError("model returned " + std::to_string(out.digests.size()) + " digests for " +
+                      std::to_string(n_rows) + " rows");
   }
   const size_t n_vocab = digested ? out.digest_n_vocab : n_rows == 0 ? 0 : out.logits.size() / n_rows;
   if (!digested && n_rows != 0 && (n_vocab == 0 || out.logits.size() != n_rows * n_vocab)) {
-    throw FormatError("model returned " + std::to_string(out.logits.size()) + " logits for " + std::to_string(n_rows) + " rows");
+    throw FormatError("model returned " + std::to_string(out.logits.size()) + " logits for " + std::to_string(n_rows) +
+                      " rows");
   }
   result->set_plan_id(plan.plan_id());
   result->set_epoch(plan.epoch());

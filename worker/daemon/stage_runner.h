@@ -28,10 +28,10 @@ struct StageShape {
 
 // What one step produced: the envelope to send on and its bulk bytes.
 struct StageOutputMessage {
-  ipc::v1::Envelope env;        // stage_forward (to the next stage) or step_result (to the coordinator)
-  std::vector<uint8_t> bulk;    // hidden chunk or full logits (empty when the hidden chunk went to
-  bool hidden_in_place = false; // ... the caller's HiddenBuffer: then this is true)
-  bool hidden_deferred = false; // in place, and still landing: the destination's ready signal says when
+  ipc::v1::Envelope env;         // stage_forward (to the next stage) or step_result (to the coordinator)
+  std::vector<uint8_t> bulk;     // hidden chunk or full logits (empty when the hidden chunk went to
+  bool hidden_in_place = false;  // ... the caller's HiddenBuffer: then this is true)
+  bool hidden_deferred = false;  // in place, and still landing: the destination's ready signal says when
 };
 
 // Non-last stage: where the output hidden chunk may go directly (e.g. the next stage's ring slot,
@@ -82,7 +82,7 @@ class StageRunner {
   std::unordered_map<uint64_t, SeqSampling> sampling_;  // last stage only
   std::unordered_map<uint64_t, uint32_t> live_;         // seq id -> positions held
   bool ready_on_host_ = false;
-  std::unique_ptr<SpecDecoder> spec_;                   // last stage, created by the first speculating plan
+  std::unique_ptr<SpecDecoder> spec_;  // last stage, created by the first speculating plan
 };
 
 // Checks the column arrays of a plan against each other. Throws ds::FormatError.

@@ -19,7 +19,8 @@ void check_row(const v1::StepPlan& plan, int i, int first_logit_row) {
   const uint32_t n_draft = plan.n_drafts(i), n_logits = plan.n_logit_rows(i), n_tokens = plan.n_tokens(i);
   if (n_draft >= n_tokens) throw FormatError(who + ": more drafts than its row has tokens after the first");
   if (plan.spec_k(i) > kMaxSpecK) throw FormatError(who + ": spec_k above " + std::to_string(kMaxSpecK));
-  if (n_draft > 0 && n_logits != n_draft + 1) throw FormatError(who + ": a row with drafts needs logits on each verify row");
+  if (n_draft > 0 && n_logits != n_draft + 1)
+    throw FormatError(who + ": a row with drafts needs logits on each verify row");
   const bool logits = row_speculates(plan, i) && n_logits > 0;
   for (uint32_t j = 0; logits && j < n_logits; ++j) {
     if (plan.logit_rows(first_logit_row + static_cast<int>(j)) != n_tokens - n_logits + j) {
@@ -35,7 +36,9 @@ void check_row(const v1::StepPlan& plan, int i, int first_logit_row) {
 
 }  // namespace
 
-bool plan_speculates(const v1::StepPlan& plan) { return plan.n_drafts_size() != 0; }
+bool plan_speculates(const v1::StepPlan& plan) {
+  return plan.n_drafts_size() != 0;
+}
 
 bool row_speculates(const v1::StepPlan& plan, int i) {
   return plan.n_drafts_size() != 0 && (plan.n_drafts(i) > 0 || plan.spec_k(i) > 0);
@@ -94,8 +97,10 @@ void run_speculation(const v1::StepPlan& plan, const StepOutput& out, size_t n_e
       r.rule = rule_of(r.seq_id);
       if (n_logits > 0) {
         // Digested on the device (greedy rows only, StageRunner::digest_requests) or full logits.
-        if (out.digests.empty()) r.target_logits = out.logits.data() + static_cast<size_t>(logit_row) * n_vocab;
-        else r.target_digests = out.digests.data() + logit_row;
+        if (out.digests.empty())
+          r.target_logits = out.logits.data() + static_cast<size_t>(logit_row) * n_vocab;
+        else
+          r.target_digests = out.digests.data() + logit_row;
         r.spec_k = plan.spec_k(i);
         const auto first = plan.spec_random_u().begin() + u;
         r.u_accept.assign(first, first + r.n_draft);
@@ -114,8 +119,8 @@ void run_speculation(const v1::StepPlan& plan, const StepOutput& out, size_t n_e
             continue;
           }
           result->set_tokens(row, t);
-          result->set_token_logprobs(row, static_cast<float>(r.target_logits[j * n_vocab + static_cast<size_t>(t)] -
-                                                             result->logsumexp(row)));
+          result->set_token_logprobs(
+              row, static_cast<float>(r.target_logits[j * n_vocab + static_cast<size_t>(t)] - result->logsumexp(row)));
         }
         result->add_spec_seq_ids(r.seq_id);
         result->add_spec_accepted(o.accepted);

@@ -1,8 +1,5 @@
 // Worker event loop (see worker_daemon.h).
 #include "worker/daemon/worker_daemon.h"
-#include "worker/daemon/pinned_ring.h"
-#include "common/byte_size.h"
-#include "common/log.h"
 
 #include <unistd.h>
 
@@ -10,12 +7,16 @@
 #include <iostream>
 #include <random>
 
+#include "common/byte_size.h"
+#include "common/log.h"
+#include "worker/daemon/pinned_ring.h"
+
 namespace ds {
 namespace v1 = ipc::v1;
 namespace {
 
-constexpr int kHelloRetryMs = 1000;  // Hello is repeated until Assign arrives
-constexpr int kPollMs = 50;          // bounds the reaction time to a stop request
+constexpr int kHelloRetryMs = 1000;                // Hello is repeated until Assign arrives
+constexpr int kPollMs = 50;                        // bounds the reaction time to a stop request
 constexpr int64_t kBusyPollAfterTrafficMs = 1000;  // busy polling only within this long of a message
 
 uint64_t random_instance_id() {
@@ -34,9 +35,9 @@ void report_pools(const LoadedStage& loaded, v1::Ready* ready) {
   ready->set_cache_bytes(loaded.pools.bytes);
   ready->set_cache_budget_bytes(loaded.pool_budget_bytes);
   ds::log::info("worker", ds::log::Msg() << "pools: " << g.num_blocks << " KV blocks of " << g.block_size << " tokens, "
-                                         << g.max_seqs << " state slots, " << g.num_snapshots << " snapshots = "
-                                         << format_bytes(loaded.pools.bytes) << " of a " << format_bytes(loaded.pool_budget_bytes)
-                                         << " budget");
+                                         << g.max_seqs << " state slots, " << g.num_snapshots
+                                         << " snapshots = " << format_bytes(loaded.pools.bytes) << " of a "
+                                         << format_bytes(loaded.pool_budget_bytes) << " budget");
 }
 
 // Flags this stage's timing (the last one) as fed through a shared-memory ring.
@@ -49,8 +50,11 @@ void mark_shm_input(v1::Envelope* env) {
 }  // namespace
 
 WorkerDaemon::WorkerDaemon(WorkerOptions options, StageLoader loader)
-    : options_(std::move(options)), loader_(std::move(loader)), instance_id_(random_instance_id()),
-      busy_poll_us_(busy_poll_window_us(options_)), hidden_in_(pinned_ring_hooks(options_)) {
+    : options_(std::move(options)),
+      loader_(std::move(loader)),
+      instance_id_(random_instance_id()),
+      busy_poll_us_(busy_poll_window_us(options_)),
+      hidden_in_(pinned_ring_hooks(options_)) {
   control_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kDealer, options_.coordinator);
   heartbeat_ = std::make_unique<HeartbeatThread>(ctx_, options_.coordinator, options_.rank, instance_id_,
                                                  options_.heartbeat_ms, stats_);
@@ -133,13 +137,19 @@ bool WorkerDaemon::drain(ipc::ZmqChannel& channel, bool is_data) {
 void WorkerDaemon::on_control(const ipc::Received& msg) {
   const v1::Envelope& env = msg.env;
   switch (env.body_case()) {
-    case v1::Envelope::kAssign: handle_assign(env.assign()); break;
-    case v1::Envelope::kDropSequences: handle_drop(env.drop_sequences()); break;
+    case v1::Envelope::kAssign:
+      handle_assign(env.assign());
+      break;
+    case v1::Envelope::kDropSequences:
+      handle_drop(env.drop_sequences());
+      break;
     case v1::Envelope::kShutdown:
       ds::log::info("worker", ds::log::Msg() << "shutdown: " << env.shutdown().reason());
       shutdown_ = true;
       break;
-    case v1::Envelope::kStepPlan: handle_step(env.step_plan(), msg.bulk, {}); break;
+    case v1::Envelope::kStepPlan:
+      handle_step(env.step_plan(), msg.bulk, {});
+      break;
     default:
       ds::log::warn("worker", ds::log::Msg() << "ignored unexpected control message " << ipc::body_name(env));
   }
@@ -190,7 +200,8 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   try {
     if (assign.rank() != options_.rank) throw std::runtime_error("Assign for rank " + std::to_string(assign.rank()));
     if (!backend_available(options_.backend)) {
-      throw std::runtime_error("the " + options_.backend + " backend is not available in this build or on this machine");
+      throw std::runtime_error("the " + options_.backend +
+                               " backend is not available in this build or on this machine");
     }
     const int threads = assign.n_threads() != 0 ? static_cast<int>(assign.n_threads()) : options_.threads;
     LoadedStage loaded = loader_(assign, options_, threads);
@@ -200,7 +211,8 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
       throw std::runtime_error("slice needs " + std::to_string(loaded.weight_bytes) + " bytes of weights, budget is " +
                                std::to_string(assign.memory_budget_bytes()));
     }
-    if (!assign.is_first()) data_in_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPull, assign.data_bind_endpoint());
+    if (!assign.is_first())
+      data_in_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPull, assign.data_bind_endpoint());
     if (!assign.is_last()) {
       data_out_ = std::make_unique<ipc::ZmqChannel>(ctx_, ipc::SocketRole::kPush, assign.next_stage_endpoint());
       hidden_out_ = make_hidden_sender(assign.next_stage_endpoint());
@@ -221,8 +233,9 @@ void WorkerDaemon::handle_assign(const v1::Assign& assign) {
   ready->set_load_ms(static_cast<uint32_t>(ms.count()));
   assign_ = assign;  // also after a failure: the coordinator decides what happens next
   epoch_ = assign.epoch();
-  ds::log::info("worker", ds::log::Msg() << "layers [" << assign.first_layer() << ", " << assign.last_layer()
-            << ") " << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in " << ms.count() << " ms");
+  ds::log::info("worker", ds::log::Msg() << "layers [" << assign.first_layer() << ", " << assign.last_layer() << ") "
+                                         << (ready->ok() ? "ready" : "failed: " + ready->error()) << " in "
+                                         << ms.count() << " ms");
   send_to_coordinator(reply);
   if (ready->ok()) {
     notifier_.ready(assign.first_layer(), assign.last_layer(), ms.count());
@@ -237,7 +250,8 @@ std::unique_ptr<ipc::HiddenSender> WorkerDaemon::make_hidden_sender(const std::s
   ipc::HiddenTransport mode = ipc::HiddenTransport::kAuto;
   ipc::parse_hidden_transport(options_.hidden_transport, &mode);
   const bool ring = ipc::uses_shm_ring(mode, next_endpoint);
-  ds::log::info("worker", ds::log::Msg() << "hidden states to the next stage: " << (ring ? "shared-memory ring" : "inline"));
+  ds::log::info("worker",
+                ds::log::Msg() << "hidden states to the next stage: " << (ring ? "shared-memory ring" : "inline"));
   // Pinned on a CUDA worker, so the device-to-host copy of a chunk lands in the slot at full speed.
   return std::make_unique<ipc::HiddenSender>(*data_out_, ring ? ipc::shm_ring_name(next_endpoint) : std::string(),
                                              ipc::HiddenRingOptions{}, instance_id_, pinned_ring_hooks(options_));
@@ -299,7 +313,8 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
     StageOutputMessage out = runner_->run(plan, hidden, timings, in_place, landing ? landing->ready : HostSignal{});
     // run() returned after its device consumed the input (this stage's output is in place):
     // had the watch to release the wait, the input was never written.
-    if (landing && landing_watch_->disarm()) throw std::runtime_error("the previous stage died before its hidden states landed");
+    if (landing && landing_watch_->disarm())
+      throw std::runtime_error("the previous stage died before its hidden states landed");
     // The forward has consumed its input (uploaded it, on CUDA): the slot goes back now, and
     // the output is only trusted when the slot still held our chunk throughout.
     if (!finish_input()) throw std::runtime_error("input ring slot was overwritten while being read");

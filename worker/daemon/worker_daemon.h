@@ -15,8 +15,8 @@
 #include "common/ipc/hidden_transport.h"
 #include "worker/cache/pool_sizing.h"
 #include "worker/daemon/heartbeat.h"
-#include "worker/daemon/service_notifier.h"
 #include "worker/daemon/landing_watch.h"
+#include "worker/daemon/service_notifier.h"
 #include "worker/daemon/stage_runner.h"
 #include "worker/daemon/worker_options.h"
 
@@ -25,15 +25,16 @@ namespace ds {
 // What loading an Assign's slice produced.
 struct LoadedStage {
   std::unique_ptr<StageModel> model;
-  StageShape shape;               // n_embd, n_vocab (rank is filled by the daemon)
-  uint64_t weight_bytes = 0;      // weights of the slice
-  PoolSizing pools;               // the pools allocated at load (num_blocks 0: self-managed, they grow)
-  uint64_t pool_budget_bytes = 0; // the memory budget the pools were sized against (0: not sized)
+  StageShape shape;                // n_embd, n_vocab (rank is filled by the daemon)
+  uint64_t weight_bytes = 0;       // weights of the slice
+  PoolSizing pools;                // the pools allocated at load (num_blocks 0: self-managed, they grow)
+  uint64_t pool_budget_bytes = 0;  // the memory budget the pools were sized against (0: not sized)
 };
 
 // Loads the stage an Assign names, sizing its pools (Assign.cache_sizing). Throws
 // std::exception with the reason when it cannot (including pools that do not fit).
-using StageLoader = std::function<LoadedStage(const ipc::v1::Assign& assign, const WorkerOptions& options, int n_threads)>;
+using StageLoader =
+    std::function<LoadedStage(const ipc::v1::Assign& assign, const WorkerOptions& options, int n_threads)>;
 
 // The production loader: mmaps the GGUF and loads the slice on the worker's backend (CPU, or
 // CUDA when built with it). Pool budget: --memory-budget (cpu default min(4 GiB, RAM/4)); on
@@ -81,13 +82,13 @@ class WorkerDaemon {
   StageLoader loader_;
   uint64_t instance_id_ = 0;
   uint64_t epoch_ = 0;
-  int busy_poll_us_ = 0;           // busy_poll_window_us(options_)
+  int busy_poll_us_ = 0;                // busy_poll_window_us(options_)
   int64_t last_message_ms_ = -1000000;  // steady clock of the last message handled
   bool shutdown_ = false;
   ipc::Context ctx_;
   std::unique_ptr<ipc::ZmqChannel> control_;
-  std::unique_ptr<ipc::ZmqChannel> data_in_;   // stages after the first
-  std::unique_ptr<ipc::ZmqChannel> data_out_;  // stages before the last
+  std::unique_ptr<ipc::ZmqChannel> data_in_;       // stages after the first
+  std::unique_ptr<ipc::ZmqChannel> data_out_;      // stages before the last
   std::unique_ptr<ipc::HiddenSender> hidden_out_;  // over data_out_: shm ring (same host) or inline
   ipc::HiddenReceiver hidden_in_;                  // resolves data_in_'s chunks (ring slot or inline)
   std::unique_ptr<LandingWatch> landing_watch_;    // made by the first chunk that lands later

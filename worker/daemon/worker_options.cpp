@@ -43,7 +43,8 @@ std::string local_hostname() {
 }
 
 // A string option that takes one of `allowed`.
-OptionSpec choice(const std::string& name, std::string* field, std::vector<std::string> allowed, const std::string& help) {
+OptionSpec choice(const std::string& name, std::string* field, std::vector<std::string> allowed,
+                  const std::string& help) {
   std::string value_name;
   for (const std::string& a : allowed) value_name += (value_name.empty() ? "" : "|") + a;
   return {name, value_name, help,
@@ -60,10 +61,14 @@ OptionTable worker_table(WorkerOptions* o) {
       {"rank", "R", "pipeline stage index, 0-based (required)",
        [o](const std::string& v) { return parse_number(v, &o->rank); }, [o] { return shown(o->rank); }, "-"},
       {"coordinator", "ENDPOINT", "coordinator control endpoint, ipc://PATH or tcp://HOST:PORT (required)",
-       [o](const std::string& v) { o->coordinator = v; return !v.empty(); }, [o] { return o->coordinator; }, "-"},
+       [o](const std::string& v) {
+         o->coordinator = v;
+         return !v.empty();
+       },
+       [o] { return o->coordinator; }, "-"},
       choice("backend", &o->backend, {"cpu", "cuda"}, "compute backend"),
-      {"device", "N", "GPU index for the cuda backend", [o](const std::string& v) { return parse_number(v, &o->device); },
-       [o] { return shown(o->device); }},
+      {"device", "N", "GPU index for the cuda backend",
+       [o](const std::string& v) { return parse_number(v, &o->device); }, [o] { return shown(o->device); }},
       {"threads", "T", "compute threads (Assign.n_threads overrides when non-zero)",
        [o](const std::string& v) { return parse_number(v, &o->threads) && o->threads >= 1; },
        [o] { return shown(o->threads); }},
@@ -71,8 +76,11 @@ OptionTable worker_table(WorkerOptions* o) {
        [o](const std::string& v) { return parse_number(v, &o->heartbeat_ms) && o->heartbeat_ms >= 10; },
        [o] { return shown(o->heartbeat_ms); }},
       {"hostname", "HOST", "host other stages reach this worker at (tcp data endpoints)",
-       [o](const std::string& v) { o->hostname = v; return !v.empty(); }, [o] { return o->hostname; },
-       "gethostname()"},
+       [o](const std::string& v) {
+         o->hostname = v;
+         return !v.empty();
+       },
+       [o] { return o->hostname; }, "gethostname()"},
       {"gpu-memory-fraction", "F", "cuda: share of the GPU memory for weights + KV/state pools, in (0, 1]",
        [o](const std::string& v) {
          return parse_number(v, &o->gpu_memory_fraction) && o->gpu_memory_fraction > 0 && o->gpu_memory_fraction <= 1;

@@ -9,13 +9,13 @@
 namespace ds {
 
 struct WorkerOptions {
-  std::string coordinator;        // control endpoint of the coordinator (ipc://... or tcp://...)
-  uint32_t rank = 0;              // pipeline position this worker serves
-  std::string backend = "cpu";    // "cpu" or "cuda"
-  int device = -1;                // GPU index (cuda); -1 on cpu
-  int threads = 1;                // compute threads (Assign.n_threads overrides when non-zero)
-  int heartbeat_ms = 200;         // heartbeat period
-  std::string hostname;           // advertised host for tcp data endpoints (default: gethostname)
+  std::string coordinator;           // control endpoint of the coordinator (ipc://... or tcp://...)
+  uint32_t rank = 0;                 // pipeline position this worker serves
+  std::string backend = "cpu";       // "cpu" or "cuda"
+  int device = -1;                   // GPU index (cuda); -1 on cpu
+  int threads = 1;                   // compute threads (Assign.n_threads overrides when non-zero)
+  int heartbeat_ms = 200;            // heartbeat period
+  std::string hostname;              // advertised host for tcp data endpoints (default: gethostname)
   double gpu_memory_fraction = 0.9;  // cuda: share of the GPU's memory weights + caches may use
   // cuda: device memory left free for the model's step workspace (activations, logits) and
   // small control buffers, which grow with the step size after the pools are allocated.
@@ -23,7 +23,7 @@ struct WorkerOptions {
   // The most bytes the KV / GDN state pools may take. 0 = the default: on cpu a quarter of
   // physical RAM, at most 4 GiB (default_cpu_pool_budget); on cuda no cap beyond the GPU budget.
   uint64_t memory_budget_bytes = 0;
-  std::string log_format = "text";   // text | json (see common/log.h)
+  std::string log_format = "text";  // text | json (see common/log.h)
   // Hidden states to the next stage: "auto" = a shared-memory ring when it is on this host
   // (ipc:// data endpoint), inline in the ZeroMQ message otherwise; "inline" = always inline.
   std::string hidden_transport = "auto";

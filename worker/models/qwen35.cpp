@@ -1,12 +1,14 @@
 // Qwen3.5 / Qwen3.6 dense hybrid (GGUF arch `qwen35`): one pipeline stage, its hyper-parameters
-// and tensors, and a forward that is a list of blocks (worker/blocks/). Formulas: qwen35-model-spec.md §4 (gated attention),
-// §5 (Gated DeltaNet), §6 (block, FFN, head), §7 (MTP).
+// and tensors, and a forward that is a list of blocks (worker/blocks/). Formulas: qwen35-model-spec.md §4 (gated
+// attention), §5 (Gated DeltaNet), §6 (block, FFN, head), §7 (MTP).
 //
 // A step processes a batch of sequences with different lengths and start positions; token
 // rows of all sequences are concatenated so the projections run as one matmul, while conv,
 // recurrence and attention run per sequence over that sequence's state. State lives in pools
 // (worker/cache): GDN layers use the sequence's state slot, attention layers read and write
 // K/V through its block table.
+#include "worker/models/qwen35.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,13 +21,12 @@
 #include "common/model_config.h"
 #include "common/stage_footprint.h"
 #include "worker/backend.h"
-#include "worker/cache/stage_cache.h"
 #include "worker/blocks/gated_attention.h"
 #include "worker/blocks/gated_delta_net.h"
 #include "worker/blocks/spans.h"
 #include "worker/blocks/swiglu_ffn.h"
 #include "worker/blocks/workspace.h"
-#include "worker/models/qwen35.h"
+#include "worker/cache/stage_cache.h"
 #include "worker/stage_model.h"
 #include "worker/stage_transport.h"
 
@@ -112,8 +113,8 @@ class Qwen35Stage final : public StageModel {
   std::vector<size_t> cache_index_;
   size_t mtp_pool_ = 0;
   std::unique_ptr<StageCache> cache_;  // after be_: released before the backend goes
-  std::vector<int32_t> positions_;  // host [3][T]
-  std::vector<uint32_t> kv_rows_;   // host [T]: pool row of every token of the step
+  std::vector<int32_t> positions_;     // host [3][T]
+  std::vector<uint32_t> kv_rows_;      // host [T]: pool row of every token of the step
   BlockScratch block_scratch_;
   std::vector<std::vector<float>> layer_hidden_;
   StageTransport transport_;
@@ -149,14 +150,24 @@ LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
     lw.attn.o = w(p + "attn_output.weight");
     lw.attn.q_norm = f(p + "attn_q_norm.weight");
     lw.attn.k_norm = f(p + "attn_k_norm.weight");
-    lw.attn.qkv = stacked({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
-                          {&lw.attn.q, &lw.attn.k, &lw.attn.v});
+    lw.attn.qkv =
+        stacked({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {&lw.attn.q, &lw.attn.k, &lw.attn.v});
   } else {
-    lw.gdn = {{}, {}, {}, {}, w(p + "ssm_out.weight"), f(p + "ssm_conv1d.weight"),
-              f(p + "ssm_dt.bias"), f(p + "ssm_a"), f(p + "ssm_norm.weight"), {}, {}, {}};
-    lw.gdn.in_proj = stacked({p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_alpha.weight",
-                              p + "ssm_beta.weight"},
-                             {&lw.gdn.qkv, &lw.gdn.gate, &lw.gdn.alpha, &lw.gdn.beta});
+    lw.gdn = {{},
+              {},
+              {},
+              {},
+              w(p + "ssm_out.weight"),
+              f(p + "ssm_conv1d.weight"),
+              f(p + "ssm_dt.bias"),
+              f(p + "ssm_a"),
+              f(p + "ssm_norm.weight"),
+              {},
+              {},
+              {}};
+    lw.gdn.in_proj =
+        stacked({p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_alpha.weight", p + "ssm_beta.weight"},
+                {&lw.gdn.qkv, &lw.gdn.gate, &lw.gdn.alpha, &lw.gdn.beta});
     if (lw.gdn.in_proj.data != nullptr) {
       const size_t n_qkv_gate = lw.gdn.qkv.rows + lw.gdn.gate.rows;
       lw.gdn.qkv_gate = row_range(lw.gdn.in_proj, 0, n_qkv_gate);
@@ -178,7 +189,8 @@ void Qwen35Stage::bind_weights() {
                       " layers");
   }
   if (is_first() || (is_last() && cfg_.tied_embeddings)) token_embd_ = w("token_embd.weight");
-  for (uint32_t il = range_.first_layer; il < range_.last_layer; ++il) layers_.push_back(bind_layer(il, cfg_.layer_kinds[il]));
+  for (uint32_t il = range_.first_layer; il < range_.last_layer; ++il)
+    layers_.push_back(bind_layer(il, cfg_.layer_kinds[il]));
   if (!is_last()) return;
   output_norm_ = f("output_norm.weight");
   output_ = cfg_.tied_embeddings ? token_embd_ : w("output.weight");
@@ -187,12 +199,13 @@ void Qwen35Stage::bind_weights() {
   const std::string p = "blk." + std::to_string(cfg_.mtp_block()) + ".";
   mtp_.enorm = f(p + "nextn.enorm.weight");
   mtp_.hnorm = f(p + "nextn.hnorm.weight");
-  mtp_.head_norm = gguf_->find_tensor(p + "nextn.shared_head_norm.weight") ? f(p + "nextn.shared_head_norm.weight")
-                                                                           : output_norm_;
+  mtp_.head_norm =
+      gguf_->find_tensor(p + "nextn.shared_head_norm.weight") ? f(p + "nextn.shared_head_norm.weight") : output_norm_;
   mtp_.eh_proj = w(p + "nextn.eh_proj.weight");
-  mtp_.embed = gguf_->find_tensor(p + "nextn.embed_tokens.weight") ? w(p + "nextn.embed_tokens.weight")
-                                                                   : w("token_embd.weight");
-  mtp_.head = gguf_->find_tensor(p + "nextn.shared_head_head.weight") ? w(p + "nextn.shared_head_head.weight") : output_;
+  mtp_.embed =
+      gguf_->find_tensor(p + "nextn.embed_tokens.weight") ? w(p + "nextn.embed_tokens.weight") : w("token_embd.weight");
+  mtp_.head =
+      gguf_->find_tensor(p + "nextn.shared_head_head.weight") ? w(p + "nextn.shared_head_head.weight") : output_;
   mtp_.block = bind_layer(cfg_.mtp_block(), LayerKind::kFullAttention);
 }
 
@@ -224,7 +237,8 @@ void Qwen35Stage::check_batch(const StepInput& in) const {
       if (in.seqs[j].seq_id == s.seq_id) throw ConfigError(who + " appears twice in one step");
     }
     for (int32_t id : s.token_ids) {
-      if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab) throw ConfigError(who + ": token id " + std::to_string(id) + " out of range");
+      if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab)
+        throw ConfigError(who + ": token id " + std::to_string(id) + " out of range");
     }
     for (uint32_t r : s.logit_rows) {
       if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
@@ -268,8 +282,8 @@ void Qwen35Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
 // ---- layers ----------------------------------------------------------------------------------------
 
 StepContext Qwen35Stage::context(const std::vector<SeqSpan>& spans, size_t T) {
-  return StepContext{*be_, ws_, *cache_, block_scratch_, cfg_, spans, T, positions_.data(), kv_rows_.data(),
-                     opt_.tap ? &opt_.tap : nullptr};
+  return StepContext{*be_,  ws_, *cache_,           block_scratch_,  cfg_,
+                     spans, T,   positions_.data(), kv_rows_.data(), opt_.tap ? &opt_.tap : nullptr};
 }
 
 // One decoder block: h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)). Each residual add runs in one
@@ -300,8 +314,8 @@ void Qwen35Stage::run_layer(const StepContext& ctx, const LayerWeights& lw, uint
 // With `digest_rows` (one per row) the backend may digest the logits where they are: then
 // `digests` is filled and `logits` left empty; otherwise the logits come back as usual.
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
-                          std::vector<float>* logits, std::vector<float>* normed_out,
-                          const DigestRequest* digest_rows, std::vector<LogitDigest>* digests) {
+                          std::vector<float>* logits, std::vector<float>* normed_out, const DigestRequest* digest_rows,
+                          std::vector<LogitDigest>* digests) {
   const size_t D = cfg_.n_embd, V = head.rows;
   float* normed = ws_.get(Slot::kHeadNorm, n_rows * D);
   float* out = ws_.get(Slot::kLogits, n_rows * V);
@@ -395,7 +409,8 @@ bool Qwen35Stage::forward_mtp_last(uint64_t seq_id, uint32_t start_pos, const st
   // A draft among the first draft_vocab ids reads only those rows of the head (rows are
   // contiguous in every layout, split rows included); verification keeps the output exact.
   const size_t V = mtp_.head.rows;
-  const WeightView head = opt_.draft_vocab > 0 && opt_.draft_vocab < V ? row_range(mtp_.head, 0, opt_.draft_vocab) : mtp_.head;
+  const WeightView head =
+      opt_.draft_vocab > 0 && opt_.draft_vocab < V ? row_range(mtp_.head, 0, opt_.draft_vocab) : mtp_.head;
   lm_head(last, 1, mtp_.head_norm, head, last_logits, last_hidden, digest, digest ? &digests : nullptr);
   if (digests.empty()) return false;
   *last_digest = std::move(digests[0]);

@@ -88,8 +88,8 @@ TEST(ServeOptions, PrefillPrecisionFromFlagEnvironmentAndConfigFile) {
 
   // All three layers set it: the flag wins.
   ServeOptions all;
-  ASSERT_TRUE(parse({"--config", path, "--prefill-precision=bf16"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &all,
-                    &error))
+  ASSERT_TRUE(
+      parse({"--config", path, "--prefill-precision=bf16"}, {{"DELTASERVE_PREFILL_PRECISION", "f32"}}, &all, &error))
       << error;
   EXPECT_EQ(all.engine.prefill_precision, "bf16");
   EXPECT_NE(describe(all).find("prefill_precision=bf16"), std::string::npos) << describe(all);
@@ -114,9 +114,9 @@ TEST(ServeOptions, WorkersTakeTheNumericsServeSendsInAssign) {
   for (const std::string& precision : std::vector<std::string>{"f32", "bf16"}) {
     ServeOptions serve;
     std::string error;
-    ASSERT_TRUE(parse({"--model", "m.gguf", "--prefill-precision", precision, "--decode-gemv", "mma",
-                       "--gpu-memory-fraction", "0.5"},
-                      {}, &serve, &error))
+    ASSERT_TRUE(parse(
+        {"--model", "m.gguf", "--prefill-precision", precision, "--decode-gemv", "mma", "--gpu-memory-fraction", "0.5"},
+        {}, &serve, &error))
         << error;
     WorkerOptions own;
     own.decode_gemv = "dp4a";
@@ -143,8 +143,8 @@ TEST(ServeOptions, Bf16WeightCopyIsPassedToTheWorkers) {
   EXPECT_EQ(unset.engine.bf16_weight_copy, "off");
 
   ServeOptions serve;
-  ASSERT_TRUE(parse({"--model", "m.gguf", "--bf16-weight-copy=on"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &serve,
-                    &error))
+  ASSERT_TRUE(
+      parse({"--model", "m.gguf", "--bf16-weight-copy=on"}, {{"DELTASERVE_BF16_WEIGHT_COPY", "auto"}}, &serve, &error))
       << error;
   EXPECT_EQ(serve.engine.bf16_weight_copy, "on");
   EXPECT_EQ(worker_under(serve).bf16_weight_copy, "on");
@@ -243,13 +243,44 @@ TEST(ServeOptions, DescribeAndHelpListEveryOption) {
   const std::string line = describe(o);
   EXPECT_EQ(line.find("hunter2"), std::string::npos) << line;
   EXPECT_NE(line.find(" api_key=*** "), std::string::npos) << line;
-  const std::vector<std::string> names = {
-      "model", "workers", "backend", "threads", "layer-split", "devices", "external-workers", "control-endpoint",
-      "max-context", "max-batch-tokens", "max-seqs", "block-size", "kv-blocks", "prefix-cache-snapshots", "spec-k",
-      "draft-vocab", "host", "port", "api-key", "served-model-name", "max-body", "io-threads", "max-queue",
-      "request-threads", "shutdown-grace", "gpu-memory-fraction", "memory-budget", "startup-timeout",
-      "hidden-transport", "early-handoff", "busy-poll", "mps", "pipeline-depth", "decode-groups",
-      "prefill-precision", "bf16-weight-copy", "decode-gemv", "log-format"};
+  const std::vector<std::string> names = {"model",
+                                          "workers",
+                                          "backend",
+                                          "threads",
+                                          "layer-split",
+                                          "devices",
+                                          "external-workers",
+                                          "control-endpoint",
+                                          "max-context",
+                                          "max-batch-tokens",
+                                          "max-seqs",
+                                          "block-size",
+                                          "kv-blocks",
+                                          "prefix-cache-snapshots",
+                                          "spec-k",
+                                          "draft-vocab",
+                                          "host",
+                                          "port",
+                                          "api-key",
+                                          "served-model-name",
+                                          "max-body",
+                                          "io-threads",
+                                          "max-queue",
+                                          "request-threads",
+                                          "shutdown-grace",
+                                          "gpu-memory-fraction",
+                                          "memory-budget",
+                                          "startup-timeout",
+                                          "hidden-transport",
+                                          "early-handoff",
+                                          "busy-poll",
+                                          "mps",
+                                          "pipeline-depth",
+                                          "decode-groups",
+                                          "prefill-precision",
+                                          "bf16-weight-copy",
+                                          "decode-gemv",
+                                          "log-format"};
   Argv help_argv({"--help"});
   bool help = false;
   ServeOptions h;

@@ -7,7 +7,9 @@
 namespace ds {
 namespace {
 
-ChatRequestInput convert(const std::string& json) { return chat_input_from_request(test::parse_json(json)); }
+ChatRequestInput convert(const std::string& json) {
+  return chat_input_from_request(test::parse_json(json));
+}
 
 std::string request_error(const std::string& json) {
   try {
@@ -47,29 +49,35 @@ TEST(ThinkingDirectives, StripAndReport) {
 }
 
 TEST(ChatInput, DirectivesResolveThinking) {
-  ChatRequestInput in = convert(R"({"messages":[{"role":"system","content":"Be brief. /think"},{"role":"user","content":"hi /no_think"}]})");
+  ChatRequestInput in = convert(
+      R"({"messages":[{"role":"system","content":"Be brief. /think"},{"role":"user","content":"hi /no_think"}]})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(false));
   EXPECT_EQ(msg_field(in, 0, "content").as_text().str(), "Be brief.");
   EXPECT_EQ(msg_field(in, 1, "content").as_text().str(), "hi");
   // Last directive wins, across messages.
-  in = convert(R"({"messages":[{"role":"user","content":"a /no_think"},{"role":"assistant","content":"b /think"},{"role":"user","content":"/think c"}]})");
+  in = convert(
+      R"({"messages":[{"role":"user","content":"a /no_think"},{"role":"assistant","content":"b /think"},{"role":"user","content":"/think c"}]})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(true));
   EXPECT_EQ(msg_field(in, 1, "content").as_text().str(), "b /think");  // assistant text untouched
   // No directive: template default.
   EXPECT_FALSE(convert(R"({"messages":[{"role":"user","content":"x"}]})").enable_thinking.has_value());
   // Text parts are scanned too.
-  in = convert(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x "},{"type":"text","text":"/no_think"}]}]})");
+  in = convert(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x "},{"type":"text","text":"/no_think"}]}]})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(false));
   EXPECT_EQ(msg_field(in, 0, "content").as_text().str(), "x ");  // the template trims
 }
 
 TEST(ChatInput, ExplicitKwargWinsOverDirectives) {
-  ChatRequestInput in = convert(R"({"messages":[{"role":"user","content":"hi /no_think"}],"chat_template_kwargs":{"enable_thinking":true}})");
+  ChatRequestInput in = convert(
+      R"({"messages":[{"role":"user","content":"hi /no_think"}],"chat_template_kwargs":{"enable_thinking":true}})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(true));
   EXPECT_EQ(msg_field(in, 0, "content").as_text().str(), "hi");  // still stripped
-  in = convert(R"({"messages":[{"role":"user","content":"hi /think"}],"extra_body":{"chat_template_kwargs":{"enable_thinking":false}}})");
+  in = convert(
+      R"({"messages":[{"role":"user","content":"hi /think"}],"extra_body":{"chat_template_kwargs":{"enable_thinking":false}}})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(false));
-  in = convert(R"({"messages":[{"role":"user","content":"hi"}],"extra_body":{"chat_template_kwargs":{"enable_thinking":false}},
+  in = convert(
+      R"({"messages":[{"role":"user","content":"hi"}],"extra_body":{"chat_template_kwargs":{"enable_thinking":false}},
                   "chat_template_kwargs":{"enable_thinking":true,"custom":"v"}})");
   EXPECT_EQ(in.enable_thinking, std::optional<bool>(true));
   ASSERT_EQ(in.extra_kwargs.size(), 1u);
@@ -83,17 +91,20 @@ TEST(ChatInput, RendersNoThinkPromptThroughTemplate) {
 }
 
 TEST(ChatInput, ContentParts) {
-  ChatRequestInput in = convert(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
+  ChatRequestInput in =
+      convert(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})");
   EXPECT_TRUE(msg_field(in, 0, "content").is_string());
   EXPECT_EQ(msg_field(in, 0, "content").as_text().str(), "ab");
-  in = convert(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x/i.png"}}]}]})");
+  in = convert(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"http://x/i.png"}}]}]})");
   EXPECT_TRUE(msg_field(in, 0, "content").is_list());
   ASSERT_EQ(in.image_urls.size(), 1u);
   EXPECT_EQ(in.image_urls[0], "http://x/i.png");
 }
 
 TEST(ChatInput, ToolCallArguments) {
-  ChatRequestInput in = convert(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[
+  ChatRequestInput in =
+      convert(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[
       {"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\": 1, \"b\": [2]}"}},
       {"type":"function","function":{"name":"g","arguments":" "}},
       {"type":"function","function":{"name":"h","arguments":{"x":"y"}}}]}]})");
@@ -146,14 +157,16 @@ TEST(ChatInput, ValidationErrors) {
             "messages[0].content must be a string, an array of content parts, or null");
   EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":[{"type":"input_audio"}]}]})"),
             "messages[0].content[0].type 'input_audio' is not supported (expected 'text' or 'image_url')");
-  EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})"), "messages[0].content[0].text must be a string");
+  EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})"),
+            "messages[0].content[0].text must be a string");
   EXPECT_EQ(request_error(R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"function":{}}]}]})"),
             "messages[0].tool_calls[0].function.name must be a string");
   EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})"), "'tools' must be an array");
   EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})"),
             "tools[0].function must be an object");
-  EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"yes"}})"),
-            "chat_template_kwargs.enable_thinking must be a boolean");
+  EXPECT_EQ(
+      request_error(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"yes"}})"),
+      "chat_template_kwargs.enable_thinking must be a boolean");
   EXPECT_EQ(request_error(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"messages":[]}})"),
             "chat_template_kwargs.messages is reserved");
   const std::string deep = std::string(300, '[') + std::string(300, ']');
@@ -164,7 +177,8 @@ TEST(ChatInput, ValidationErrors) {
 TEST(ChatInput, TemplateRaiseForBadConversation) {
   const ChatTemplate t = ChatTemplate::builtin();
   EXPECT_THROW(t.render(convert(R"({"messages":[{"role":"assistant","content":"x"}]})")), TemplateRaise);
-  EXPECT_THROW(t.render(convert(R"({"messages":[{"role":"user","content":"x"},{"role":"system","content":"s"}]})")), TemplateRaise);
+  EXPECT_THROW(t.render(convert(R"({"messages":[{"role":"user","content":"x"},{"role":"system","content":"s"}]})")),
+               TemplateRaise);
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ inline PromptText render_prompt(const std::string& src, const std::string& ctx =
   return ChatTemplate::from_source(src).render(in);
 }
 
-inline std::string render(const std::string& src, const std::string& ctx = "{}") { return render_prompt(src, ctx).text; }
+inline std::string render(const std::string& src, const std::string& ctx = "{}") {
+  return render_prompt(src, ctx).text;
+}
 
 }  // namespace ds::test

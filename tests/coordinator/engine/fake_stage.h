@@ -49,7 +49,8 @@ class FakeStage : public StageModel {
       if (!is_last()) continue;
       for (uint32_t r : s.logit_rows) {
         const float* h = &seq_hidden[r * kEmbd];
-        for (uint32_t v = 0; v < kVocab; ++v) out->logits.push_back(std::sin(h[1] * 3.1f + static_cast<float>(v) * 0.7f));
+        for (uint32_t v = 0; v < kVocab; ++v)
+          out->logits.push_back(std::sin(h[1] * 3.1f + static_cast<float>(v) * 0.7f));
       }
     }
     // The speculation tests read every row's final hidden (MTP catch-up input) from here.
@@ -76,7 +77,8 @@ class FakeStage : public StageModel {
     logits->clear();
     for (int32_t t : token_ids) {
       const int32_t peak = (3 * t + 1) % static_cast<int32_t>(kVocab);
-      for (uint32_t v = 0; v < kVocab; ++v) logits->push_back(-std::fabs(static_cast<float>(static_cast<int32_t>(v) - peak)));
+      for (uint32_t v = 0; v < kVocab; ++v)
+        logits->push_back(-std::fabs(static_cast<float>(static_cast<int32_t>(v) - peak)));
     }
     if (out_hidden != nullptr) out_hidden->assign(token_ids.size() * kEmbd, 0.0f);
     mtp_rows_ += token_ids.size();

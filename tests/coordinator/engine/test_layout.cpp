@@ -47,7 +47,8 @@ TEST(Layout, LastStageExtraBytesShiftLayersForward) {
   const std::vector<uint64_t> bytes(8, 100);
   EXPECT_EQ(counts(plan_balanced_layout(bytes, 2, 250)), (std::vector<uint32_t>{5, 3}));
   EXPECT_EQ(counts(plan_balanced_layout(bytes, 2, 0)), (std::vector<uint32_t>{4, 4}));
-  EXPECT_EQ(counts(plan_balanced_layout(bytes, 3, 1000)), (std::vector<uint32_t>{3, 4, 1})) << "at least one layer each";
+  EXPECT_EQ(counts(plan_balanced_layout(bytes, 3, 1000)), (std::vector<uint32_t>{3, 4, 1}))
+      << "at least one layer each";
   EXPECT_EQ(counts(plan_balanced_layout(bytes, 1, 1000)), (std::vector<uint32_t>{8}));
 }
 

@@ -109,7 +109,8 @@ TEST_F(FakeMpsControl, StartsWithPrivateDirectoriesAndQuitsOnStop) {
   EXPECT_FALSE(fs::exists(dir_)) << "its directories are removed";
   d->stop();  // idempotent: no second quit
   size_t quits = 0;
-  for (size_t at = calls().find("stdin=quit"); at != std::string::npos; at = calls().find("stdin=quit", at + 1)) ++quits;
+  for (size_t at = calls().find("stdin=quit"); at != std::string::npos; at = calls().find("stdin=quit", at + 1))
+    ++quits;
   EXPECT_EQ(quits, 1u);
   ::close(socket_);
 }
@@ -142,7 +143,8 @@ TEST_F(FakeMpsControl, LeftoverDaemonsOfDeadServersAreQuitAndRemoved) {
   EXPECT_EQ(reap_stale_mps_daemons(parent, script_), 2u);
   EXPECT_FALSE(fs::exists(with_socket));
   EXPECT_FALSE(fs::exists(without_socket));
-  EXPECT_NE(calls().find("args= pipe=" + with_socket + "/pipe log=" + with_socket + "/log"), std::string::npos) << calls();
+  EXPECT_NE(calls().find("args= pipe=" + with_socket + "/pipe log=" + with_socket + "/log"), std::string::npos)
+      << calls();
   EXPECT_EQ(calls().find(without_socket), std::string::npos) << "no socket, no daemon to quit: " << calls();
   for (const std::string& d : {ours, live, parent + "/deltaserve-mps-x1", parent + "/deltaserve-mps-"}) {
     EXPECT_TRUE(fs::exists(d)) << d;

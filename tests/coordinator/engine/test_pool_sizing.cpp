@@ -163,8 +163,9 @@ TEST(PoolSizing, RollbackRecordsCanCostSlots) {
   EXPECT_EQ(s.geometry.num_blocks, (40000u - 4 * 7000) / 1000);  // 12
   EXPECT_EQ(size_pools(c, fit(cache_geometry(16, 100, 8, 16), 10), 40000).geometry.max_seqs, 8u);
   // Not even one speculating slot: 7000 + 10000 > 16000, though 3000 + 10000 fits.
-  EXPECT_NE(error_of(c, fit(speculating(cache_geometry(16, 100, 8, 16), 4), 10), 16000).find("cannot hold one sequence"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(c, fit(speculating(cache_geometry(16, 100, 8, 16), 4), 10), 16000).find("cannot hold one sequence"),
+      std::string::npos);
   EXPECT_NO_THROW(size_pools(c, fit(cache_geometry(16, 100, 8, 16), 10), 16000));
 }
 

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <initializer_list>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -177,10 +177,10 @@ TEST(WorkerOptions, DescribeListsEveryOption) {
   ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "3", "--memory-budget", "3M"}, &o, &error)) << error;
   const std::string line = describe(o);
   EXPECT_EQ(line.rfind("rank=3 coordinator=ipc:///x ", 0), 0u) << line;
-  for (const char* key : {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
-                          "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=",
-                          "early_handoff=", "prefill_precision=", "bf16_weight_copy=", "decode_gemv=",
-                          "busy_poll_us=0"}) {
+  for (const char* key :
+       {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
+        "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=", "early_handoff=",
+        "prefill_precision=", "bf16_weight_copy=", "decode_gemv=", "busy_poll_us=0"}) {
     EXPECT_NE(line.find(std::string(" ") + key), std::string::npos) << key << " in " << line;
   }
 }
@@ -216,8 +216,8 @@ TEST(WorkerOptions, BusyPollWindowAutoByBackendAndExplicit) {
   EXPECT_EQ(busy_poll_window_us(o), 0) << "cpu workers need their cores";
   ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cuda"}, &o, &error)) << error;
   EXPECT_EQ(busy_poll_window_us(o), 5000);
-  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cuda", "--busy-poll-us", "0"}, &o,
-                    &error))
+  ASSERT_TRUE(
+      parse({"--coordinator", "ipc:///x", "--rank", "0", "--backend", "cuda", "--busy-poll-us", "0"}, &o, &error))
       << error;
   EXPECT_EQ(busy_poll_window_us(o), 0);
   WorkerOptions bad;

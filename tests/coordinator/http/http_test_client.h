@@ -4,6 +4,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -15,9 +17,6 @@
 #include <boost/beast/http/write.hpp>
 #include <csignal>
 #include <future>
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <thread>
 
 #include "coordinator/http/http_server.h"
@@ -35,7 +34,8 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using Response = http::response<http::string_body>;
 
-const std::string kChat = R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}})";
+const std::string kChat =
+    R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}})";
 const std::string kStreamChat =
     R"({"messages":[{"role":"user","content":"hi"}],"stream":true,"chat_template_kwargs":{"enable_thinking":false}})";
 

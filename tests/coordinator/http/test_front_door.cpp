@@ -23,12 +23,13 @@ const std::string kSmuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection:
 // end in `chunked` must never run as a request of their own.
 TEST_F(HttpServerTest, TransferEncodingNotEndingInChunkedIsRefusedAndNothingIsSmuggled) {
   start();
-  for (const std::string te : {"chunked, identity", "identity", "gzip", "xchunked", "chunked, identity\r\nContent-Length: 0",
-                               "gzip, chunked", "chunked, chunked", "chunked\r\nTransfer-Encoding: identity"}) {
+  for (const std::string te :
+       {"chunked, identity", "identity", "gzip", "xchunked", "chunked, identity\r\nContent-Length: 0", "gzip, chunked",
+        "chunked, chunked", "chunked\r\nTransfer-Encoding: identity"}) {
     Client c(server_->port());
     c.set_read_timeout(std::chrono::milliseconds(10000));
-    c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: " + te +
-               "\r\n\r\n" + kSmuggled);
+    c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: " +
+               te + "\r\n\r\n" + kSmuggled);
     const std::string got = c.read_all();
     EXPECT_EQ(count_of(got, "HTTP/1.1 "), 1u) << te << "\n" << got;
     EXPECT_TRUE(got.rfind("HTTP/1.1 400", 0) == 0 || got.rfind("HTTP/1.1 501", 0) == 0) << te << "\n" << got;
@@ -43,8 +44,10 @@ TEST_F(HttpServerTest, TransferEncodingWithContentLengthIsRefusedAndCloses) {
   Client c(server_->port());
   c.set_read_timeout(std::chrono::milliseconds(10000));
   const std::string body = "0\r\n\r\n";
-  c.send_raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\n"
-             "Transfer-Encoding: chunked\r\n\r\n" + body + kSmuggled);
+  c.send_raw(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+      body + kSmuggled);
   const std::string got = c.read_all();
   EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
   EXPECT_EQ(count_of(got, "HTTP/1.1 "), 1u) << got;
@@ -55,12 +58,15 @@ TEST_F(HttpServerTest, ChunkedRequestBodyIsStillServed) {
   script("Hello there");
   Client c(server_->port());
   const std::string body = kChat;
-  c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Transfer-Encoding: chunked\r\n\r\n" + [&] {
-               char size[16];
-               std::snprintf(size, sizeof size, "%zx", body.size());
-               return std::string(size);
-             }() + "\r\n" + body + "\r\n0\r\n\r\n");
+  c.send_raw(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+      [&] {
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx", body.size());
+        return std::string(size);
+      }() +
+      "\r\n" + body + "\r\n0\r\n\r\n");
   const Response r = c.receive();
   EXPECT_EQ(r.result_int(), 200) << r.body();
   EXPECT_TRUE(r.keep_alive());
@@ -74,20 +80,21 @@ TEST_F(HttpServerTest, PostBodiesMustBeDeclaredJson) {
   auto status_for = [&](const std::string& content_type_line) {
     Client c(server_->port());
     c.set_read_timeout(std::chrono::milliseconds(10000));
-    c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + content_type_line + "Content-Length: " +
-               std::to_string(kChat.size()) + "\r\nConnection: close\r\n\r\n" + kChat);
+    c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + content_type_line +
+               "Content-Length: " + std::to_string(kChat.size()) + "\r\nConnection: close\r\n\r\n" + kChat);
     const std::string got = c.read_all();
     return got.size() > 12 ? std::stoi(got.substr(9, 3)) : 0;
   };
-  for (const char* refused : {"", "Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
-                              "Content-Type: multipart/form-data; boundary=x\r\n",
-                              "Content-Type: application/json; charset=latin1\r\n",
-                              "Content-Type: application/jsonx\r\n", "Content-Type: text/plain; a=application/json\r\n"}) {
+  for (const char* refused :
+       {"", "Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
+        "Content-Type: multipart/form-data; boundary=x\r\n", "Content-Type: application/json; charset=latin1\r\n",
+        "Content-Type: application/jsonx\r\n", "Content-Type: text/plain; a=application/json\r\n"}) {
     EXPECT_EQ(status_for(refused), 415) << refused;
   }
   EXPECT_TRUE(engine_.submitted().empty());
-  for (const char* accepted : {"Content-Type: application/json\r\n", "Content-Type: Application/JSON; charset=\"UTF-8\"\r\n",
-                               "Content-Type: application/json;charset=utf-8\r\n"}) {
+  for (const char* accepted :
+       {"Content-Type: application/json\r\n", "Content-Type: Application/JSON; charset=\"UTF-8\"\r\n",
+        "Content-Type: application/json;charset=utf-8\r\n"}) {
     EXPECT_EQ(status_for(accepted), 200) << accepted;
   }
 }
@@ -146,8 +153,8 @@ TEST_F(ServiceTest, SimultaneousArrivalsAreCountedAtTheDoor) {
   std::vector<DisconnectHook> hooks;
   for (int i = 0; i < 20; ++i) {
     auto channel = std::make_shared<RecordingChannel>();
-    HttpRequest r{"POST", "/v1/completions", "", {{"content-type", "application/json"}},
-                  R"({"prompt":"hello","max_tokens":2})"};
+    HttpRequest r{
+        "POST", "/v1/completions", "", {{"content-type", "application/json"}}, R"({"prompt":"hello","max_tokens":2})"};
     hooks.push_back(service_->handler().handle(std::move(r), channel));
     channels.push_back(channel);
   }
@@ -207,11 +214,10 @@ TEST_F(ServiceTest, JsonWithNulOrUnpairedSurrogatesIsRefused) {
   script("Hello there");
   const std::string ok = R"({"prompt":"hi","max_tokens":2})";
   EXPECT_EQ(post("/v1/completions", ok)->status(), 200);
-  for (const std::string& body : {ok + std::string(1, '\0') + "garbage", std::string(R"({"prompt":"\udc00","max_tokens":2})"),
-                                  std::string(R"({"prompt":"\ud800","max_tokens":2})"),
-                                  std::string(R"({"prompt":"a\udfffb","max_tokens":2})"),
-                                  std::string(R"({"prompt":"\ud800\ud800","max_tokens":2})"),
-                                  std::string(R"({"\udc00":1,"prompt":"hi"})")}) {
+  for (const std::string& body :
+       {ok + std::string(1, '\0') + "garbage", std::string(R"({"prompt":"\udc00","max_tokens":2})"),
+        std::string(R"({"prompt":"\ud800","max_tokens":2})"), std::string(R"({"prompt":"a\udfffb","max_tokens":2})"),
+        std::string(R"({"prompt":"\ud800\ud800","max_tokens":2})"), std::string(R"({"\udc00":1,"prompt":"hi"})")}) {
     auto r = post("/v1/completions", body);
     EXPECT_EQ(r->status(), 400) << body;
     EXPECT_NE(r->body().find("Invalid JSON body"), std::string::npos) << r->body();

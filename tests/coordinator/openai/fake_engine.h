@@ -66,9 +66,8 @@ class FakeEngine : public Engine {
       script = script_;
       if (script.reject) throw std::invalid_argument("fake engine rejects this request");
       submitted_.push_back(request);
-      threads_.emplace_back([this, request = std::move(request), sink = std::move(sink), script] {
-        run(request, *sink, script);
-      });
+      threads_.emplace_back(
+          [this, request = std::move(request), sink = std::move(sink), script] { run(request, *sink, script); });
     }
   }
 
@@ -134,7 +133,8 @@ class FakeEngine : public Engine {
       GeneratedToken g;
       g.token = token;
       g.logprob = -0.25f;
-      for (uint32_t k = 0; k < request.sampling.top_logprobs; ++k) g.top_logprobs.push_back({token + static_cast<int32_t>(k), -0.25f - static_cast<float>(k)});
+      for (uint32_t k = 0; k < request.sampling.top_logprobs; ++k)
+        g.top_logprobs.push_back({token + static_cast<int32_t>(k), -0.25f - static_cast<float>(k)});
       sink.on_token(g);
       ++emitted;
       if (std::find(script.stop_ids.begin(), script.stop_ids.end(), token) != script.stop_ids.end()) {

@@ -47,8 +47,8 @@ class ServiceTest : public ::testing::Test {
 
   void make_service() {
     engine_.join();
-    service_ = std::make_unique<openai::OpenAIService>(options_, engine_, tok(), ModelFixture::get().chat_template,
-                                                       metrics_);
+    service_ =
+        std::make_unique<openai::OpenAIService>(options_, engine_, tok(), ModelFixture::get().chat_template, metrics_);
   }
 
   const Tokenizer& tok() const { return ModelFixture::get().tokenizer; }
@@ -76,7 +76,8 @@ class ServiceTest : public ::testing::Test {
     r.body = body;
     r.headers = std::move(headers);
     // POST bodies are JSON (the router answers 415 otherwise); tests of that pass their own.
-    const bool has_type = std::any_of(r.headers.begin(), r.headers.end(), [](const auto& h) { return h.first == "content-type"; });
+    const bool has_type =
+        std::any_of(r.headers.begin(), r.headers.end(), [](const auto& h) { return h.first == "content-type"; });
     if (method == "POST" && !has_type) r.headers.emplace_back("content-type", "application/json");
     last_hook_ = service_->handler().handle(std::move(r), channel);
     EXPECT_TRUE(channel->wait()) << method << " " << path << " did not complete";
@@ -92,7 +93,9 @@ class ServiceTest : public ::testing::Test {
     EXPECT_FALSE(d.HasParseError()) << s;
     return d;
   }
-  static std::string str(const rapidjson::Value& v) { return v.IsString() ? std::string(v.GetString(), v.GetStringLength()) : "<not a string>"; }
+  static std::string str(const rapidjson::Value& v) {
+    return v.IsString() ? std::string(v.GetString(), v.GetStringLength()) : "<not a string>";
+  }
 
   ServerOptions options_;
   FakeEngine engine_;

@@ -7,7 +7,9 @@ namespace ds::test {
 namespace {
 
 const std::string kChat = R"({"model":"tiny","messages":[{"role":"user","content":"hi"}])";
-std::string chat(const std::string& extra = "") { return kChat + (extra.empty() ? "" : "," + extra) + "}"; }
+std::string chat(const std::string& extra = "") {
+  return kChat + (extra.empty() ? "" : "," + extra) + "}";
+}
 
 const std::string kTools =
     R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
@@ -216,8 +218,9 @@ TEST_F(ServiceTest, StopStringTrimsAndCancels) {
 TEST_F(StreamTest, StopStringAcrossTokensNeverLeaks) {
   // "gam" + "ma" style splits: the stop string's prefix is held back, never streamed.
   script("one two three four five", /*end_with_eog=*/false);
-  auto r = post("/v1/chat/completions",
-                chat(R"("stream":true,"stop":"ee fo","max_tokens":50,"chat_template_kwargs":{"enable_thinking":false})"));
+  auto r =
+      post("/v1/chat/completions",
+           chat(R"("stream":true,"stop":"ee fo","max_tokens":50,"chat_template_kwargs":{"enable_thinking":false})"));
   auto chunks = chunks_of(*r);
   EXPECT_EQ(joined(chunks, "content"), "one two thr");
   EXPECT_EQ(str(chunks.back()["choices"][0]["finish_reason"]), "stop");
@@ -246,7 +249,8 @@ TEST_F(ServiceTest, CompletionWithTokenIdsAndLogprobs) {
 
 TEST_F(ServiceTest, ChatLogprobsShape) {
   script("ok", /*end_with_eog=*/false);
-  auto r = post("/v1/chat/completions", chat(R"("logprobs":true,"top_logprobs":2,"chat_template_kwargs":{"enable_thinking":false})"));
+  auto r = post("/v1/chat/completions",
+                chat(R"("logprobs":true,"top_logprobs":2,"chat_template_kwargs":{"enable_thinking":false})"));
   ASSERT_EQ(r->status(), 200) << r->body();
   auto d = json(r->body());
   const auto& content = d["choices"][0]["logprobs"]["content"];
@@ -260,7 +264,8 @@ TEST_F(ServiceTest, ChatLogprobsShape) {
 
 TEST_F(StreamTest, CompletionStreaming) {
   script("streamed text here", /*end_with_eog=*/false);
-  auto r = post("/v1/completions", R"({"prompt":"go","stream":true,"max_tokens":50,"stream_options":{"include_usage":true}})");
+  auto r = post("/v1/completions",
+                R"({"prompt":"go","stream":true,"max_tokens":50,"stream_options":{"include_usage":true}})");
   auto chunks = chunks_of(*r);
   std::string text;
   for (const auto& c : chunks) {

@@ -1,6 +1,6 @@
 // The non-generation routes, routing errors, API-key auth and /metrics.
-#include "tests/coordinator/openai/service_fixture.h"
 #include "coordinator/openai/response_json.h"
+#include "tests/coordinator/openai/service_fixture.h"
 
 namespace ds::test {
 namespace {
@@ -95,8 +95,8 @@ TEST_F(AuthTest, MissingKeyIs401) {
 }
 
 TEST_F(AuthTest, WrongKeyIs401) {
-  for (const char* value : {"Bearer s3cret-kez", "Bearer s3cret-key2", "Bearer s3cret", "Basic s3cret-key",
-                            "s3cret-key", "Bearer "}) {
+  for (const char* value :
+       {"Bearer s3cret-kez", "Bearer s3cret-key2", "Bearer s3cret", "Basic s3cret-key", "s3cret-key", "Bearer "}) {
     EXPECT_EQ(call("GET", "/v1/models", "", {{"authorization", value}})->status(), 401) << value;
   }
 }
@@ -107,7 +107,9 @@ TEST_F(AuthTest, GoodKeyPasses) {
   EXPECT_EQ(call("POST", "/v1/chat/completions", kChat, {{"authorization", "Bearer s3cret-key"}})->status(), 200);
 }
 
-TEST_F(AuthTest, HealthNeedsNoKey) { EXPECT_EQ(call("GET", "/health")->status(), 200); }
+TEST_F(AuthTest, HealthNeedsNoKey) {
+  EXPECT_EQ(call("GET", "/health")->status(), 200);
+}
 
 TEST_F(ServiceTest, MetricsCountRequestsAndTokens) {
   script("Hello there");

@@ -88,7 +88,7 @@ TEST(Utf8, SanitizeReplacesInvalidBytes) {
   EXPECT_EQ(openai::sanitize_utf8("日本"), "日本");
   EXPECT_EQ(openai::sanitize_utf8("\xe6\x97"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(openai::sanitize_utf8("a\xff"), "a\xEF\xBF\xBD");
-  EXPECT_EQ(openai::sanitize_utf8("\xc0\xaf"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong
+  EXPECT_EQ(openai::sanitize_utf8("\xc0\xaf"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
   EXPECT_EQ(openai::sanitize_utf8("\xed\xa0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
 }
 

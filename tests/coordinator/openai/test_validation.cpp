@@ -14,7 +14,9 @@ struct BadCase {
 
 const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
 
-std::string chat(const std::string& extra) { return "{" + kMsgs + (extra.empty() ? "" : "," + extra) + "}"; }
+std::string chat(const std::string& extra) {
+  return "{" + kMsgs + (extra.empty() ? "" : "," + extra) + "}";
+}
 
 class ValidationTest : public ServiceTest, public ::testing::WithParamInterface<BadCase> {};
 
@@ -78,12 +80,19 @@ const BadCase kChatCases[] = {
     {"/v1/chat/completions", R"({"tools":[{"type":"function"}],)" + kMsgs + "}", 400, "tools"},
     {"/v1/chat/completions", R"({"tools":[{"type":"retrieval","function":{"name":"f"}}],)" + kMsgs + "}", 400, "tools"},
     {"/v1/chat/completions", R"({"tool_choice":"required",)" + kMsgs + "}", 400, "tool_choice"},
-    {"/v1/chat/completions", R"({"tool_choice":"sometimes","tools":[{"type":"function","function":{"name":"f"}}],)" + kMsgs + "}", 400, "tool_choice"},
-    {"/v1/chat/completions", R"({"tool_choice":{"type":"function","function":{"name":"g"}},"tools":[{"type":"function","function":{"name":"f"}}],)" + kMsgs + "}", 400, "tool_choice"},
+    {"/v1/chat/completions",
+     R"({"tool_choice":"sometimes","tools":[{"type":"function","function":{"name":"f"}}],)" + kMsgs + "}", 400,
+     "tool_choice"},
+    {"/v1/chat/completions",
+     R"({"tool_choice":{"type":"function","function":{"name":"g"}},"tools":[{"type":"function","function":{"name":"f"}}],)" +
+         kMsgs + "}",
+     400, "tool_choice"},
     {"/v1/chat/completions", R"({"chat_template_kwargs":[1],)" + kMsgs + "}", 400, "chat_template_kwargs"},
     {"/v1/chat/completions", R"({"stream_options":true,)" + kMsgs + "}", 400, "stream_options"},
     {"/v1/chat/completions", R"({"stream_options":{"include_usage":"y"},)" + kMsgs + "}", 400, "include_usage"},
-    {"/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]})", 400, "messages"},
+    {"/v1/chat/completions",
+     R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]})", 400,
+     "messages"},
     {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"extra_body":{"n":3}})", 400, "n"},
     // Deeply nested JSON is refused before anything walks it recursively.
     {"/v1/chat/completions", "{\"messages\":" + std::string(200, '[') + std::string(200, ']') + "}", 400, ""},
@@ -106,9 +115,13 @@ const BadCase kCompletionCases[] = {
     {"/v1/completions", R"({"prompt":"hi","max_tokens":4096})", 400, "max_tokens"},
 };
 
-void PrintTo(const BadCase& c, std::ostream* os) { *os << c.path << " " << c.body.substr(0, 120); }
+void PrintTo(const BadCase& c, std::ostream* os) {
+  *os << c.path << " " << c.body.substr(0, 120);
+}
 
-std::string case_name(const ::testing::TestParamInfo<BadCase>& info) { return "case" + std::to_string(info.index); }
+std::string case_name(const ::testing::TestParamInfo<BadCase>& info) {
+  return "case" + std::to_string(info.index);
+}
 
 INSTANTIATE_TEST_SUITE_P(Chat, ValidationTest, ::testing::ValuesIn(kChatCases), case_name);
 INSTANTIATE_TEST_SUITE_P(Completions, ValidationTest, ::testing::ValuesIn(kCompletionCases), case_name);

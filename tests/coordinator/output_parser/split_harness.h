@@ -64,7 +64,11 @@ void check_split_invariance(const ParserSetup& setup, std::string_view text);
 std::string test_tools_json();
 
 // Tools enabled with test_tools_json(); the prompt opened a think block (thinking) or not (plain).
-inline ParserSetup thinking() { return ParserSetup{true, true, test_tools_json()}; }
-inline ParserSetup plain() { return ParserSetup{false, true, test_tools_json()}; }
+inline ParserSetup thinking() {
+  return ParserSetup{true, true, test_tools_json()};
+}
+inline ParserSetup plain() {
+  return ParserSetup{false, true, test_tools_json()};
+}
 
 }  // namespace ds::test

@@ -132,13 +132,11 @@ std::string FakeWorker::compute(const ScheduledSeq& row) {
   return {};
 }
 
-Harness::Harness(const SchedulerConfig& config, uint32_t vocab)
-    : sched(config), worker(config, vocab) {
+Harness::Harness(const SchedulerConfig& config, uint32_t vocab) : sched(config), worker(config, vocab) {
   worker.max_context = config.max_context;
 }
 
-void Harness::add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
-                  bool ignore_eos) {
+void Harness::add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens, bool ignore_eos) {
   GenerationRequest r;
   r.request_id = id;
   r.prompt_ids = std::move(prompt);
@@ -185,8 +183,8 @@ std::string Harness::step() {
     if (auto e = submit(submitted); !e.empty()) return e;
     if (!submitted) break;
     Flying& f = flying_.back();
-    const bool samples = std::any_of(f.plan.seqs.begin(), f.plan.seqs.end(),
-                                     [](const ScheduledSeq& s) { return s.needs_logits; });
+    const bool samples =
+        std::any_of(f.plan.seqs.begin(), f.plan.seqs.end(), [](const ScheduledSeq& s) { return s.needs_logits; });
     if (depth > 1 && !samples) {
       if (auto e = apply(f); !e.empty()) return e;
       f.applied = true;

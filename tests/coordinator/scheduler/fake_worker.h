@@ -44,9 +44,9 @@ class FakeWorker {
 
   uint32_t block_size_;
   uint32_t vocab_;
-  std::vector<std::vector<int32_t>> kv_;           // per block, one token per position
-  std::vector<std::vector<int32_t>> state_;        // per slot: tokens folded in
-  std::vector<std::string> owner_;                 // per slot: request id, "" when free
+  std::vector<std::vector<int32_t>> kv_;     // per block, one token per position
+  std::vector<std::vector<int32_t>> state_;  // per slot: tokens folded in
+  std::vector<std::string> owner_;           // per slot: request id, "" when free
   std::vector<std::optional<std::vector<int32_t>>> snapshots_;
   std::map<std::string, std::vector<uint32_t>> tables_;
   uint64_t computed_tokens_ = 0;
@@ -63,8 +63,7 @@ class FakeWorker {
 struct Harness {
   explicit Harness(const SchedulerConfig& config, uint32_t vocab = 64);
 
-  void add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens,
-           bool ignore_eos = false);
+  void add(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens, bool ignore_eos = false);
   // One step: schedule (up to max_steps_in_flight plans), run on the worker, feed back the
   // oldest; "" or what went wrong.
   std::string step();

@@ -123,8 +123,8 @@ TEST(Batching, PreemptsYoungestAndReprefillsPromptPlusGenerated) {
   for (int i = 0; i < 200 && h.sched.has_unfinished(); ++i) {
     ASSERT_EQ(h.step(), "");
     const StepPlan& p = h.last_plan;
-    bool b_preempted = std::any_of(p.released.begin(), p.released.end(),
-                                   [](const ReleasedSeq& r) { return r.request_id == "b"; });
+    bool b_preempted =
+        std::any_of(p.released.begin(), p.released.end(), [](const ReleasedSeq& r) { return r.request_id == "b"; });
     if (b_preempted) {  // possibly again, while re-prefilling: start over
       EXPECT_EQ(row_of(p, "b"), nullptr);
       EXPECT_NE(row_of(p, "a"), nullptr) << "the older sequence keeps running";
@@ -367,7 +367,7 @@ TEST(Batching, LeftOverSequenceJoinsTheNextGroupInsteadOfItsOwn) {
   Harness h(decode_group_config(3));
   for (const char* id : {"a", "b", "c", "d"}) h.add(id, iota_tokens(3, 7), 8, true);
   h.add("e", iota_tokens(3, 7), 2, true);  // ends after its first decode row
-  ASSERT_EQ(h.step(), "");                  // the five prompts in one plan
+  ASSERT_EQ(h.step(), "");                 // the five prompts in one plan
   auto run = [&](const StepPlan& p) { run_and_apply(h, p); };
   auto ids = [](const StepPlan& p) {
     std::string out;
@@ -378,7 +378,7 @@ TEST(Batching, LeftOverSequenceJoinsTheNextGroupInsteadOfItsOwn) {
   const StepPlan p2 = h.sched.schedule();
   EXPECT_EQ(ids(p1), "abc");
   EXPECT_EQ(ids(p2), "de");
-  run(p2);                                 // "e" finishes: 4 running, cap 2
+  run(p2);  // "e" finishes: 4 running, cap 2
   const StepPlan p3 = h.sched.schedule();
   EXPECT_EQ(ids(p3), "d");
   run(p1);
@@ -398,7 +398,7 @@ TEST(Batching, NeverPreemptsASequenceInFlight) {
   Harness h(c);
   h.add("old", iota_tokens(7), 8, true);
   h.add("young", iota_tokens(7, 40), 8, true);
-  ASSERT_EQ(h.step(), "");  // both prompts: 2 blocks each, all memory in use
+  ASSERT_EQ(h.step(), "");              // both prompts: 2 blocks each, all memory in use
   StepPlan first = h.sched.schedule();  // "old" decodes at position 7 (its block 2 has room)
   ASSERT_EQ(first.seqs.size(), 1u);
   EXPECT_EQ(first.seqs[0].request_id, "old");

@@ -24,8 +24,7 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 // Runs one request alone and returns its first plan row.
-ScheduledSeq run_alone(Harness& h, const std::string& id, const std::vector<int32_t>& prompt,
-                  uint32_t max_tokens) {
+ScheduledSeq run_alone(Harness& h, const std::string& id, const std::vector<int32_t>& prompt, uint32_t max_tokens) {
   h.add(id, prompt, max_tokens, true);
   EXPECT_EQ(h.step(), "");
   ScheduledSeq first = h.last_plan.seqs.at(0);
@@ -128,7 +127,7 @@ TEST(PrefixCache, SnapshotsAreEvictedLeastRecentlyUsed) {
   run_alone(h, "x", x, 1);
   run_alone(h, "y", y, 1);
   EXPECT_EQ(run_alone(h, "x2", concat(x, {7}), 1).start_pos, 8u);  // touches x: y is LRU
-  run_alone(h, "z", z, 1);                                          // evicts y
+  run_alone(h, "z", z, 1);                                         // evicts y
   EXPECT_EQ(h.sched.stats().snapshot_evictions, 1u);
   EXPECT_EQ(run_alone(h, "y2", concat(y, {7}), 1).start_pos, 0u) << "KV cached, state not";
   EXPECT_EQ(run_alone(h, "z2", concat(z, {7}), 1).start_pos, 8u);

@@ -20,8 +20,7 @@ namespace {
 constexpr uint32_t kVocab = 64;
 
 // What the fake model generates for a prompt on its own: the ground truth.
-std::vector<int32_t> expected_output(std::vector<int32_t> history, uint32_t max_tokens,
-                                     uint32_t max_context) {
+std::vector<int32_t> expected_output(std::vector<int32_t> history, uint32_t max_tokens, uint32_t max_context) {
   std::vector<int32_t> out;
   while (true) {
     int32_t t = fake_model_token(history, kVocab);
@@ -36,9 +35,7 @@ struct Workload {
   std::vector<std::vector<int32_t>> system_prompts;
   std::vector<std::vector<int32_t>> conversations;  // finished prompt + output, for follow-ups
 
-  uint32_t uniform(uint32_t lo, uint32_t hi) {
-    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
-  }
+  uint32_t uniform(uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); }
   std::vector<int32_t> tokens(uint32_t n) {
     std::vector<int32_t> v(n);
     for (auto& t : v) t = static_cast<int32_t>(uniform(1, 1000));
@@ -147,12 +144,12 @@ TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
   EXPECT_GT(total.prefix_hit_tokens, total.prefix_queried_tokens / 50);
   EXPECT_GT(total.block_evictions, 0u);
   EXPECT_GT(total.snapshot_evictions, 0u);
-  std::printf("preemptions %lu, prefix hits %lu of %lu prompt tokens, evictions %lu blocks %lu "
-              "snapshots\n", static_cast<unsigned long>(total.preemptions),
-              static_cast<unsigned long>(total.prefix_hit_tokens),
-              static_cast<unsigned long>(total.prefix_queried_tokens),
-              static_cast<unsigned long>(total.block_evictions),
-              static_cast<unsigned long>(total.snapshot_evictions));
+  std::printf(
+      "preemptions %lu, prefix hits %lu of %lu prompt tokens, evictions %lu blocks %lu "
+      "snapshots\n",
+      static_cast<unsigned long>(total.preemptions), static_cast<unsigned long>(total.prefix_hit_tokens),
+      static_cast<unsigned long>(total.prefix_queried_tokens), static_cast<unsigned long>(total.block_evictions),
+      static_cast<unsigned long>(total.snapshot_evictions));
 }
 
 // The same traffic with speculation: drafts in rows, rollback after rejections, block

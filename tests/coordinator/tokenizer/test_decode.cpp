@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
+#include "common/utf8.h"
 #include "coordinator/tokenizer/byte_level.h"
 #include "coordinator/tokenizer/incremental_decoder.h"
-#include "common/utf8.h"
 #include "tests/coordinator/tokenizer/tokenizer_fixture.h"
 
 namespace ds::test {
@@ -40,7 +40,8 @@ TEST(TokenizerDecode, BadIdsThrow) {
 
 TEST(TokenizerDecode, IncrementalNeverEmitsPartialUtf8) {
   const Tokenizer& tok = fixture_tokenizer();
-  const std::string text = "東京 🦙.cpp 서울의 날씨는? 😶‍🌫️ (emoji) ✅ 我想在apple工作1314151天～ 🦙🦙";
+  const std::string text =
+      "東京 🦙.cpp 서울의 날씨는? 😶‍🌫️ (emoji) ✅ 我想在apple工作1314151天～ 🦙🦙";
   const std::vector<int32_t> ids = tok.encode(text, false);
   IncrementalDecoder dec(tok);
   std::string streamed;

@@ -17,10 +17,10 @@ namespace {
 struct VocabSpec {
   std::string model = "gpt2";
   std::string pre = "qwen35";
-  std::vector<std::string> extra;               // raw (unmapped) texts
-  std::vector<int32_t> extra_types;             // parallel to extra; empty = all NORMAL
-  std::vector<std::string> merges;              // raw "a b" pairs (mapped on write)
-  std::function<void(GgufWriter&)> tweak;       // extra keys
+  std::vector<std::string> extra;          // raw (unmapped) texts
+  std::vector<int32_t> extra_types;        // parallel to extra; empty = all NORMAL
+  std::vector<std::string> merges;         // raw "a b" pairs (mapped on write)
+  std::function<void(GgufWriter&)> tweak;  // extra keys
   bool write_merges = true;
   bool write_pre = true;
 };

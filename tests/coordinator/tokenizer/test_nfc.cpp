@@ -13,13 +13,13 @@ std::string nfc(const std::string& s) {
 }
 
 TEST(TokenizerNfc, Normalises) {
-  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                             // e + acute -> é
-  EXPECT_EQ(nfc("Vie\xCC\x82\xCC\x81t Nam"), "Vi\xE1\xBA\xBFt Nam");   // two marks -> ế
-  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                          // singleton Å (Angstrom)
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + acute -> é
+  EXPECT_EQ(nfc("Vie\xCC\x82\xCC\x81t Nam"), "Vi\xE1\xBA\xBFt Nam");       // two marks -> ế
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                              // singleton Å (Angstrom)
   EXPECT_EQ(nfc("\xE0\xA4\x95\xE0\xA4\xBC"), "\xE0\xA4\x95\xE0\xA4\xBC");  // exclusion: stays
   EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // Hangul jamo -> 각
-  EXPECT_EQ(nfc("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");                 // reordered marks -> ậ
-  EXPECT_EQ(nfc("\xC3\x85\xCC\x81x"), "\xC7\xBAx");                    // Å + acute -> Ǻ
+  EXPECT_EQ(nfc("a\xCC\x82\xCC\xA3"), "\xE1\xBA\xAD");                     // reordered marks -> ậ
+  EXPECT_EQ(nfc("\xC3\x85\xCC\x81x"), "\xC7\xBAx");                        // Å + acute -> Ǻ
 }
 
 TEST(TokenizerNfc, UnchangedTextIsNotCopied) {
@@ -30,7 +30,9 @@ TEST(TokenizerNfc, UnchangedTextIsNotCopied) {
 
 TEST(TokenizerNfc, InvalidBytesPassThrough) {
   EXPECT_EQ(nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // the invalid byte blocks composition
-  EXPECT_EQ(nfc("\xC3" "e\xCC\x81"), "\xC3\xC3\xA9");
+  EXPECT_EQ(nfc("\xC3"
+                "e\xCC\x81"),
+            "\xC3\xC3\xA9");
 }
 
 TEST(TokenizerNfc, DefaultsPerPreTokenizer) {

@@ -62,8 +62,8 @@ TEST(TokenizerPreTokenizer, InvalidUtf8IsCoveredAndKeptAsBytes) {
 TEST(TokenizerPreTokenizer, LongRunsRoundTrip) {
   const Tokenizer& tok = fixture_tokenizer(PreTokenizerKind::QWEN35);
   const std::vector<std::string> inputs = {
-      std::string(200000, ' '),     std::string(200000, 'a'),  std::string(100000, '7'),
-      std::string(100000, '\n'),    std::string(100000, '!'),
+      std::string(200000, ' '),  std::string(200000, 'a'), std::string(100000, '7'),
+      std::string(100000, '\n'), std::string(100000, '!'),
   };
   std::string mixed_ws;
   for (int i = 0; i < 30000; ++i) mixed_ws += i % 3 ? " \t" : " \r\n";

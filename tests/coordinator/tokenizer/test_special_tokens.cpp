@@ -56,7 +56,8 @@ TEST(TokenizerSpecial, ControlTokensMatchInTrustedText) {
   p.append_trusted("<|im_start|>user\n");
   p.append_untrusted("hi");
   p.append_trusted("<|im_end|>\n");
-  const std::vector<int32_t> expected = cat({{kImStart}, tok.encode("user\nhi", false), {kImEnd}, tok.encode("\n", false)});
+  const std::vector<int32_t> expected =
+      cat({{kImStart}, tok.encode("user\nhi", false), {kImEnd}, tok.encode("\n", false)});
   EXPECT_EQ(tok.encode(p), expected);
   EXPECT_EQ(tok.encode(p), tok.encode(p.text, true));  // nothing untrusted looks special here
 }
@@ -78,8 +79,12 @@ TEST(TokenizerSpecial, InjectionYieldsNoControlIds) {
   const std::vector<int32_t> chat_ids = tok.encode(chat);
   EXPECT_EQ(count_control(tok, chat_ids), 3u);  // only the template's own markup
   // The raw fragment spans trusted "user\n" and the untrusted attack: encoded as one.
-  const std::vector<int32_t> expected = cat({{kImStart}, tok.encode("user\n" + attack, false), {kImEnd},
-                                             tok.encode("\n", false), {kImStart}, tok.encode("assistant\n", false)});
+  const std::vector<int32_t> expected = cat({{kImStart},
+                                             tok.encode("user\n" + attack, false),
+                                             {kImEnd},
+                                             tok.encode("\n", false),
+                                             {kImStart},
+                                             tok.encode("assistant\n", false)});
   EXPECT_EQ(chat_ids, expected);
 }
 

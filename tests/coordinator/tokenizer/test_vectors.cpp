@@ -29,9 +29,13 @@ void expect_vectors(const std::string& name, PreTokenizerKind kind, size_t expec
   EXPECT_EQ(passed, expected_cases);
 }
 
-TEST(TokenizerVectors, Qwen2) { expect_vectors("qwen2", PreTokenizerKind::QWEN2, 46); }
+TEST(TokenizerVectors, Qwen2) {
+  expect_vectors("qwen2", PreTokenizerKind::QWEN2, 46);
+}
 
-TEST(TokenizerVectors, Qwen35OnFixtureVocab) { expect_vectors("qwen35", PreTokenizerKind::QWEN35, 50); }
+TEST(TokenizerVectors, Qwen35OnFixtureVocab) {
+  expect_vectors("qwen35", PreTokenizerKind::QWEN35, 50);
+}
 
 TEST(TokenizerVectors, FixtureDeclaresQwen2) {
   const Tokenizer tok = Tokenizer::from_file(tiny_model_path());

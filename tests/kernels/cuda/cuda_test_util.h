@@ -19,8 +19,8 @@
 #include "tests/kernels/kernel_test_util.h"
 
 // Skips the current test (cleanly, with a reason) on machines without a CUDA device.
-#define DS_REQUIRE_GPU()                                                                      \
-  do {                                                                                        \
+#define DS_REQUIRE_GPU()                                                                             \
+  do {                                                                                               \
     if (::ds::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"; \
   } while (0)
 

@@ -1,8 +1,7 @@
-#include "tests/kernels/cuda/pdl_probe.h"
-
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "tests/kernels/cuda/pdl_probe.h"
 
 namespace ds::cuda::test {
 namespace {
@@ -33,8 +32,8 @@ __global__ void copy_without_wait_kernel(const uint32_t* src, uint32_t* dst, siz
 cudaError_t launch_late_copy(const void* src, void* dst, size_t n_words, unsigned delay_us, cudaStream_t stream) {
   if (src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
   // Few enough blocks that all are resident at once (each must run its trigger for the release).
-  return detail::launch_maybe_dependent(late_copy_kernel, dim3(detail::grid_for(n_words, kThreads, 64)),
-                                        dim3(kThreads), 0, stream, false, static_cast<const uint32_t*>(src),
+  return detail::launch_maybe_dependent(late_copy_kernel, dim3(detail::grid_for(n_words, kThreads, 64)), dim3(kThreads),
+                                        0, stream, false, static_cast<const uint32_t*>(src),
                                         static_cast<uint32_t*>(dst), n_words, delay_us);
 }
 

@@ -77,7 +77,8 @@ inline void expect_row_segments_equal_whole(const std::vector<SplitShape>& shape
       for (int i = 0; i < 3; ++i) {
         const size_t rows_i = cut[i + 1] - cut[i];
         for (size_t t = 0; t < n; ++t) {
-          ASSERT_EQ(std::memcmp(parts[i].data() + t * rows_i, whole.data() + t * s.rows + cut[i], rows_i * sizeof(float)), 0)
+          ASSERT_EQ(
+              std::memcmp(parts[i].data() + t * rows_i, whole.data() + t * s.rows + cut[i], rows_i * sizeof(float)), 0)
               << s.rows << "x" << s.cols << " n=" << n << " segment " << i << " token " << t;
         }
       }

@@ -55,8 +55,9 @@ TEST_P(CudaAttentionPrefill, MatchesCpu) {
   const Paged paged(c.kv_len, row, block_size, rng);
   std::vector<float> want(c.n_q * c.H * c.d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  cpu::attention_causal(s, q.data(), cpu::KvPages{paged.k_pool.data(), paged.v_pool.data(), paged.table.data(), block_size},
-                        scale, want.data(), nullptr);
+  cpu::attention_causal(s, q.data(),
+                        cpu::KvPages{paged.k_pool.data(), paged.v_pool.data(), paged.table.data(), block_size}, scale,
+                        want.data(), nullptr);
   DeviceArray<float> dq(q), dk(paged.k_pool), dv(paged.v_pool), dout(want.size());
   DeviceArray<int32_t> dtable(paged.table);
   dout.upload(std::vector<float>(want.size(), NAN));  // every output must be written
@@ -69,12 +70,12 @@ TEST_P(CudaAttentionPrefill, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionPrefill,
-                         ::testing::Values(Case{300, 300, 16, 4, 256},    // 9B heads, partial last tile
-                                           Case{128, 1000, 16, 4, 256},   // a later chunk of a prefill
-                                           Case{64, 64, 24, 4, 256},      // 27B group of 6, one tile
-                                           Case{37, 37, 4, 2, 64},        // tiny fixture heads
-                                           Case{19, 50, 6, 3, 80},        // head_dim not a multiple of 32
-                                           Case{1, 33, 2, 1, 256}));      // one query row
+                         ::testing::Values(Case{300, 300, 16, 4, 256},   // 9B heads, partial last tile
+                                           Case{128, 1000, 16, 4, 256},  // a later chunk of a prefill
+                                           Case{64, 64, 24, 4, 256},     // 27B group of 6, one tile
+                                           Case{37, 37, 4, 2, 64},       // tiny fixture heads
+                                           Case{19, 50, 6, 3, 80},       // head_dim not a multiple of 32
+                                           Case{1, 33, 2, 1, 256}));     // one query row
 
 // Tensor-core variant. Its reference is the CPU attention on the operands it rounds: q * scale, K
 // and V rounded to bf16 (then scale 1), so what remains is the bf16 rounding of the softmax weights
@@ -84,7 +85,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionPrefill,
 // mode is in test_cuda_model_bf16.cpp.
 constexpr double kTcTol = 4e-3;
 
-float round_bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
+float round_bf16(float x) {
+  return bf16_to_fp32(fp32_to_bf16(x));
+}
 
 class CudaAttentionPrefillTc : public ::testing::TestWithParam<Case> {};
 

@@ -37,9 +37,9 @@ constexpr int kRepeats = 4;         // dependent runs compared with the one ordi
 constexpr float kEps = 1e-6f;
 
 // Dependent launches exist from sm_90 on; below, the switch stays off and there is nothing to test.
-#define DS_REQUIRE_PDL()                                                                              \
-  do {                                                                                                \
-    DS_REQUIRE_GPU();                                                                                 \
+#define DS_REQUIRE_PDL()                                                                                     \
+  do {                                                                                                       \
+    DS_REQUIRE_GPU();                                                                                        \
     if (!::ds::cuda::current_device_is_sm90_or_newer()) GTEST_SKIP() << "no dependent launches below sm_90"; \
   } while (0)
 
@@ -245,8 +245,8 @@ TEST(CudaDependentLaunch, ConvL2DecodeGivesTheSameBits) {
                                        y[step]->get(), s));
     }
     late(x0.get(), x.get(), n_seqs * channels, s);
-    DS_CUDA_CHECK(conv_silu_l2_slots(x.get(), channels, weight.get(), kernel, state.get(), hist * channels,
-                                     slots.get(), n_seqs, n_norm, head_dim, kEps, ys.get(), s));
+    DS_CUDA_CHECK(conv_silu_l2_slots(x.get(), channels, weight.get(), kernel, state.get(), hist * channels, slots.get(),
+                                     n_seqs, n_norm, head_dim, kEps, ys.get(), s));
     std::vector<uint32_t> out;
     for (const DeviceArray<float>* r : {&y1, &y2, &y3, &ys, &state}) append(&out, *r, s);
     return out;
@@ -276,8 +276,8 @@ TEST(CudaDependentLaunch, AttentionDecodeGivesTheSameBits) {
     DS_CUDA_CHECK(detail::attention_decode(one, q.get(), pages, scale, out_one.get(), s));
     std::vector<DecodeAttentionSeq> seqs;
     for (size_t i = 0; i < n_seqs; ++i) seqs.push_back({kv_lens[i], i * H * d, i * H * d, table.data() + i});
-    const DecodeAttentionBatch b{H,     Hkv,     d, d, row, k_pool.get(), v_pool.get(), block, scale, q.get(),
-                                 out_batch.get(), seqs.data(), n_seqs};
+    const DecodeAttentionBatch b{
+        H, Hkv, d, d, row, k_pool.get(), v_pool.get(), block, scale, q.get(), out_batch.get(), seqs.data(), n_seqs};
     // A synchronous copy outside the stream (nothing in it reads upload_buf yet this run), so the
     // late copy of q stays the kernel right before the split launch.
     const DeviceUpload upload = [&](const void* host, size_t bytes) -> const void* {
@@ -306,8 +306,8 @@ TEST(CudaDependentLaunch, LogitDigestGivesTheSameBits) {
   DeviceArray<uint8_t> digest(rows * sizeof(DigestRow));
   const auto run = [&](cudaStream_t s) {
     late(logits0.get(), logits.get(), rows * vocab, s);
-    DS_CUDA_CHECK(logit_digest_rows(logits.get(), rows, vocab, k, scratch.get(),
-                                    reinterpret_cast<DigestRow*>(digest.get()), s));
+    DS_CUDA_CHECK(
+        logit_digest_rows(logits.get(), rows, vocab, k, scratch.get(), reinterpret_cast<DigestRow*>(digest.get()), s));
     std::vector<uint32_t> out;
     append(&out, digest, s);
     return out;
@@ -324,8 +324,7 @@ TEST(CudaDependentLaunch, EmbedGatherScatterGiveTheSameBits) {
   const cpu::WeightView view{GgmlType::F32, table.get(), vocab, dim, dim * sizeof(float)};
   DeviceArray<int32_t> ids0(std::vector<int32_t>{5, 99, 0, 42, 42, 7}), ids(n_ids);
   DeviceArray<uint32_t> pick(std::vector<uint32_t>{4, 1, 3}), place(std::vector<uint32_t>{9, 0, 5});
-  DeviceArray<float> e(n_ids * dim), e2(n_ids * dim), g(3 * dim), g2(3 * dim), dst0(rng.vec(10 * dim)),
-      dst(10 * dim);
+  DeviceArray<float> e(n_ids * dim), e2(n_ids * dim), g(3 * dim), g2(3 * dim), dst0(rng.vec(10 * dim)), dst(10 * dim);
   const auto run = [&](cudaStream_t s) {
     DS_CUDA_CHECK(cudaMemcpyAsync(dst.get(), dst0.get(), dst.size() * 4, cudaMemcpyDeviceToDevice, s));
     late(ids0.get(), ids.get(), n_ids, s);

@@ -3,7 +3,8 @@
 // of d * q, bit for bit (exact: no tolerance), on packed matrices with and without a tail of
 // fewer than 32 blocks, and on layouts v2 does not take (padded rows, a 2-byte aligned base), which
 // fall back to v1 (the GEMM's per-call dequantization always asks for v2). Split rows
-// (GgmlType::Q8_0_SPLIT) give the same bits as the matrix in GGUF order. Skips without a GPU (the argument checks run without one).
+// (GgmlType::Q8_0_SPLIT) give the same bits as the matrix in GGUF order. Skips without a GPU (the argument checks run
+// without one).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -68,14 +69,13 @@ TEST_P(CudaDequant, BothKernelsRoundLikeTheHost) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, CudaDequant,
-    ::testing::Values(DequantCase{512, 4096, 0, 0},   // packed, whole groups (9B row length)
-                      DequantCase{64, 12288, 0, 0},   // ffn_down row length
-                      DequantCase{37, 160, 0, 0},     // 185 blocks: 5 groups + a 25-block tail
-                      DequantCase{3, 96, 0, 0},       // 9 blocks: tail only
-                      DequantCase{40, 256, 2, 0},     // padded rows: v1 only
-                      DequantCase{40, 256, 0, 2}));   // 2-byte aligned base: v1 only
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaDequant,
+                         ::testing::Values(DequantCase{512, 4096, 0, 0},  // packed, whole groups (9B row length)
+                                           DequantCase{64, 12288, 0, 0},  // ffn_down row length
+                                           DequantCase{37, 160, 0, 0},    // 185 blocks: 5 groups + a 25-block tail
+                                           DequantCase{3, 96, 0, 0},      // 9 blocks: tail only
+                                           DequantCase{40, 256, 2, 0},    // padded rows: v1 only
+                                           DequantCase{40, 256, 0, 2}));  // 2-byte aligned base: v1 only
 
 // Split rows (GgmlType::Q8_0_SPLIT, common/q8_split.h): the same matrix uploaded in both layouts
 // dequantizes to the same bf16 bits (the split kernel rounds d * q like v1 and v2; exact, no

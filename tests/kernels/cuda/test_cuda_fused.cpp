@@ -115,10 +115,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaConvL2Token,
                          ::testing::Values(ConvCase{32, 64, 128, 4}, ConvCase{3, 3, 64, 4}, ConvCase{0, 5, 32, 3},
                                            ConvCase{4, 7, 32, 2}, ConvCase{2, 4, 256, 1}));
 
-TEST(CudaConvL2TokenArgs, RejectsWhatItCannotTake) {  // checked before any launch: runs without a GPU
-  EXPECT_FALSE(conv_silu_l2_token_applies(100, 4, 1, 48));   // head_dim not whole warps
-  EXPECT_FALSE(conv_silu_l2_token_applies(96, 4, 1, 64));    // channels not whole heads
-  EXPECT_FALSE(conv_silu_l2_token_applies(128, 4, 3, 64));   // more norm heads than heads
+TEST(CudaConvL2TokenArgs, RejectsWhatItCannotTake) {        // checked before any launch: runs without a GPU
+  EXPECT_FALSE(conv_silu_l2_token_applies(100, 4, 1, 48));  // head_dim not whole warps
+  EXPECT_FALSE(conv_silu_l2_token_applies(96, 4, 1, 64));   // channels not whole heads
+  EXPECT_FALSE(conv_silu_l2_token_applies(128, 4, 3, 64));  // more norm heads than heads
   EXPECT_FALSE(conv_silu_l2_token_applies(4096, 4, 1, 2048));
   EXPECT_FALSE(conv_silu_l2_token_applies(128, 0, 1, 64));
   EXPECT_TRUE(conv_silu_l2_token_applies(8192, 4, 32, 128));

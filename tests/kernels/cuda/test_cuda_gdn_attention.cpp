@@ -71,13 +71,13 @@ TEST_P(CudaGdn, OutputAndStateMatchCpuRecurrence) {
     const size_t out_n = c.n_tokens * c.nv * c.dv;
     std::vector<float> want(out_n);
     const float* q = in.conv.data();
-    cpu::gdn_recurrent(in.s, q, q + in.k_off(), q + in.v_off(), in.g.data(), in.beta.data(), state.data(),
-                       want.data(), nullptr);
+    cpu::gdn_recurrent(in.s, q, q + in.k_off(), q + in.v_off(), in.g.data(), in.beta.data(), state.data(), want.data(),
+                       nullptr);
     DeviceArray<float> dconv(in.conv), dg(in.g), db(in.beta), dout(out_n);
     const float* dq = dconv.get();
     const auto launch = c.prefill ? gdn_prefill : gdn_recurrent;
-    DS_CUDA_CHECK(launch(in.s, dq, dq + in.k_off(), dq + in.v_off(), dg.get(), db.get(), dstate.get(), dout.get(),
-                         nullptr));
+    DS_CUDA_CHECK(
+        launch(in.s, dq, dq + in.k_off(), dq + in.v_off(), dg.get(), db.get(), dstate.get(), dout.get(), nullptr));
     EXPECT_LE(rel_error(dout.download(), want), kGdnTol) << "call " << call;
     EXPECT_LE(rel_error(dstate.download(), state), kGdnTol) << "call " << call;
   }
@@ -98,12 +98,12 @@ TEST(CudaGdn, PrefillMatchesCpuChunked) {
   GdnInputs in(c, rng);
   std::vector<float> state = in.state, want(c.n_tokens * c.nv * c.dv);
   const float* q = in.conv.data();
-  cpu::gdn_chunked(in.s, q, q + in.k_off(), q + in.v_off(), in.g.data(), in.beta.data(), state.data(), want.data(),
-                   64, nullptr);
+  cpu::gdn_chunked(in.s, q, q + in.k_off(), q + in.v_off(), in.g.data(), in.beta.data(), state.data(), want.data(), 64,
+                   nullptr);
   DeviceArray<float> dconv(in.conv), dg(in.g), db(in.beta), dstate(in.state), dout(want.size());
   const float* dq = dconv.get();
-  DS_CUDA_CHECK(gdn_prefill(in.s, dq, dq + in.k_off(), dq + in.v_off(), dg.get(), db.get(), dstate.get(), dout.get(),
-                            nullptr));
+  DS_CUDA_CHECK(
+      gdn_prefill(in.s, dq, dq + in.k_off(), dq + in.v_off(), dg.get(), db.get(), dstate.get(), dout.get(), nullptr));
   EXPECT_LE(rel_error(dout.download(), want), 1e-4);  // chunked vs sequential rounding
   EXPECT_LE(rel_error(dstate.download(), state), 1e-4);
 }

@@ -146,7 +146,7 @@ TEST(CudaGdnChunked, RejectsBadArguments) {
   EXPECT_TRUE(gdn_chunked_applies(ok));
   EXPECT_EQ(gdn_chunked(ok, nullptr, p, p, p, p, p, p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(gdn_chunked(ok, p + 1, p, p, p, p, p, p, nullptr), cudaSuccess);  // 4-byte aligned is enough
-  const GdnShape short_stride{64, 1, 2, 64, 64, 50, 256};  // q/k rows need >= nk * dk = 64
+  const GdnShape short_stride{64, 1, 2, 64, 64, 50, 256};                     // q/k rows need >= nk * dk = 64
   EXPECT_EQ(gdn_chunked(short_stride, p, p, p, p, p, p, p, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -209,8 +209,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGdnChunkedTc,
                                            TcCase{2048, 32, 0},   // 9B heads, one exact chunk .. 32 chunks
                                            TcCase{200, 32, 64},   // 9B with the wide slab
                                            TcCase{1000, 48, 32},  // 27B heads with the narrow slab
-                                           TcCase{1000, 48, 0},
-                                           TcCase{200, 32, 0, GdnPrep::kV3},  // each half alone
+                                           TcCase{1000, 48, 0}, TcCase{200, 32, 0, GdnPrep::kV3},  // each half alone
                                            TcCase{200, 32, 0, GdnPrep::kTensorCores, GdnMath::kF32}));
 
 // A NaN gate poisons its head's state: every later output of that head and its final state are
@@ -249,8 +248,8 @@ TEST(CudaGdnChunkedTc, RejectsBadSlab) {
   float* p = buf.get();
   const GdnShape ok{64, 1, 2, 128, 128, 512, 512};
   for (int slab : {-1, 16, 48, 128}) {
-    EXPECT_EQ(gdn_chunked_configured(GdnChunkedConfig{GdnPrep::kV3, GdnMath::kTensorCores, slab}, ok, p, p, p, p, p,
-                                     p, p, nullptr),
+    EXPECT_EQ(gdn_chunked_configured(GdnChunkedConfig{GdnPrep::kV3, GdnMath::kTensorCores, slab}, ok, p, p, p, p, p, p,
+                                     p, nullptr),
               cudaErrorInvalidValue)
         << slab;
   }

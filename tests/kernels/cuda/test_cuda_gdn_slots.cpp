@@ -70,19 +70,21 @@ TEST(CudaGdnSlots, CapturedConvRowMatchesTokenByToken) {
   DS_REQUIRE_GPU();
   Rng rng(23);
   const size_t T = 4, n_cap = 3, window = (kKc - 1) * kC, stride = window + 40;
-  const std::vector<float> x = rng.vec(T * kC), w = rng.vec(kC * kKc), state0 = rng.vec(window), caps0 = rng.vec(4 * stride);
+  const std::vector<float> x = rng.vec(T * kC), w = rng.vec(kC * kKc), state0 = rng.vec(window),
+                           caps0 = rng.vec(4 * stride);
   DeviceArray<float> dx(x), dw(w), one_state(state0), loop_state(state0), one_caps(caps0), loop_caps(caps0),
       y_one(T * kC), y_loop(T * kC);
-  ASSERT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), n_cap,
-                                  one_caps.get(), stride, nullptr),
+  ASSERT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(),
+                                  n_cap, one_caps.get(), stride, nullptr),
             cudaSuccess);
   for (size_t t = 0; t < T; ++t) {
     ASSERT_EQ(conv_silu_l2_token(dx.get() + t * kC, kC, dw.get(), kKc, loop_state.get(), 2 * kNk, kDk, 1e-6f,
                                  y_loop.get() + t * kC, nullptr),
               cudaSuccess);
     if (t < n_cap) {
-      ASSERT_EQ(cudaMemcpy(loop_caps.get() + t * stride, loop_state.get(), window * sizeof(float), cudaMemcpyDeviceToDevice),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(loop_caps.get() + t * stride, loop_state.get(), window * sizeof(float), cudaMemcpyDeviceToDevice),
+          cudaSuccess);
     }
   }
   EXPECT_TRUE(same(y_one.download(), y_loop.download()));
@@ -91,9 +93,10 @@ TEST(CudaGdnSlots, CapturedConvRowMatchesTokenByToken) {
   EXPECT_TRUE(same(caps, loop_caps.download()));
   EXPECT_EQ(std::memcmp(caps.data() + 3 * stride, caps0.data() + 3 * stride, stride * sizeof(float)), 0)
       << "only n_captures records are written";
-  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, window * sizeof(float)), 0) << "the captures differ by token";
-  EXPECT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), T + 1,
-                                  one_caps.get(), stride, nullptr),
+  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, window * sizeof(float)), 0)
+      << "the captures differ by token";
+  EXPECT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(),
+                                  T + 1, one_caps.get(), stride, nullptr),
             cudaErrorInvalidValue)
       << "more captures than tokens";
   EXPECT_EQ(conv_silu_l2_captured(dx.get(), kC, T, dw.get(), kKc, one_state.get(), 2 * kNk, kDk, 1e-6f, y_one.get(), 2,
@@ -111,20 +114,22 @@ TEST(CudaGdnSlots, CapturedVerifyRowMatchesTokenByToken) {
   Rng rng(19);
   const size_t T = 4, n_cap = 3, state_floats = kNv * kDk * kDv, stride = state_floats + 40;
   const GdnShape shape{T, kNk, kNv, kDk, kDv, kC, kC};
-  const std::vector<float> conv = rng.vec(T * kC), g = rng.vec(T * kNv, -1.0f, 0.0f), beta = rng.vec(T * kNv, 0.0f, 1.0f);
+  const std::vector<float> conv = rng.vec(T * kC), g = rng.vec(T * kNv, -1.0f, 0.0f),
+                           beta = rng.vec(T * kNv, 0.0f, 1.0f);
   const std::vector<float> state0 = rng.vec(state_floats, -0.1f, 0.1f), caps0 = rng.vec(4 * stride);
   DeviceArray<float> dconv(conv), dg(g), dbeta(beta), one_state(state0), loop_state(state0), one_caps(caps0),
       loop_caps(caps0), out_one(T * kNv * kDv), out_loop(T * kNv * kDv);
   const float* q = dconv.get();
-  ASSERT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
-                                   out_one.get(), n_cap, one_caps.get(), stride, nullptr),
+  ASSERT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(),
+                                         one_state.get(), out_one.get(), n_cap, one_caps.get(), stride, nullptr),
             cudaSuccess);
   GdnShape one = shape;
   one.n_tokens = 1;
   for (size_t t = 0; t < T; ++t) {
-    ASSERT_EQ(cuda::gdn_recurrent(one, q + t * kC, q + t * kC + kNk * kDk, q + t * kC + 2 * kNk * kDk, dg.get() + t * kNv,
+    ASSERT_EQ(
+        cuda::gdn_recurrent(one, q + t * kC, q + t * kC + kNk * kDk, q + t * kC + 2 * kNk * kDk, dg.get() + t * kNv,
                             dbeta.get() + t * kNv, loop_state.get(), out_loop.get() + t * kNv * kDv, nullptr),
-              cudaSuccess);
+        cudaSuccess);
     if (t < n_cap) {
       ASSERT_EQ(cudaMemcpy(loop_caps.get() + t * stride, loop_state.get(), state_floats * sizeof(float),
                            cudaMemcpyDeviceToDevice),
@@ -137,13 +142,14 @@ TEST(CudaGdnSlots, CapturedVerifyRowMatchesTokenByToken) {
   EXPECT_TRUE(same(caps, loop_caps.download()));
   EXPECT_EQ(std::memcmp(caps.data() + 3 * stride, caps0.data() + 3 * stride, stride * sizeof(float)), 0)
       << "only n_captures records are written";
-  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, state_floats * sizeof(float)), 0) << "the captures differ by token";
-  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
-                                   out_one.get(), T + 1, one_caps.get(), stride, nullptr),
+  EXPECT_NE(std::memcmp(caps.data(), caps.data() + stride, state_floats * sizeof(float)), 0)
+      << "the captures differ by token";
+  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(),
+                                         one_state.get(), out_one.get(), T + 1, one_caps.get(), stride, nullptr),
             cudaErrorInvalidValue)
       << "more captures than tokens";
-  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), one_state.get(),
-                                   out_one.get(), 2, one_caps.get(), state_floats - 1, nullptr),
+  EXPECT_EQ(cuda::gdn_recurrent_captured(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(),
+                                         one_state.get(), out_one.get(), 2, one_caps.get(), state_floats - 1, nullptr),
             cudaErrorInvalidValue)
       << "overlapping capture records";
 }
@@ -153,21 +159,23 @@ TEST(CudaGdnSlots, RecurrenceMatchesOneSequenceAtATime) {
   Rng rng(18);
   const size_t n = kSlots.size(), pool = 7, state_floats = kNv * kDk * kDv, stride = state_floats + 64;
   const GdnShape shape{1, kNk, kNv, kDk, kDv, kC, kC};
-  const std::vector<float> conv = rng.vec(n * kC), g = rng.vec(n * kNv, -1.0f, 0.0f), beta = rng.vec(n * kNv, 0.0f, 1.0f);
+  const std::vector<float> conv = rng.vec(n * kC), g = rng.vec(n * kNv, -1.0f, 0.0f),
+                           beta = rng.vec(n * kNv, 0.0f, 1.0f);
   const std::vector<float> states = rng.vec(pool * stride, -0.1f, 0.1f);
   DeviceArray<float> dconv(conv), dg(g), dbeta(beta), batched_state(states), loop_state(states);
   DeviceArray<float> out_batched(n * kNv * kDv), out_loop(n * kNv * kDv);
   DeviceArray<uint32_t> dslots(kSlots);
   const float* q = dconv.get();
   ASSERT_TRUE(gdn_decode_slots_applies(shape, n));
-  ASSERT_EQ(cuda::gdn_decode_slots(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(), batched_state.get(),
-                             stride, dslots.get(), n, out_batched.get(), nullptr),
+  ASSERT_EQ(cuda::gdn_decode_slots(shape, q, q + kNk * kDk, q + 2 * kNk * kDk, dg.get(), dbeta.get(),
+                                   batched_state.get(), stride, dslots.get(), n, out_batched.get(), nullptr),
             cudaSuccess);
   for (size_t i = 0; i < n; ++i) {
     const float* qi = q + i * kC;
-    ASSERT_EQ(cuda::gdn_recurrent(shape, qi, qi + kNk * kDk, qi + 2 * kNk * kDk, dg.get() + i * kNv, dbeta.get() + i * kNv,
+    ASSERT_EQ(
+        cuda::gdn_recurrent(shape, qi, qi + kNk * kDk, qi + 2 * kNk * kDk, dg.get() + i * kNv, dbeta.get() + i * kNv,
                             loop_state.get() + kSlots[i] * stride, out_loop.get() + i * kNv * kDv, nullptr),
-              cudaSuccess);
+        cudaSuccess);
   }
   EXPECT_TRUE(same(out_batched.download(), out_loop.download()));
   const std::vector<float> after = batched_state.download();
@@ -186,13 +194,15 @@ TEST(CudaGdnSlotsArgs, RejectsWhatItCannotTake) {  // checked before any launch
   wide.dk = 256;  // beyond the register-state block kernel
   EXPECT_FALSE(gdn_decode_slots_applies(wide, 4));
   EXPECT_FALSE(gdn_decode_slots_applies(ok, 0));
-  EXPECT_EQ(cuda::gdn_decode_slots(ok, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 4, nullptr, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      cuda::gdn_decode_slots(ok, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, 4, nullptr, nullptr),
+      cudaErrorInvalidValue);
   float* p = reinterpret_cast<float*>(uintptr_t{256});
   EXPECT_EQ(conv_silu_l2_slots(p, kC, p, kKc, p, kC, nullptr, 4, 2 * kNk, kDk, 1e-6f, p + kC, nullptr),
             cudaErrorInvalidValue);  // no slot list
   const auto* s = reinterpret_cast<const uint32_t*>(uintptr_t{512});
-  EXPECT_EQ(conv_silu_l2_slots(p, kC, p, kKc, p, kC, s, 0, 2 * kNk, kDk, 1e-6f, p + kC, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(conv_silu_l2_slots(p, kC, p, kKc, p, kC, s, 0, 2 * kNk, kDk, 1e-6f, p + kC, nullptr),
+            cudaErrorInvalidValue);
 }
 
 // ---- the raw-gate form: gates computed inside the recurrence's launch -------------------------

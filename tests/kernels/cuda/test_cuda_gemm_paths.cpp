@@ -47,10 +47,14 @@ enum class Path { kLtPerCall, kLtPersistent, kMmaPersistent, kPublicDefault };
 
 const char* path_name(Path p) {
   switch (p) {
-    case Path::kLtPerCall: return "cuBLASLt, per-call dequant";
-    case Path::kLtPersistent: return "cuBLASLt, persistent bf16";
-    case Path::kMmaPersistent: return "mma.sync, persistent bf16";
-    case Path::kPublicDefault: return "public matmul, default options";
+    case Path::kLtPerCall:
+      return "cuBLASLt, per-call dequant";
+    case Path::kLtPersistent:
+      return "cuBLASLt, persistent bf16";
+    case Path::kMmaPersistent:
+      return "mma.sync, persistent bf16";
+    case Path::kPublicDefault:
+      return "public matmul, default options";
   }
   return "?";
 }
@@ -134,14 +138,14 @@ TEST_P(CudaGemmPaths, MatchCpuAndEachOther) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaGemmPaths,
-    ::testing::Values(
-        // The smallest tensor-core batch; odd rows; padded strides; y only 4-byte aligned (cuBLASLt
-        // must pick an algorithm for that alignment or the mma fallback must take it).
-        GemmCase{1, 32, 16, 0, 0, 0}, GemmCase{300, 4096, 17, 3, 7, 1}, GemmCase{129, 352, 200, 1, 0, 0},
-        GemmCase{512, 2048, 256, 0, 0, 0}, GemmCase{1000, 1024, 67, 0, 3, 3}, GemmCase{64, 12288, 33, 0, 0, 2}),
-    gemm_case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmPaths,
+                         ::testing::Values(
+                             // The smallest tensor-core batch; odd rows; padded strides; y only 4-byte aligned
+                             // (cuBLASLt must pick an algorithm for that alignment or the mma fallback must take it).
+                             GemmCase{1, 32, 16, 0, 0, 0}, GemmCase{300, 4096, 17, 3, 7, 1},
+                             GemmCase{129, 352, 200, 1, 0, 0}, GemmCase{512, 2048, 256, 0, 0, 0},
+                             GemmCase{1000, 1024, 67, 0, 3, 3}, GemmCase{64, 12288, 33, 0, 0, 2}),
+                         gemm_case_name);
 
 // A stacked matrix's prefill product to row segments (matmul_rows: the activations rounded to bf16
 // once for all segments) gives every segment the bits of its own matmul, in GGUF order and split

@@ -49,15 +49,17 @@ namespace {
 // production's two (0: the dot the shape picks, 3: int8 tensor cores) and each dot forced (1, 2).
 namespace lab = ::ds::kernel_lab;
 
-std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x,
-                             size_t xs, size_t n, size_t ys, int variant = lab::kSplitAuto) {
+std::vector<float> run_split(const SplitHost& w, const DeviceArray<uint8_t>& dw, const std::vector<float>& x, size_t xs,
+                             size_t n, size_t ys, int variant = lab::kSplitAuto) {
   DeviceArray<float> dx(x), dy(n * ys);
   dy.upload(std::vector<float>(n * ys, 7.0f));  // stride padding must survive
   DS_CUDA_CHECK(lab::gemv_q8_split_variant(variant, w.device_view(dw.get()), dx.get(), xs, n, dy.get(), ys, nullptr));
   return dy.download();
 }
 
-double error_units(size_t cols) { return 22.0 + static_cast<double>(cols / kQ8SplitColAlign); }
+double error_units(size_t cols) {
+  return 22.0 + static_cast<double>(cols / kQ8SplitColAlign);
+}
 
 // How a variant represents the activations (the error term it adds beyond f32 rounding).
 enum class Dot { kFloat, kInt8x3, kInt8x2 };
@@ -65,7 +67,9 @@ Dot dot_of_variant(int variant, size_t rows, size_t cols) {
   if (variant == lab::kSplitMma) return Dot::kInt8x2;
   return lab::gemv_q8_split_int_dot(rows, cols, variant) ? Dot::kInt8x3 : Dot::kFloat;
 }
-const char* dot_name(Dot d) { return d == Dot::kFloat ? "float" : d == Dot::kInt8x3 ? "int8x3" : "int8x2 mma"; }
+const char* dot_name(Dot d) {
+  return d == Dot::kFloat ? "float" : d == Dot::kInt8x3 ? "int8x3" : "int8x2 mma";
+}
 
 // sum_i |w_i| max|x over i's chunk of `width` columns|.
 double chunk_weighted(const std::vector<float>& wrow, const float* x, size_t width) {
@@ -149,9 +153,9 @@ TEST(CudaGemvSplit, IntegerDotsHandleOutliersAndZeroChunks) {
   const SplitHost w = make_split(257, 2048, rng);
   DeviceArray<uint8_t> dw(w.split);
   std::vector<float> x = rng.vec(2 * 2048);
-  for (size_t i = 0; i < x.size(); i += 37) x[i] *= 3000.0f;          // outliers
-  for (size_t i = 512; i < 1024; ++i) x[i] = 0.0f;                    // an all-zero slice (token 0)
-  for (size_t i = 2048 + 100; i < 2048 + 116; ++i) x[i] = 1e-30f;     // a tiny chunk (token 1)
+  for (size_t i = 0; i < x.size(); i += 37) x[i] *= 3000.0f;       // outliers
+  for (size_t i = 512; i < 1024; ++i) x[i] = 0.0f;                 // an all-zero slice (token 0)
+  for (size_t i = 2048 + 100; i < 2048 + 116; ++i) x[i] = 1e-30f;  // a tiny chunk (token 1)
   for (int v : {1, lab::kSplitMma}) {
     const Dot dot = dot_of_variant(v, 257, 2048);
     const double worst = check_against_references(w, x, 2048, 2, run_split(w, dw, x, 2048, 2, 257, v), 257, dot);
@@ -214,8 +218,8 @@ TEST(CudaGemvSplit, DependentLaunchGivesTheSameBits) {
         DS_CUDA_CHECK(cudaMemset(dy.get(), 0, n * 4096 * sizeof(float)));
         DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
         DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
-        DS_CUDA_CHECK(lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096,
-                                                    nullptr, /*pdl=*/true));
+        DS_CUDA_CHECK(lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dx.get(), 4096, n, dy.get(), 4096, nullptr,
+                                                 /*pdl=*/true));
         const std::vector<float> got = dy.download();
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
             << "variant " << v << " n=" << n << " rep " << rep;
@@ -237,12 +241,12 @@ TEST(CudaGemvSplit, SwigluFoldedGivesTheBitsOfSwigluThenGemv) {
     DS_CUDA_CHECK(swiglu(dgate.get(), dup.get(), 4 * s.cols, dact.get(), nullptr));
     for (int v = 0; v < lab::kSplitVariants; ++v) {
       for (size_t n = 1; n <= 4; ++n) {
-        DS_CUDA_CHECK(lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dact.get(), s.cols, n, dy.get(), s.rows,
-                                                    nullptr));
+        DS_CUDA_CHECK(
+            lab::gemv_q8_split_variant(v, w.device_view(dw.get()), dact.get(), s.cols, n, dy.get(), s.rows, nullptr));
         const std::vector<float> want = dy.download();
         DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 4 * s.rows * sizeof(float)));
         DS_CUDA_CHECK(lab::gemv_q8_split_swiglu_variant(v, w.device_view(dw.get()), dgate.get(), dup.get(), s.cols, n,
-                                                           dy.get(), s.rows, nullptr, /*pdl=*/n % 2 == 0));
+                                                        dy.get(), s.rows, nullptr, /*pdl=*/n % 2 == 0));
         const std::vector<float> got = dy.download();
         EXPECT_EQ(std::memcmp(got.data(), want.data(), n * s.rows * sizeof(float)), 0)
             << s.rows << "x" << s.cols << " variant " << v << " n=" << n;
@@ -275,8 +279,8 @@ TEST(CudaGemvSplit, MmaActivationsQuantizedOnceGiveTheSameBits) {
     std::vector<float> gate = rng.vec(8 * s.cols);
     const std::vector<float> up = rng.vec(8 * s.cols);
     for (size_t i = 0; i < gate.size(); i += 41) gate[i] *= 2000.0f;  // outliers
-    for (size_t i = 64; i < 96; ++i) gate[i] = 0.0f;                   // a zero block (token 0)
-    gate[3 * s.cols + 7] = std::numeric_limits<float>::quiet_NaN();    // token 3 not finite
+    for (size_t i = 64; i < 96; ++i) gate[i] = 0.0f;                  // a zero block (token 0)
+    gate[3 * s.cols + 7] = std::numeric_limits<float>::quiet_NaN();   // token 3 not finite
     DeviceArray<float> dgate(gate), dup(up), dy(8 * s.rows);
     DeviceArray<uint8_t> acts(detail::gemv_q8_split_mma_act_bytes(s.cols));
     const cpu::WeightView dev = w.device_view(dw.get());
@@ -301,8 +305,8 @@ TEST(CudaGemvSplit, MmaActivationsQuantizedOnceGiveTheSameBits) {
     tc.split_gemv_mma = true;
     DS_CUDA_CHECK(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 3, dy.get(), s.rows, tc, nullptr));
     const std::vector<float> want = dy.download();
-    DS_CUDA_CHECK(matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 3, dy.get(), s.rows, tc, nullptr,
-                                       acts.get()));
+    DS_CUDA_CHECK(
+        matmul_swiglu_decode(dev, dgate.get(), dup.get(), s.cols, 3, dy.get(), s.rows, tc, nullptr, acts.get()));
     EXPECT_EQ(std::memcmp(dy.download().data(), want.data(), 3 * s.rows * sizeof(float)), 0) << "matmul_swiglu_decode";
     EXPECT_EQ(detail::gemv_q8_split_mma(dev, dgate.get(), nullptr, s.cols, 1, out, nullptr, false, acts.get() + 8),
               cudaErrorMisalignedAddress);
@@ -355,7 +359,7 @@ TEST(CudaGemvSplit, RejectsWhatItCannotRead) {
   shifted.data = dw.get() + 8;
   EXPECT_FALSE(detail::gemv_q8_split_applies(shifted, dx.get(), 1024, 1));
   EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get() + 1, 1024, 1));  // x not 16-byte aligned
-  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1025, 2));     // token rows not 16-byte aligned
+  EXPECT_FALSE(detail::gemv_q8_split_applies(ok, dx.get(), 1025, 2));      // token rows not 16-byte aligned
   EXPECT_EQ(detail::gemv_q8_split(ok, dx.get(), 1024, 9, dy.get(), 64, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(lab::gemv_q8_split_variant(lab::kSplitVariants, ok, dx.get(), 1024, 1, dy.get(), 64, nullptr),
             cudaErrorInvalidValue);
@@ -401,7 +405,9 @@ std::vector<float> run_small(const SplitHost& w, const DeviceArray<uint8_t>& dw,
   return dy.download();
 }
 
-float round_bf16(float v) { return bf16_to_fp32(fp32_to_bf16(v)); }
+float round_bf16(float v) {
+  return bf16_to_fp32(fp32_to_bf16(v));
+}
 
 double check_small(const SplitHost& w, const std::vector<float>& x, size_t xs, size_t n, const std::vector<float>& got,
                    size_t ys) {
@@ -477,8 +483,8 @@ TEST(CudaGemmSplitSmall, BatchInvariantBitwiseAndNonFinite) {
     // The launch variants differ in occupancy only: the same bits.
     for (size_t n : {size_t{3}, size_t{32}}) {
       DeviceArray<float> dx(x), dy(n * s.rows);
-      DS_CUDA_CHECK(lab::gemm_q8_split_small_variant(1, w.device_view(dw.get()), dx.get(), s.cols, n, dy.get(),
-                                                        s.rows, nullptr));
+      DS_CUDA_CHECK(
+          lab::gemm_q8_split_small_variant(1, w.device_view(dw.get()), dx.get(), s.cols, n, dy.get(), s.rows, nullptr));
       const std::vector<float> v1 = dy.download();
       EXPECT_EQ(std::memcmp(v1.data(), all.data(), v1.size() * sizeof(float)), 0) << s.rows << " n=" << n;
     }
@@ -510,8 +516,8 @@ TEST(CudaGemmSplitSmall, DependentLaunchGivesTheSameBits) {
       DS_CUDA_CHECK(cudaMemset(dy.get(), 0, 24 * s.rows * sizeof(float)));
       DS_CUDA_CHECK(cudaMemset(dx.get(), 0, x.size() * sizeof(float)));
       DS_CUDA_CHECK(add_inplace(dx.get(), src.get(), x.size(), nullptr));  // the producer kernel
-      DS_CUDA_CHECK(lab::gemm_q8_split_small_variant(variant, w.device_view(dw.get()), dx.get(), s.cols, 24,
-                                                        dy.get(), s.rows, nullptr, /*dependent=*/true));
+      DS_CUDA_CHECK(lab::gemm_q8_split_small_variant(variant, w.device_view(dw.get()), dx.get(), s.cols, 24, dy.get(),
+                                                     s.rows, nullptr, /*dependent=*/true));
       const std::vector<float> got = dy.download();
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << s.rows << "x" << s.cols << " variant " << variant << " ("
@@ -596,14 +602,14 @@ TEST(Int8x2Levels, MeetTheirBoundOnTheCpu) {
   Rng rng(4242);
   const size_t cols = 32 * 64;
   std::vector<float> x = rng.vec(cols);
-  for (size_t i = 0; i < 32; ++i) x[i] = static_cast<float>(i) - 15.5f;            // Q ties: +-0.5 steps
+  for (size_t i = 0; i < 32; ++i) x[i] = static_cast<float>(i) - 15.5f;                 // Q ties: +-0.5 steps
   for (size_t i = 32; i < 64; ++i) x[i] = (i % 2 ? 1.0f : -1.0f) * (1.0f + i * 1e-7f);  // near the max
-  for (size_t i = 64; i < 96; ++i) x[i] *= 1e-37f;                                 // subnormal u
-  for (size_t i = 96; i < 128; ++i) x[i] *= 1e-44f;                                // u rounds to 0
-  for (size_t i = 128; i < 160; ++i) x[i] *= 3.0e38f;                              // huge
-  for (size_t i = 160; i < 192; ++i) x[i] = 0.0f;                                  // all zero
-  for (size_t i = 192; i < 224; ++i) x[i] = (i == 200 ? 1000.0f : x[i]);           // an outlier
-  for (size_t blk = 8; blk < cols / 32; ++blk) {                                   // spread magnitudes
+  for (size_t i = 64; i < 96; ++i) x[i] *= 1e-37f;                                      // subnormal u
+  for (size_t i = 96; i < 128; ++i) x[i] *= 1e-44f;                                     // u rounds to 0
+  for (size_t i = 128; i < 160; ++i) x[i] *= 3.0e38f;                                   // huge
+  for (size_t i = 160; i < 192; ++i) x[i] = 0.0f;                                       // all zero
+  for (size_t i = 192; i < 224; ++i) x[i] = (i == 200 ? 1000.0f : x[i]);                // an outlier
+  for (size_t blk = 8; blk < cols / 32; ++blk) {                                        // spread magnitudes
     const float scale = std::ldexp(1.0f, static_cast<int>(blk % 40) - 20);
     for (size_t i = 0; i < 32; ++i) x[blk * 32 + i] *= scale;
   }

@@ -44,15 +44,16 @@ TEST_P(CudaL2NormHeads, EqualsPerHeadLaunchesAndTheCpu) {
   EXPECT_EQ(got, per_head.download());
   EXPECT_LE(rel_error(got, want_cpu), 1e-6);
   for (size_t t = 0; t < c.tokens; ++t) {
-    for (size_t i = c.heads * c.dim; i < stride; ++i) ASSERT_EQ(got[t * stride + i], x[t * stride + i]) << t << "," << i;
+    for (size_t i = c.heads * c.dim; i < stride; ++i)
+      ASSERT_EQ(got[t * stride + i], x[t * stride + i]) << t << "," << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaL2NormHeads,
                          ::testing::Values(HeadsCase{300, 32, 128, 4096 + 3},  // 9B: q + k heads, then v
-                                           HeadsCase{17, 4, 32, 128},         // the tiny fixture
-                                           HeadsCase{1, 6, 100, 0},           // one token, odd head dim
-                                           HeadsCase{64, 3, 1000, 5}));       // widest taken
+                                           HeadsCase{17, 4, 32, 128},          // the tiny fixture
+                                           HeadsCase{1, 6, 100, 0},            // one token, odd head dim
+                                           HeadsCase{64, 3, 1000, 5}));        // widest taken
 
 TEST(CudaL2NormHeadsArgs, RefusesWhatItDoesNotTake) {
   // Argument checks only: nothing reaches the device.

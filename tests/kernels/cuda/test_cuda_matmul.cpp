@@ -233,19 +233,18 @@ TEST_P(CudaMatmulSplit, SameBitsAsGgufOrder) {
   EXPECT_TRUE(same_bits(out[1], out[0]));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Paths, CudaMatmulSplit,
-    ::testing::Values(
-        // SIMT GEMV (1, 2..4, 5..8 tokens) and SIMT GEMM (f32).
-        SplitCase{131, 512, 1, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
-        SplitCase{77, 1024, 3, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
-        SplitCase{200, 512, 8, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
-        SplitCase{65, 1536, 9, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
-        SplitCase{300, 4096, 70, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
-        // bf16 tensor-core GEMM with per-call dequantization of split rows.
-        SplitCase{300, 4096, 17, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
-        SplitCase{129, 512, 16, 1, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
-        SplitCase{257, 1024, 200, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kCublasLt}));
+INSTANTIATE_TEST_SUITE_P(Paths, CudaMatmulSplit,
+                         ::testing::Values(
+                             // SIMT GEMV (1, 2..4, 5..8 tokens) and SIMT GEMM (f32).
+                             SplitCase{131, 512, 1, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+                             SplitCase{77, 1024, 3, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+                             SplitCase{200, 512, 8, 1, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+                             SplitCase{65, 1536, 9, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+                             SplitCase{300, 4096, 70, 0, MatmulPrecision::kF32, TcGemmKernel::kCublasLt},
+                             // bf16 tensor-core GEMM with per-call dequantization of split rows.
+                             SplitCase{300, 4096, 17, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
+                             SplitCase{129, 512, 16, 1, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kMmaSync},
+                             SplitCase{257, 1024, 200, 0, MatmulPrecision::kBf16TensorCores, TcGemmKernel::kCublasLt}));
 
 TEST(CudaMatmulArgs, SplitRowsNeedAlignedRowsAndWholeBlocks) {
   // Pure argument checks: nothing reaches the device.

@@ -115,9 +115,10 @@ TEST_P(CudaModelReference, EveryPositionMatchesReference) {
   const std::vector<float> last(logits.end() - static_cast<std::ptrdiff_t>(V), logits.end());
   const float worst_last = max_abs(last, ref.last_logits);
   EXPECT_LE(worst_last, kLogitTol) << ref.name << " last-position logits";
-  std::printf("[ cuda ] %s: %zu tokens in %.1f ms (incl. all-row LM head); max |logit - ref| %.3g (summary), "
-              "%.3g (last row)\n",
-              ref.name.c_str(), ref.ids.size(), ms, worst, worst_last);
+  std::printf(
+      "[ cuda ] %s: %zu tokens in %.1f ms (incl. all-row LM head); max |logit - ref| %.3g (summary), "
+      "%.3g (last row)\n",
+      ref.name.c_str(), ref.ids.size(), ms, worst, worst_last);
 }
 
 // Prefill in uneven chunks, then the rest token by token: exercises the carried conv/SSM state,
@@ -166,8 +167,7 @@ TEST_P(CudaModelGreedy, GreedyTokensMatchUpToTheFirstTightMargin) {
   }
   EXPECT_EQ(got, std::vector<int32_t>(ref.greedy_tokens.begin(),
                                       ref.greedy_tokens.begin() + static_cast<std::ptrdiff_t>(must_match)));
-  std::printf("[ cuda ] %s: %zu of %zu greedy steps checked\n", ref.name.c_str(), must_match,
-              ref.greedy_tokens.size());
+  std::printf("[ cuda ] %s: %zu of %zu greedy steps checked\n", ref.name.c_str(), must_match, ref.greedy_tokens.size());
 }
 
 TEST_P(CudaModelGreedy, MtpRowsMatchReference) {
@@ -199,8 +199,7 @@ TEST(CudaModel, LogitsMatchCpuBackend) {
   const std::vector<float> c = run_prompt(*cpu_stage, 1, ref.ids, rows);
   const float worst = max_abs(g, c);
   EXPECT_LE(worst, kCpuTol);
-  std::printf("[ cuda ] rand_200 all rows: max |cuda - cpu| = %.3g (cpu forward %.1f ms)\n", worst,
-              elapsed_ms(start));
+  std::printf("[ cuda ] rand_200 all rows: max |cuda - cpu| = %.3g (cpu forward %.1f ms)\n", worst, elapsed_ms(start));
 }
 
 // Issue 9's longest parity case: an 8192-token prompt (the fixture's context) in the scheduler's
@@ -237,9 +236,10 @@ TEST(CudaModel, LongPromptLastLogitsMatchCpu) {
   }
   const double rel_rms = std::sqrt(err2 / ref2);
   EXPECT_LE(rel_rms, 0.25);
-  std::printf("[ cuda ] 8192-token prompt, last logits vs cpu: f32 max |diff| %.3g; bf16 rms(diff)/rms %.3g, "
-              "max |diff| %.3g\n",
-              worst_f32, rel_rms, max_abs(b, c));
+  std::printf(
+      "[ cuda ] 8192-token prompt, last logits vs cpu: f32 max |diff| %.3g; bf16 rms(diff)/rms %.3g, "
+      "max |diff| %.3g\n",
+      worst_f32, rel_rms, max_abs(b, c));
 }
 
 // Two stages on the GPU in one process ([0,3) then [3,n_layer), each with its own backend) equal one.

@@ -22,14 +22,13 @@
 //   order and the chunked GDN form only).
 //   Top-1 must agree on every row whose CPU margin exceeds 2 * kMaxTol * rms.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
-
-#include <unistd.h>
 
 #include "common/gguf.h"
 #include "common/model_config.h"
@@ -129,9 +128,10 @@ TEST(CudaModelBf16, DefaultPrefillMatchesCpuOnWellConditionedModel) {
   EXPECT_LE(db.rms, kRmsTol * db.ref_rms) << "bf16 prefill vs CPU (rms)";
   EXPECT_LE(db.max, kMaxTol * db.ref_rms) << "bf16 prefill vs CPU (max)";
   const size_t checked = expect_top1(bf16, want, V, 2 * kMaxTol * db.ref_rms);
-  std::printf("[ cuda ] synthetic 0.8B-shape, %zu tokens, all rows: logit rms %.3f; f32 cuda max|d| %.3g; "
-              "bf16 cuda rms|d| %.3g (%.2g rel) max|d| %.3g (%.2g rel); top-1 checked on %zu rows\n",
-              ids.size(), db.ref_rms, df.max, db.rms, db.rms / db.ref_rms, db.max, db.max / db.ref_rms, checked);
+  std::printf(
+      "[ cuda ] synthetic 0.8B-shape, %zu tokens, all rows: logit rms %.3f; f32 cuda max|d| %.3g; "
+      "bf16 cuda rms|d| %.3g (%.2g rel) max|d| %.3g (%.2g rel); top-1 checked on %zu rows\n",
+      ids.size(), db.ref_rms, df.max, db.rms, db.rms / db.ref_rms, db.max, db.max / db.ref_rms, checked);
 }
 
 // Long prompts run through several GDN chunk segments and multi-tile attention: prefill in one
@@ -151,9 +151,10 @@ TEST(CudaModelBf16, ChunkedPrefillMatchesCpu) {
   EXPECT_LE(dw.max, kMaxTol * dw.ref_rms);
   EXPECT_LE(dp.rms, kRmsTol * dp.ref_rms);
   EXPECT_LE(dp.max, kMaxTol * dp.ref_rms);
-  std::printf("[ cuda ] synthetic, 1100 tokens: bf16 one step rms %.2g max %.2g rel; in 400-token chunks rms "
-              "%.2g max %.2g rel\n",
-              dw.rms / dw.ref_rms, dw.max / dw.ref_rms, dp.rms / dp.ref_rms, dp.max / dp.ref_rms);
+  std::printf(
+      "[ cuda ] synthetic, 1100 tokens: bf16 one step rms %.2g max %.2g rel; in 400-token chunks rms "
+      "%.2g max %.2g rel\n",
+      dw.rms / dw.ref_rms, dw.max / dw.ref_rms, dp.rms / dp.ref_rms, dp.max / dp.ref_rms);
 }
 
 // Decode steps of 1, 3 and 7 tokens (the split-rows GEMV with 1, 3 and 4 + 3 tokens per launch;
@@ -225,9 +226,10 @@ TEST(CudaModelBf16, BatchedDecodeStepMatchesCpu) {
   EXPECT_LE(da.max, kMaxTol * da.ref_rms) << "one-at-a-time CUDA decode vs CPU (max)";
   EXPECT_LE(dba.max, kMaxTol * dba.ref_rms) << "batched vs one-at-a-time CUDA decode (max)";
   const size_t checked = expect_top1(out.logits, want, V, 2 * kMaxTol * db.ref_rms);
-  std::printf("[ cuda ] synthetic batched decode, %zu sequences in one step: rms %.2g max %.2g rel vs CPU; "
-              "alone %.2g max rel; top-1 checked on %zu rows\n",
-              n_seqs, db.rms / db.ref_rms, db.max / db.ref_rms, da.max / da.ref_rms, checked);
+  std::printf(
+      "[ cuda ] synthetic batched decode, %zu sequences in one step: rms %.2g max %.2g rel vs CPU; "
+      "alone %.2g max rel; top-1 checked on %zu rows\n",
+      n_seqs, db.rms / db.ref_rms, db.max / db.ref_rms, da.max / da.ref_rms, checked);
 }
 
 }  // namespace

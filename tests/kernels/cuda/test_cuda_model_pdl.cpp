@@ -7,13 +7,12 @@
 // The model: tools/synth at 0.8B layer widths (D 1024: the cluster norms; Q8_0 widths multiple of
 // 512: the split-rows GEMV), 4 layers (3 GDN + 1 attention), a 4096-token vocabulary.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
-
-#include <unistd.h>
 
 #include "common/gguf.h"
 #include "common/model_config.h"

@@ -110,8 +110,8 @@ TEST_P(CudaRope, MatchesCpu) {
   DeviceArray<float> dx(want);
   DeviceArray<int32_t> dpos(pos);
   cpu::rope_neox(want.data(), c.n_tokens, ts, c.n_heads, hs, c.head_dim, c.n_rot, pos.data(), c.sections, 1e7f);
-  DS_CUDA_CHECK(rope_neox(dx.get(), c.n_tokens, ts, c.n_heads, hs, c.head_dim, c.n_rot, dpos.get(), c.sections, 1e7f,
-                          nullptr));
+  DS_CUDA_CHECK(
+      rope_neox(dx.get(), c.n_tokens, ts, c.n_heads, hs, c.head_dim, c.n_rot, dpos.get(), c.sections, 1e7f, nullptr));
   // Inputs in [-1, 1]: an absolute bound of a few ulp of 1 (cos/sin of the same f32 angle).
   EXPECT_LE(max_abs_diff(dx.download(), want), 1e-6);
 }
@@ -175,8 +175,8 @@ TEST(CudaGdnGates, MatchCpuFormula) {
     }
   }
   DeviceArray<float> d_alpha(alpha), d_beta_raw(beta_raw), da(a), ddt(dt), dg(T * nv), db(T * nv);
-  DS_CUDA_CHECK(gdn_gates(d_alpha.get(), as, d_beta_raw.get(), bs, da.get(), ddt.get(), T, nv, dg.get(), db.get(),
-                          nullptr));
+  DS_CUDA_CHECK(
+      gdn_gates(d_alpha.get(), as, d_beta_raw.get(), bs, da.get(), ddt.get(), T, nv, dg.get(), db.get(), nullptr));
   EXPECT_LE(rel_error(dg.download(), want_g), kUlpTol);
   EXPECT_LE(rel_error(db.download(), want_b), kUlpTol);
 }

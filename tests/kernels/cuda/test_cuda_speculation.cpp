@@ -53,7 +53,8 @@ void expect_same(const Generated& want, const Generated& got, const std::string&
   ASSERT_EQ(got.tokens, want.tokens) << what;
   float worst = 0;
   for (size_t i = 0; i < want.logits.size(); ++i) {
-    for (size_t v = 0; v < want.logits[i].size(); ++v) worst = std::max(worst, std::fabs(got.logits[i][v] - want.logits[i][v]));
+    for (size_t v = 0; v < want.logits[i].size(); ++v)
+      worst = std::max(worst, std::fabs(got.logits[i][v] - want.logits[i][v]));
   }
   EXPECT_LE(worst, kLogitTol) << what;
 }
@@ -141,7 +142,8 @@ TEST(CudaSpeculation, DraftVocabularyDraftsAmongTheFirstIds) {
   const std::vector<float> h = mtp_rows_for_prompt(*full.stage, D, 1, prompt);
   std::vector<float> all;
   full.stage->forward_mtp(1, 0, prompt, h.data(), &all);
-  const std::vector<float> want(all.end() - static_cast<std::ptrdiff_t>(V), all.end() - static_cast<std::ptrdiff_t>(V - kDraftVocab));
+  const std::vector<float> want(all.end() - static_cast<std::ptrdiff_t>(V),
+                                all.end() - static_cast<std::ptrdiff_t>(V - kDraftVocab));
   LogitDigest digest;
   std::vector<float> logits, last_h;
   EXPECT_FALSE(part.stage->forward_mtp_last(1, 0, prompt, h.data(), nullptr, &digest, &logits, &last_h));

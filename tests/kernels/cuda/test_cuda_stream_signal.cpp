@@ -32,7 +32,7 @@ class RegisteredBytes {
     cudaHostUnregister(base_);
     munmap(base_, bytes_);
   }
-  uint32_t* word() { return static_cast<uint32_t*>(base_); }            // first 64 bytes: the word
+  uint32_t* word() { return static_cast<uint32_t*>(base_); }  // first 64 bytes: the word
   float* data() { return reinterpret_cast<float*>(static_cast<char*>(base_) + 4096); }
 
  private:
@@ -40,7 +40,9 @@ class RegisteredBytes {
   size_t bytes_;
 };
 
-bool landed(const uint32_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE) == kValue; }
+bool landed(const uint32_t* word) {
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE) == kValue;
+}
 
 TEST(CudaStreamSignal, WaitHoldsLaterCopiesUntilTheWordIsSet) {
   DS_REQUIRE_GPU();
@@ -57,7 +59,7 @@ TEST(CudaStreamSignal, WaitHoldsLaterCopiesUntilTheWordIsSet) {
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the copy ran before the word was set";
   for (size_t i = 0; i < n; ++i) host.data()[i] = static_cast<float>(i) * 0.5f;  // the rows land ...
-  __atomic_store_n(host.word(), kValue, __ATOMIC_RELEASE);                      // ... then the word
+  __atomic_store_n(host.word(), kValue, __ATOMIC_RELEASE);                       // ... then the word
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   std::vector<float> back(n);
   ASSERT_EQ(cudaMemcpy(back.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -87,8 +87,7 @@ TEST(CudaSwigluMatmulArgs, RefusesWhatItDoesNotTake) {
   EXPECT_EQ(swiglu_matmul(f32, f, f, 64, f, 4, {}, nullptr), cudaErrorNotSupported);
   EXPECT_EQ(swiglu_matmul(q8, nullptr, f, 64, f, 4, {}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(swiglu_matmul(q8, f, f, 64, f, 3, {}, nullptr), cudaErrorInvalidValue);  // y stride < rows
-  EXPECT_EQ(swiglu_matmul(q8, reinterpret_cast<float*>(buf + 2), f, 64, f, 4, {}, nullptr),
-            cudaErrorMisalignedAddress);
+  EXPECT_EQ(swiglu_matmul(q8, reinterpret_cast<float*>(buf + 2), f, 64, f, 4, {}, nullptr), cudaErrorMisalignedAddress);
   const WeightView split_shifted{GgmlType::Q8_0_SPLIT, buf + 2, 1, 512, 544};  // split rows: 16-byte aligned
   EXPECT_FALSE(swiglu_matmul_applies(split_shifted, 64));
   EXPECT_EQ(swiglu_matmul(split_shifted, f, f, 64, f, 4, {}, nullptr), cudaErrorNotSupported);
