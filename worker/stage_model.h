@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "common/host_signal.h"  // HostSignal
 #include "common/sampling.h"     // DigestRequest, LogitDigest
 #include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
 
 namespace ds {
 
+class Backend;
 class GgufFile;
 struct ModelConfig;
 
@@ -51,19 +51,7 @@ struct SeqStep {
 };
 
 struct StepInput {
-  std::vector<SeqStep> seqs;      // token rows are concatenated in this order
-  const float* hidden = nullptr;  // [total_tokens, n_embd] from the previous stage; nullptr on stage 0
-  // Non-last stage, optional: a host buffer of [total_tokens, n_embd] floats that receives the
-  // output hidden rows instead of StepOutput::hidden (the next stage's shared-memory ring slot,
-  // pinned on CUDA workers: the device-to-host copy lands there, no staging copies).
-  float* hidden_out = nullptr;
-  // Optional: `hidden` may still be landing (the previous stage sent its descriptor before its
-  // device finished); read it only once this signal is set.
-  HostSignal hidden_ready;
-  bool hidden_ready_on_host = false;  // the host waits for it, not the device (--early-handoff host)
-  // Optional, with hidden_out: the stage may return before the rows are in hidden_out and set
-  // this signal once they are (from its device, in stream order); StepOutput::hidden_deferred.
-  HostSignal hidden_out_ready;
+  std::vector<SeqStep> seqs;  // token rows are concatenated in this order
   // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
   bool all_final_hidden = false;
   // Managed memory: one entry per seqs[i]. Empty on a self-managed stage.
@@ -75,12 +63,6 @@ struct StepInput {
 };
 
 struct StepOutput {
-  // Non-last stage: residual stream after this stage's layers, [total_tokens, n_embd].
-  std::vector<float> hidden;
-  // The rows go to StepInput::hidden_out and may land after forward() returned; its
-  // hidden_out_ready signal says when. Until then this stage's next forward() may not reuse
-  // host buffers its queued work reads (it synchronizes first).
-  bool hidden_deferred = false;
   // Last stage: for every requested logit row (in seqs order, then row order):
   std::vector<float> logits;        // [n_rows, n_vocab]
   std::vector<float> final_hidden;  // [n_rows, n_embd], post output_norm (the MTP input);
@@ -116,6 +98,13 @@ class StageModel {
   // Runs the step. Throws std::exception (e.g. ds::ConfigError) on invalid input, leaving the
   // state of sequences not named in `in` untouched.
   virtual void forward(const StepInput& in, StepOutput* out) = 0;
+  // The pipeline hand-off, on the stage's device (worker/daemon/stage_handoff.h moves the rows
+  // between it and the host): forward() of a stage after the first reads its input rows
+  // [total_tokens, n_embd] from the buffer input_rows(total_tokens) returned just before; a stage
+  // before the last leaves its output rows in output_rows(), valid until the next forward().
+  virtual Backend& backend() = 0;
+  virtual float* input_rows(size_t n_tokens) = 0;
+  virtual const float* output_rows() const = 0;
   // MTP draft rows (last stage only): row i = (final-normed hidden `hidden[i]`, token
   // `token_ids[i]`) at position start_pos + i of seq_id's MTP cache. Returns [n, n_vocab] logits.
   // The MTP cache uses the sequence's block table (its own pool); on a managed stage the table

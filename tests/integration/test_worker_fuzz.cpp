@@ -12,6 +12,7 @@
 #include "common/ipc/shm_ring.h"
 #include "coordinator/engine/supervisor.h"
 #include "tests/integration/engine_test_util.h"
+#include "worker/daemon/stage_handoff.h"
 
 namespace ds {
 namespace {
@@ -169,12 +170,13 @@ TEST(WorkerFuzz, DataSocketGarbageThenServes) {
   const std::vector<int32_t> prompt = test::chat_prompt();
   StepInput in;
   in.seqs.push_back(SeqStep{1, 0, prompt, {}});
-  StepOutput hidden;
-  first_half.stage->forward(in, &hidden);
+  StepOutput unused;
+  std::vector<float> hidden;
+  StageHandoff(first_half.config.n_embd).step(*first_half.stage, in, {}, &unused, &hidden);
   v1::Envelope fwd;
   *fwd.mutable_stage_forward()->mutable_plan() = plan_for(prompt, 7);
-  std::vector<uint8_t> bytes(hidden.hidden.size() * sizeof(float));
-  std::memcpy(bytes.data(), hidden.hidden.data(), bytes.size());
+  std::vector<uint8_t> bytes(hidden.size() * sizeof(float));
+  std::memcpy(bytes.data(), hidden.data(), bytes.size());
   fwd.mutable_stage_forward()->mutable_hidden()->set_dtype(v1::DTYPE_F32);
   fwd.mutable_stage_forward()->mutable_hidden()->set_nbytes(bytes.size());
 
@@ -214,10 +216,10 @@ TEST(WorkerFuzz, BadRingDescriptorsThenServes) {
   const std::vector<int32_t> prompt = test::chat_prompt();
   StepInput in;
   in.seqs.push_back(SeqStep{1, 0, prompt, {}});
-  StepOutput hidden;
-  first_half.stage->forward(in, &hidden);
-  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(hidden.hidden.data()),
-                                       hidden.hidden.size() * sizeof(float));
+  StepOutput unused;
+  std::vector<float> hidden;
+  StageHandoff(first_half.config.n_embd).step(*first_half.stage, in, {}, &unused, &hidden);
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(hidden.data()), hidden.size() * sizeof(float));
   const std::string ring_name = ipc::shm_ring_name(assign.assign().data_bind_endpoint());
   ipc::ShmRingProducer ring(ring_name, {2, bytes.size()}, 1234);
   const std::optional<ipc::SlotRef> ref = ring.write(bytes, 0);

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "tests/testutil/reference.h"
 #include "tests/worker/model_harness.h"
+#include "worker/daemon/stage_handoff.h"
 
 namespace ds::test {
 namespace {
@@ -110,9 +111,11 @@ TEST(Qwen35State, TwoStagesEqualOneStage) {
   TwoStages two;
   auto& [first, second, in, want] = two;
   StepOutput mid, out;
-  first.stage->forward(in, &mid);
-  in.hidden = mid.hidden.data();
-  second.stage->forward(in, &out);
+  std::vector<float> hidden;
+  StageHandoff(first.config.n_embd).step(*first.stage, in, {}, &mid, &hidden);
+  HostRows rows;
+  rows.in = hidden.data();
+  StageHandoff(first.config.n_embd).step(*second.stage, in, rows, &out);
   EXPECT_EQ(out.logits, want);  // same ops in the same order: bit-identical
 }
 
@@ -129,28 +132,30 @@ TEST_P(SignalledHandOff, WaitsForTheRows) {
   const size_t n_floats = in.seqs[0].token_ids.size() * first.config.n_embd;
   std::vector<float> slot(n_floats, 0.0f);
   uint32_t out_word = 0;
-  in.hidden_out = slot.data();
-  in.hidden_out_ready = HostSignal{&out_word, 0x80000005u};
+  HostRows to_slot;
+  to_slot.out = slot.data();
+  to_slot.out_ready = HostSignal{&out_word, 0x80000005u};
   StepOutput mid;
-  first.stage->forward(in, &mid);
-  EXPECT_TRUE(mid.hidden_deferred);
-  EXPECT_TRUE(mid.hidden.empty()) << "the rows went to hidden_out";
+  std::vector<float> unused;
+  StageHandoff first_handoff(first.config.n_embd);
+  EXPECT_TRUE(first_handoff.step(*first.stage, in, to_slot, &mid, &unused)) << "a signalled copy is deferred";
+  EXPECT_TRUE(unused.empty()) << "the rows went to the slot";
+  EXPECT_NE(slot, std::vector<float>(n_floats, 0.0f));
   EXPECT_EQ(out_word, 0x80000005u) << "the cpu backend's rows are in place when forward returns";
 
   std::vector<float> late(n_floats, std::nanf(""));
   uint32_t in_word = 0;
-  StepInput in2;
-  in2.seqs = in.seqs;
-  in2.hidden = late.data();
-  in2.hidden_ready = HostSignal{&in_word, 0x80000009u};
-  in2.hidden_ready_on_host = GetParam();
+  HostRows landing;
+  landing.in = late.data();
+  landing.in_ready = HostSignal{&in_word, 0x80000009u};
+  landing.in_ready_on_host = GetParam();
   std::thread producer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::copy(slot.begin(), slot.end(), late.begin());
     HostSignal{&in_word, 0x80000009u}.set();
   });
   StepOutput out;
-  second.stage->forward(in2, &out);
+  StageHandoff(first.config.n_embd).step(*second.stage, in, landing, &out);
   producer.join();
   EXPECT_EQ(out.logits, want);  // bit-identical to one stage: the rows were read after they landed
 }

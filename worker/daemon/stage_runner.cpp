@@ -102,7 +102,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
 }
 
 StageRunner::StageRunner(std::unique_ptr<StageModel> model, StageShape shape)
-    : model_(std::move(model)), shape_(shape) {}
+    : model_(std::move(model)), shape_(shape), handoff_(shape.n_embd) {}
 
 void StageRunner::remember_sampling(const v1::StepPlan& plan) {
   for (const v1::SequenceSampling& s : plan.sampling()) {
@@ -114,8 +114,7 @@ void StageRunner::remember_sampling(const v1::StepPlan& plan) {
   }
 }
 
-StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
-                                   std::vector<float>* hidden_storage) const {
+StepInput StageRunner::build_input(const v1::StepPlan& plan) const {
   StepInput in;
   int tok = 0, row = 0, block = 0;
   for (int i = 0; i < plan.seq_ids_size(); ++i) {
@@ -142,23 +141,41 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan, std::span<const uin
     in.seqs.push_back(std::move(s));
   }
   apply_speculation_columns(plan, &in);
+  return in;
+}
+
+HostRows StageRunner::host_rows(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
+                                std::vector<float>* hidden_storage, const HiddenBuffer& hidden_out,
+                                HostSignal hidden_ready) const {
+  HostRows rows;
+  const uint64_t chunk_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
   if (!model_->is_first()) {
-    const uint64_t want = total_tokens(plan) * shape_.n_embd * sizeof(float);
-    if (hidden_bytes.size() != want) {
+    if (hidden_bytes.size() != chunk_bytes) {
       throw FormatError("hidden chunk has " + std::to_string(hidden_bytes.size()) + " bytes, expected " +
-                        std::to_string(want));
+                        std::to_string(chunk_bytes));
     }
     if (reinterpret_cast<uintptr_t>(hidden_bytes.data()) % alignof(float) == 0) {
       // Read in place (a page-aligned ring slot or an allocator's buffer): no copy.
-      in.hidden = reinterpret_cast<const float*>(hidden_bytes.data());
+      rows.in = reinterpret_cast<const float*>(hidden_bytes.data());
+      rows.in_ready = hidden_ready;
+      rows.in_ready_on_host = ready_on_host_;
     } else {
-      // Copied into float storage: this transport buffer carries no alignment guarantee.
+      // Copied into float storage: this transport buffer carries no alignment guarantee (ring
+      // slots always have it), so the copy waits for the bytes first.
+      if (hidden_ready) hidden_ready.wait();
       hidden_storage->resize(hidden_bytes.size() / sizeof(float));
       std::memcpy(hidden_storage->data(), hidden_bytes.data(), hidden_bytes.size());
-      in.hidden = hidden_storage->data();
+      rows.in = hidden_storage->data();
     }
   }
-  return in;
+  if (!model_->is_last() && hidden_out) {
+    const HiddenDestination dst = hidden_out(chunk_bytes);
+    if (dst.bytes.size() == chunk_bytes && reinterpret_cast<uintptr_t>(dst.bytes.data()) % alignof(float) == 0) {
+      rows.out = reinterpret_cast<float*>(dst.bytes.data());
+      rows.out_ready = dst.ready;
+    }
+  }
+  return rows;
 }
 
 StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
@@ -168,29 +185,17 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
   for (uint64_t id : plan.released_seq_ids()) forget(id);
-  if (hidden_ready && reinterpret_cast<uintptr_t>(hidden_bytes.data()) % alignof(float) != 0) {
-    hidden_ready.wait();  // build_input copies misaligned bytes on the host (ring slots never are)
-    hidden_ready = {};
-  }
-  std::vector<float> hidden_storage;
-  StepInput in = build_input(plan, hidden_bytes, &hidden_storage);
-  in.hidden_ready = hidden_ready;
-  in.hidden_ready_on_host = ready_on_host_;
+  StepInput in = build_input(plan);
+  std::vector<float> hidden_storage, hidden;
+  const HostRows rows = host_rows(plan, hidden_bytes, &hidden_storage, hidden_out, hidden_ready);
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
   }
   const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
-  if (!model_->is_last() && hidden_out) {
-    const HiddenDestination dst = hidden_out(out_bytes);
-    if (dst.bytes.size() == out_bytes && reinterpret_cast<uintptr_t>(dst.bytes.data()) % alignof(float) == 0) {
-      in.hidden_out = reinterpret_cast<float*>(dst.bytes.data());
-      in.hidden_out_ready = dst.ready;
-    }
-  }
   StepOutput out;
   const auto t0 = std::chrono::steady_clock::now();
-  model_->forward(in, &out);
+  const bool deferred = handoff_.step(*model_, in, rows, &out, &hidden);
   const auto compute_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
   for (const SeqStep& s : in.seqs) live_[s.seq_id] = s.start_pos + s.n_tokens();
 
@@ -205,9 +210,9 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     *fwd->mutable_plan() = plan;
     *fwd->mutable_timings() = timings;
     *fwd->add_timings() = mine;
-    msg.hidden_in_place = in.hidden_out != nullptr;
-    msg.hidden_deferred = out.hidden_deferred;
-    if (!msg.hidden_in_place) msg.bulk = float_bytes(out.hidden);
+    msg.hidden_in_place = rows.out != nullptr;
+    msg.hidden_deferred = deferred;
+    if (!msg.hidden_in_place) msg.bulk = float_bytes(hidden);
     describe_chunk(plan.plan_id(), total_tokens(plan), shape_.n_embd, out_bytes, fwd->mutable_hidden());
     return msg;
   }

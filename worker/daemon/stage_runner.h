@@ -13,10 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/ipc/protocol.h"  // v1 messages
-#include "common/sampling.h"      // SamplingRule, digest_logits
-#include "worker/speculation.h"   // SpecDecoder (last stage, speculating plans)
-#include "worker/stage_model.h"   // StageModel, StepInput, StepOutput
+#include "common/ipc/protocol.h"          // v1 messages
+#include "common/sampling.h"              // SamplingRule, digest_logits
+#include "worker/daemon/stage_handoff.h"  // StageHandoff, HostRows
+#include "worker/speculation.h"           // SpecDecoder (last stage, speculating plans)
+#include "worker/stage_model.h"           // StageModel, StepInput, StepOutput
 
 namespace ds {
 
@@ -71,8 +72,10 @@ class StageRunner {
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);
   void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
-  StepInput build_input(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
-                        std::vector<float>* hidden_storage) const;
+  StepInput build_input(const ipc::v1::StepPlan& plan) const;
+  // Where this step's hidden rows come from and go to (checks the chunk's size).
+  HostRows host_rows(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
+                     std::vector<float>* hidden_storage, const HiddenBuffer& hidden_out, HostSignal hidden_ready) const;
   std::vector<DigestRequest> digest_requests(const ipc::v1::StepPlan& plan) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
@@ -81,6 +84,7 @@ class StageRunner {
   StageShape shape_;
   std::unordered_map<uint64_t, SeqSampling> sampling_;  // last stage only
   std::unordered_map<uint64_t, uint32_t> live_;         // seq id -> positions held
+  StageHandoff handoff_;                                // after shape_: built from its n_embd
   bool ready_on_host_ = false;
   std::unique_ptr<SpecDecoder> spec_;  // last stage, created by the first speculating plan
 };

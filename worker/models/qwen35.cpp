@@ -28,7 +28,6 @@
 #include "worker/blocks/workspace.h"
 #include "worker/cache/stage_cache.h"
 #include "worker/stage_model.h"
-#include "worker/stage_transport.h"
 
 namespace ds {
 namespace {
@@ -74,6 +73,9 @@ class Qwen35Stage final : public StageModel {
                         std::vector<float>* last_hidden) override;
   void drop_sequence(uint64_t seq_id) override { cache_->drop(seq_id); }
   void drop_all() override { cache_->drop_all(); }
+  Backend& backend() override { return *be_; }
+  float* input_rows(size_t n_tokens) override { return ws_.get(Slot::kHidden, n_tokens * cfg_.n_embd); }
+  const float* output_rows() const override { return output_rows_; }
 
  private:
   void bind_weights();
@@ -117,7 +119,7 @@ class Qwen35Stage final : public StageModel {
   std::vector<uint32_t> kv_rows_;      // host [T]: pool row of every token of the step
   BlockScratch block_scratch_;
   std::vector<std::vector<float>> layer_hidden_;
-  StageTransport transport_;
+  const float* output_rows_ = nullptr;  // the residual stream the last forward() left
 };
 
 // ---- loading ---------------------------------------------------------------------------------------
@@ -228,7 +230,6 @@ CacheShapes Qwen35Stage::cache_shapes() {
 // Validates the whole step before touching any state.
 void Qwen35Stage::check_batch(const StepInput& in) const {
   if (in.seqs.empty()) throw ConfigError("empty step");
-  if (!is_first() && in.hidden == nullptr) throw ConfigError("stage needs the previous stage's hidden states");
   for (size_t i = 0; i < in.seqs.size(); ++i) {
     const SeqStep& s = in.seqs[i];
     const std::string who = "sequence " + std::to_string(s.seq_id);
@@ -340,17 +341,14 @@ void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, c
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
-  transport_.begin_step(*be_);
   const std::vector<SeqSpan> spans = prepare_batch(in);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
-  float* x = ws_.get(Slot::kHidden, T * D);
+  float* x = input_rows(T);  // a later stage's input is already there (StageModel::input_rows)
   if (is_first()) {
     std::vector<int32_t> ids;
     for (const SeqStep& s : in.seqs) ids.insert(ids.end(), s.token_ids.begin(), s.token_ids.end());
     be_->embed_rows(token_embd_, ids.data(), T, x);
-  } else {
-    transport_.receive(*be_, in, x, T * D);
   }
   layer_hidden_.clear();
   const StepContext ctx = context(spans, T);
@@ -364,13 +362,12 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   }
   cache_->end_step(in);
 
-  out->hidden.clear();
   out->logits.clear();
   out->final_hidden.clear();
   out->digests.clear();
   out->digest_n_vocab = 0;
-  out->hidden_deferred = false;
-  if (!is_last()) return transport_.send(*be_, in, x, T * D, out);
+  output_rows_ = x;
+  if (!is_last()) return;
   std::vector<uint32_t> rows;
   for (size_t i = 0; i < spans.size(); ++i) {
     for (uint32_t r : in.seqs[i].logit_rows) rows.push_back(static_cast<uint32_t>(spans[i].offset) + r);

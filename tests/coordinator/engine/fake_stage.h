@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "worker/backend.h"
 #include "worker/stage_model.h"
 
 namespace ds::test {
@@ -28,7 +29,7 @@ class FakeStage : public StageModel {
         throw std::invalid_argument("fake stage: unknown position for sequence");
       }
     }
-    out->hidden.clear();
+    rows_.clear();
     out->logits.clear();
     size_t row = 0;
     for (const SeqStep& s : in.seqs) {
@@ -38,14 +39,14 @@ class FakeStage : public StageModel {
       for (uint32_t i = 0; i < s.n_tokens(); ++i, ++row) {
         float h[kEmbd];
         for (uint32_t d = 0; d < kEmbd; ++d) {
-          h[d] = in.hidden ? in.hidden[row * kEmbd + d] : static_cast<float>(s.token_ids[i] % 97) * 0.01f * (d + 1);
+          h[d] = !is_first() ? input_[row * kEmbd + d] : static_cast<float>(s.token_ids[i] % 97) * 0.01f * (d + 1);
         }
         acc = acc * 0.5f + h[0] + static_cast<float>(range_.first_layer);
         for (uint32_t d = 0; d < kEmbd; ++d) h[d] += acc * 0.125f * static_cast<float>(d + 1);
         seq_hidden.insert(seq_hidden.end(), h, h + kEmbd);
       }
       pos = s.start_pos + s.n_tokens();
-      out->hidden.insert(out->hidden.end(), seq_hidden.begin(), seq_hidden.end());
+      rows_.insert(rows_.end(), seq_hidden.begin(), seq_hidden.end());
       if (!is_last()) continue;
       for (uint32_t r : s.logit_rows) {
         const float* h = &seq_hidden[r * kEmbd];
@@ -54,8 +55,7 @@ class FakeStage : public StageModel {
       }
     }
     // The speculation tests read every row's final hidden (MTP catch-up input) from here.
-    out->final_hidden = is_last() && in.all_final_hidden ? out->hidden : std::vector<float>{};
-    if (is_last()) out->hidden.clear();
+    out->final_hidden = is_last() && in.all_final_hidden ? rows_ : std::vector<float>{};
     out->digests.clear();
     if (digest_in_model && !in.digest_rows.empty()) {  // like a device digest: digests, no logits
       for (size_t r = 0; r < in.digest_rows.size(); ++r) {
@@ -90,6 +90,13 @@ class FakeStage : public StageModel {
   }
   void drop_all() override { held_.clear(); }
   const std::vector<std::vector<float>>& layer_hidden() const override { return none_; }
+  // Host rows on a CPU backend: its uploads and downloads are plain copies.
+  Backend& backend() override { return *backend_; }
+  float* input_rows(size_t n_tokens) override {
+    input_.resize(n_tokens * kEmbd);
+    return input_.data();
+  }
+  const float* output_rows() const override { return rows_.data(); }
   size_t n_held() const { return held_.size(); }
   const std::vector<SeqCache>& last_cache() const { return last_cache_; }  // placements of the last step
   const std::vector<uint64_t>& dropped() const { return dropped_; }
@@ -99,6 +106,8 @@ class FakeStage : public StageModel {
   uint32_t n_layer_;
   std::map<uint64_t, std::pair<uint32_t, float>> held_;  // seq -> (positions held, accumulator)
   std::vector<std::vector<float>> none_;
+  std::unique_ptr<Backend> backend_ = make_cpu_backend(1);
+  std::vector<float> input_, rows_;
   std::vector<SeqCache> last_cache_;
   size_t last_digest_rows_ = 0;
   size_t mtp_rows_ = 0;

@@ -30,6 +30,7 @@
 #include "tests/testutil/testutil.h"
 #include "tests/worker/model_harness.h"
 #include "worker/cuda_backend.h"
+#include "worker/daemon/stage_handoff.h"
 #include "worker/stage_model.h"
 
 namespace ds::test {
@@ -258,6 +259,7 @@ TEST(CudaModel, TwoStagesEqualOne) {
   // 128 is a multiple of the chunked GDN's 64-token chunks and of the prefill attention's 64-query
   // tiles, so both steps see the same chunk and tile boundaries as the single 200-token step.
   std::vector<float> got;
+  StageHandoff first_handoff(fixture().config.n_embd), second_handoff(fixture().config.n_embd);
   for (size_t begin = 0; begin < ref.ids.size(); begin += 128) {
     const size_t end = std::min(ref.ids.size(), begin + 128);
     StepInput in;
@@ -269,10 +271,12 @@ TEST(CudaModel, TwoStagesEqualOne) {
     for (size_t r = 0; r < end - begin; ++r) s.logit_rows.push_back(static_cast<uint32_t>(r));
     in.seqs.push_back(s);
     StepOutput mid, out;
-    first->forward(in, &mid);
-    ASSERT_EQ(mid.hidden.size(), (end - begin) * fixture().config.n_embd);
-    in.hidden = mid.hidden.data();
-    second->forward(in, &out);
+    std::vector<float> hidden;
+    first_handoff.step(*first, in, {}, &mid, &hidden);
+    ASSERT_EQ(hidden.size(), (end - begin) * fixture().config.n_embd);
+    HostRows from_first;
+    from_first.in = hidden.data();
+    second_handoff.step(*second, in, from_first, &out);
     got.insert(got.end(), out.logits.begin(), out.logits.end());
   }
   // `whole` ran one 200-token step, the halves 128 + 72: GEMM tiles differ by token block only,
