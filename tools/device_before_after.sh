@@ -4,7 +4,7 @@
 # the CUDA logits of both bit for bit (tiny fixture and the synthetic 9B, several chunkings: the
 # decode GEMV, the small multi-token products and prefill). A table last.
 #   tools/device_before_after.sh BEFORE AFTER TESTDATA_DIR OUT_DIR
-# SECTIONS (default "logits 9b batched verify 27b"); SYNTH: the bundle whose deltaserve-synth
+# SECTIONS (default "logits 9b batched verify 27b"; also "batched27", "verify27": the 27B batched decode and verify 1+3); SYNTH: the bundle whose deltaserve-synth
 # makes the models (default AFTER).
 set -u
 unpack() {  # $1 = bundle dir or tarball, $2 = scratch dir; prints the bundle dir
@@ -64,10 +64,12 @@ bench_pair() {  # $1 = tag, $2 = timeout, rest = bench args
 if want 9b; then bench_pair 9b 150 -m $M9 --backend cuda -p 512,2048,8192,16384 -n 128 -r 2; fi
 if want batched; then bench_pair batched 150 -m $M9 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64; fi
 if want verify; then bench_pair verify 120 -m $M9 --backend cuda -p 512 -n 0 -r 3 --spec-k 3; fi
-if want 27b; then
+if want 27b || want batched27 || want verify27; then
   [ -f $M27 ] || timeout 120 bash -c "LD_LIBRARY_PATH=$SYNTH/lib $SYNTH/bin/deltaserve-synth --shape 27b --out $M27" > "$O/synth27.log" 2>&1
-  bench_pair 27b 240 -m $M27 --backend cuda -p 512,2048,8192,16384 -n 128 -r 1
 fi
+if want 27b; then bench_pair 27b 240 -m $M27 --backend cuda -p 512,2048,8192,16384 -n 128 -r 1; fi
+if want batched27; then bench_pair batched27 200 -m $M27 --backend cuda -p 128 -n 64 -r 1 --parallel 8,32,64; fi
+if want verify27; then bench_pair verify27 150 -m $M27 --backend cuda -p 512 -n 0 -r 3 --spec-k 3; fi
 echo "==== table"
 cat "$T"
 # The bench tables (the lines after each header), before and after, round by round.
