@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 namespace ds {
@@ -46,6 +47,13 @@ int32_t argmax_token(const float* logits, size_t n_vocab) {
   return static_cast<int32_t>(best);
 }
 
+size_t min_p_prefix(const double* weight, size_t n, float min_p) {
+  if (!(min_p > 0.0f && min_p <= 1.0f)) return n;
+  size_t kept = 1;  // the top candidate (weight 1) always stays
+  while (kept < n && weight[kept] >= static_cast<double>(min_p)) ++kept;
+  return kept;
+}
+
 int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& params, double u) {
   check_row(logits, n_vocab);
   if (!(params.temperature > 0.0f)) return argmax_token(logits, n_vocab);
@@ -58,11 +66,12 @@ int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& pa
     weight[i] = std::exp((static_cast<double>(logits[cand[i]]) - max_logit) * inv_t);
     total += weight[i];
   }
-  size_t kept = cand.size();
+  size_t kept = min_p_prefix(weight.data(), cand.size(), params.min_p);
+  if (kept < cand.size()) total = std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
   if (params.top_p > 0.0f && params.top_p < 1.0f) {
     const double target = static_cast<double>(params.top_p) * total;
     double mass = 0.0;
-    for (size_t i = 0; i < cand.size(); ++i) {
+    for (size_t i = 0; i < kept; ++i) {
       mass += weight[i];
       if (mass >= target) {
         kept = i + 1;

@@ -3,8 +3,10 @@
 //
 // Rule: temperature <= 0 is greedy (argmax, ties -> lowest id). Otherwise the candidates are
 // ordered by logit, descending (ties -> lower id); top_k keeps the first k (0 = all); the
-// weights are exp((logit - max) / temperature); top_p keeps the shortest prefix whose mass
-// reaches top_p of the total (at least one token); the token is the first candidate whose
+// weights are exp((logit - max) / temperature); min_p keeps the prefix whose weights are at least
+// min_p (a candidate's probability relative to the top one's: the weights are sorted, so this is a
+// prefix of at least one token); top_p keeps the shortest prefix of those whose mass
+// reaches top_p of their total (at least one token); the token is the first candidate whose
 // cumulative weight exceeds u * (kept total), u in [0, 1). All arithmetic is double, in this
 // fixed order, so any implementation that follows it picks the same token.
 #pragma once
@@ -19,7 +21,11 @@ struct SamplingRule {
   float temperature = 0.0f;  // 0 = greedy
   uint32_t top_k = 0;        // 0 = no limit
   float top_p = 1.0f;        // outside (0, 1) = no limit
+  float min_p = 0.0f;        // outside (0, 1] = no limit
 };
+
+// The number of leading candidates (weights sorted descending, weight[0] == 1) min_p keeps.
+size_t min_p_prefix(const double* weight, size_t n, float min_p);
 
 // Picks a token from one logits row `logits[0, n_vocab)` for the uniform number u.
 int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& params, double u);

@@ -25,24 +25,27 @@ std::vector<double> rule_distribution(const float* logits, size_t n_vocab, const
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   const bool top_p_cuts = rule.top_p > 0.0f && rule.top_p < 1.0f;
+  const bool min_p_cuts = rule.min_p > 0.0f && rule.min_p <= 1.0f;
   if (rule.top_k > 0 && rule.top_k < n_vocab) {
     std::partial_sort(cand.begin(), cand.begin() + rule.top_k, cand.end(), before);
     cand.resize(rule.top_k);
-  } else if (top_p_cuts) {
+  } else if (top_p_cuts || min_p_cuts) {
     std::sort(cand.begin(), cand.end(), before);
   } else {
     std::swap(cand[0], cand[static_cast<size_t>(argmax_token(logits, n_vocab))]);  // cand[0]: the max logit
   }
   const double max_logit = logits[cand[0]];
   const double inv_t = 1.0 / static_cast<double>(rule.temperature);
+  std::vector<double> weight(cand.size());
+  for (size_t i = 0; i < cand.size(); ++i) weight[i] = std::exp((static_cast<double>(logits[cand[i]]) - max_logit) * inv_t);
+  const size_t kept = min_p_prefix(weight.data(), cand.size(), rule.min_p);
   double total = 0.0;
-  for (int32_t id : cand) total += std::exp((static_cast<double>(logits[id]) - max_logit) * inv_t);
+  for (size_t i = 0; i < kept; ++i) total += weight[i];
   const double target = top_p_cuts ? static_cast<double>(rule.top_p) * total : total;
   double mass = 0.0;
-  for (int32_t id : cand) {
-    const double w = std::exp((static_cast<double>(logits[id]) - max_logit) * inv_t);
-    p[static_cast<size_t>(id)] = w;
-    mass += w;
+  for (size_t i = 0; i < kept; ++i) {
+    p[static_cast<size_t>(cand[i])] = weight[i];
+    mass += weight[i];
     if (mass >= target) break;
   }
   for (double& x : p) x /= mass;

@@ -12,7 +12,7 @@ namespace {
 
 bool same_sampling(const SentSampling& a, const SeqRequest& s) {
   return a.params.temperature == s.sampling.temperature && a.params.top_k == s.sampling.top_k &&
-         a.params.top_p == s.sampling.top_p && a.full_logits == s.return_full_logits;
+         a.params.top_p == s.sampling.top_p && a.params.min_p == s.sampling.min_p && a.full_logits == s.return_full_logits;
 }
 
 // A verify row asks logits for exactly its last n_draft + 1 rows; random numbers are given for
@@ -131,6 +131,7 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       entry->mutable_params()->set_temperature(s.sampling.temperature);
       entry->mutable_params()->set_top_k(s.sampling.top_k);
       entry->mutable_params()->set_top_p(s.sampling.top_p);
+      entry->mutable_params()->set_min_p(s.sampling.min_p);
       entry->mutable_params()->set_return_full_logits(s.return_full_logits);
       (*sent)[s.seq_id] = SentSampling{s.sampling, s.return_full_logits};
     }

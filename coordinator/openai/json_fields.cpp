@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include "coordinator/http/api_error.h"
 
@@ -86,6 +88,60 @@ std::vector<std::string> get_stop(const rapidjson::Value& obj, const char* name,
     out.push_back(to_string(s));
   }
   return out;
+}
+
+std::vector<int64_t> get_int_array(const rapidjson::Value& obj, const char* name, int64_t min, int64_t max,
+                                   size_t max_count) {
+  const rapidjson::Value* v = field(obj, name);
+  std::vector<int64_t> out;
+  if (v == nullptr) return out;
+  if (!v->IsArray()) bad(name, "must be an array of integers");
+  if (v->Size() > max_count) bad(name, "may hold at most " + std::to_string(max_count) + " entries");
+  for (const auto& item : v->GetArray()) {
+    if (!item.IsInt64() || item.GetInt64() < min || item.GetInt64() > max) {
+      bad(name, "must hold integers between " + std::to_string(min) + " and " + std::to_string(max));
+    }
+    out.push_back(item.GetInt64());
+  }
+  return out;
+}
+
+namespace {
+
+// A token id spelled as a JSON object key: decimal digits only, at most INT32_MAX.
+std::optional<int32_t> parse_token_id(const rapidjson::Value& key) {
+  const char* s = key.GetString();
+  const size_t n = key.GetStringLength();
+  if (n == 0 || n > 10) return std::nullopt;
+  int64_t id = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (s[i] < '0' || s[i] > '9') return std::nullopt;
+    id = id * 10 + (s[i] - '0');
+  }
+  if (id > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
+std::vector<std::pair<int32_t, float>> get_token_map(const rapidjson::Value& obj, const char* name, double min,
+                                                     double max) {
+  const rapidjson::Value* v = get_object(obj, name);
+  if (v == nullptr) return {};
+  std::map<int32_t, float> by_id;
+  for (const auto& m : v->GetObject()) {
+    const std::optional<int32_t> id = parse_token_id(m.name);
+    if (!id) bad(name, "keys must be token ids (decimal integers from 0 to 2147483647)");
+    const std::string key = std::to_string(*id);
+    if (!m.value.IsNumber()) bad(name, "values must be numbers (token " + key + ")");
+    const double d = m.value.GetDouble();
+    if (!std::isfinite(d) || d < min || d > max) {
+      bad(name,
+          "values must be between " + std::to_string(min) + " and " + std::to_string(max) + " (token " + key + ")");
+    }
+    by_id[*id] = static_cast<float>(d);
+  }
+  return {by_id.begin(), by_id.end()};
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ds::openai {
@@ -24,6 +25,13 @@ std::optional<double> get_number(const rapidjson::Value& obj, const char* name, 
 const rapidjson::Value* get_object(const rapidjson::Value& obj, const char* name);
 // `stop`: a string or an array of strings; each non-empty, at most `max_count` of them.
 std::vector<std::string> get_stop(const rapidjson::Value& obj, const char* name, size_t max_count);
+// An array of at most `max_count` integers, each in [min, max] (empty when not given).
+std::vector<int64_t> get_int_array(const rapidjson::Value& obj, const char* name, int64_t min, int64_t max,
+                                   size_t max_count);
+// An object mapping token ids (keys: decimal integers, up to INT32_MAX) to numbers in
+// [min, max]; sorted by id, one entry per id (a repeated id: the last value wins).
+std::vector<std::pair<int32_t, float>> get_token_map(const rapidjson::Value& obj, const char* name, double min,
+                                                     double max);
 
 std::string to_string(const rapidjson::Value& v);  // a string value's bytes
 

@@ -3,9 +3,30 @@
 namespace ds::openai {
 
 OutputStream::OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
-                           std::optional<OutputParserOptions> parser)
+                           std::optional<OutputParserOptions> parser, std::string echo)
     : tokenizer_(&tokenizer), decoder_(tokenizer, /*render_control=*/false), stop_(std::move(stop)) {
-  if (parser) parser_.emplace(std::move(*parser));
+  if (parser) {
+    parser_.emplace(std::move(*parser));
+  } else {
+    plain_.content = echo;
+    echo_ = std::move(echo);
+  }
+}
+
+ParseDelta OutputStream::with_echo(ParseDelta d) {
+  if (!echo_.empty()) {
+    d.content.insert(0, echo_);
+    echo_.clear();
+  }
+  return d;
+}
+
+ParseDelta OutputStream::add_token(int32_t id) {
+  return with_echo(next_token(id));
+}
+
+ParseDelta OutputStream::finish() {
+  return with_echo(finish_text());
 }
 
 ParseDelta OutputStream::route(const std::string& text) {
@@ -16,7 +37,7 @@ ParseDelta OutputStream::route(const std::string& text) {
   return d;
 }
 
-ParseDelta OutputStream::add_token(int32_t id) {
+ParseDelta OutputStream::next_token(int32_t id) {
   if (finished_ || stop_.stopped() || tokenizer_->is_eog(id)) return {};
   std::string text;
   try {
@@ -29,7 +50,7 @@ ParseDelta OutputStream::add_token(int32_t id) {
   ParseDelta d = route(r.text);
   if (r.stopped) {
     // Nothing after the stop string will come: resolve what the parser holds now.
-    ParseDelta tail = finish();
+    ParseDelta tail = finish_text();
     d.reasoning += tail.reasoning;
     d.content += tail.content;
     for (auto& t : tail.tool_calls) d.tool_calls.push_back(std::move(t));
@@ -37,7 +58,7 @@ ParseDelta OutputStream::add_token(int32_t id) {
   return d;
 }
 
-ParseDelta OutputStream::finish() {
+ParseDelta OutputStream::finish_text() {
   if (finished_) return {};
   finished_ = true;
   std::string rest;

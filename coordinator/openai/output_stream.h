@@ -18,8 +18,10 @@ namespace ds::openai {
 class OutputStream {
  public:
   // `parser`: chat requests (reasoning and tool calls are split out); nullopt: plain text
-  // (/v1/completions), reported as `content`.
-  OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop, std::optional<OutputParserOptions> parser);
+  // (/v1/completions), reported as `content`. `echo` (plain text only): text that precedes
+  // the generated text, untouched by stop strings; the first delta carries it.
+  OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop, std::optional<OutputParserOptions> parser,
+               std::string echo = {});
 
   // One generated token. End-of-generation tokens produce no text.
   ParseDelta add_token(int32_t id);
@@ -33,12 +35,16 @@ class OutputStream {
 
  private:
   ParseDelta route(const std::string& text);
+  ParseDelta next_token(int32_t id);
+  ParseDelta finish_text();
+  ParseDelta with_echo(ParseDelta d);
 
   const Tokenizer* tokenizer_;
   IncrementalDecoder decoder_;
   StopMatcher stop_;
   std::optional<OutputParser> parser_;
   ParseResult plain_;  // accumulated text when there is no parser
+  std::string echo_;   // not yet emitted
   bool finished_ = false;
 };
 

@@ -17,22 +17,28 @@ constexpr int64_t kMaxTokensCap = std::numeric_limits<int32_t>::max();
   throw ApiError(400, message, param);
 }
 
-// Fields whose non-default values ask for something we do not do yet: refuse clearly
-// rather than silently ignoring them.
+// Fields whose non-default values ask for something we do not do: refuse clearly rather
+// than silently ignoring them.
 void reject_unsupported(const rapidjson::Value& req) {
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (auto v = get_number(req, name, -2.0, 2.0); v && *v != 0.0) {
-      bad(name, std::string("'") + name + "' is not supported yet (only 0)");
-    }
-  }
-  if (auto v = get_number(req, "repetition_penalty", 0.0, 1e9); v && *v != 1.0) {
-    bad("repetition_penalty", "'repetition_penalty' is not supported yet (only 1)");
-  }
-  if (const auto* lb = get_object(req, "logit_bias"); lb != nullptr && lb->MemberCount() > 0) {
-    bad("logit_bias", "'logit_bias' is not supported");
-  }
   if (auto n = get_int(req, "n", 1, 128); n && *n != 1) bad("n", "Only n=1 is supported");
   if (auto b = get_int(req, "best_of", 1, 128); b && *b != 1) bad("best_of", "Only best_of=1 is supported");
+}
+
+// min_p, the penalties, logit_bias, min_tokens and stop_token_ids.
+void parse_logit_controls(const rapidjson::Value& req, SamplingParams& s) {
+  s.min_p = static_cast<float>(get_number(req, "min_p", 0.0, 1.0).value_or(0.0));
+  if (auto r = get_number(req, "repetition_penalty", 0.0, 1e9)) {
+    if (*r <= 0.0) bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
+    s.repetition_penalty = static_cast<float>(*r);
+  }
+  s.frequency_penalty = static_cast<float>(get_number(req, "frequency_penalty", -2.0, 2.0).value_or(0.0));
+  s.presence_penalty = static_cast<float>(get_number(req, "presence_penalty", -2.0, 2.0).value_or(0.0));
+  s.logit_bias = get_token_map(req, "logit_bias", -100.0, 100.0);
+  s.min_tokens = static_cast<uint32_t>(get_int(req, "min_tokens", 0, kMaxTokensCap).value_or(0));
+  for (const int64_t id :
+       get_int_array(req, "stop_token_ids", 0, std::numeric_limits<int32_t>::max(), kMaxStopTokenIds)) {
+    s.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
 }
 
 void parse_common(const rapidjson::Value& req, CommonParams& p) {
@@ -54,6 +60,7 @@ void parse_common(const rapidjson::Value& req, CommonParams& p) {
     s.seed = static_cast<uint64_t>(*seed);
   }
   s.ignore_eos = get_bool(req, "ignore_eos").value_or(false);
+  parse_logit_controls(req, s);
   p.stop = get_stop(req, "stop", kMaxStopStrings);
 }
 
@@ -62,6 +69,35 @@ void parse_max_tokens(const rapidjson::Value& req, CommonParams& p, bool chat) {
   if (chat) m = get_int(req, "max_completion_tokens", 1, kMaxTokensCap);
   if (!m) m = get_int(req, "max_tokens", 1, kMaxTokensCap);
   if (m) p.max_tokens = static_cast<uint32_t>(*m);
+  if (p.max_tokens && p.sampling.min_tokens > *p.max_tokens) {
+    bad("min_tokens", "'min_tokens' (" + std::to_string(p.sampling.min_tokens) + ") must not exceed " +
+                          (chat ? "max_completion_tokens / max_tokens" : "max_tokens") + " (" +
+                          std::to_string(*p.max_tokens) + ")");
+  }
+}
+
+// reasoning_effort → thinking on or off, unless chat_template_kwargs.enable_thinking (top level
+// or in extra_body) says so explicitly.
+std::optional<bool> parse_reasoning_effort(const rapidjson::Value& req) {
+  const std::optional<std::string> effort = get_string(req, "reasoning_effort");
+  if (!effort) return std::nullopt;
+  bool on = false;
+  if (*effort == "none" || *effort == "minimal") {
+    on = false;
+  } else if (*effort == "low" || *effort == "medium" || *effort == "high") {
+    on = true;
+  } else {
+    bad("reasoning_effort", "'reasoning_effort' must be 'none', 'minimal', 'low', 'medium' or 'high'");
+  }
+  const auto explicit_thinking = [](const rapidjson::Value& obj) {
+    const rapidjson::Value* k = field(obj, "chat_template_kwargs");
+    return k != nullptr && k->IsObject() && field(*k, "enable_thinking") != nullptr;
+  };
+  if (explicit_thinking(req)) return std::nullopt;
+  if (const rapidjson::Value* extra = field(req, "extra_body"); extra != nullptr && extra->IsObject()) {
+    if (explicit_thinking(*extra)) return std::nullopt;
+  }
+  return on;
 }
 
 void parse_response_format(const rapidjson::Value& req) {
@@ -193,6 +229,8 @@ ChatParams parse_chat_params(const rapidjson::Value& req) {
   }
   parse_response_format(req);
   parse_tools(req, p);
+  p.parallel_tool_calls = get_bool(req, "parallel_tool_calls").value_or(true);
+  p.enable_thinking = parse_reasoning_effort(req);
   if (const rapidjson::Value* k = field(req, "chat_template_kwargs"); k != nullptr && !k->IsObject()) {
     bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
   }
@@ -209,9 +247,37 @@ CompletionParams parse_completion_params(const rapidjson::Value& req) {
     p.sampling.logprobs = true;
     p.sampling.top_logprobs = static_cast<uint32_t>(*lp);
   }
-  if (get_bool(req, "echo").value_or(false)) bad("echo", "'echo' is not supported");
+  p.echo = get_bool(req, "echo").value_or(false);
+  if (p.echo && p.sampling.logprobs) {
+    bad("echo", "'echo' with 'logprobs' asks for the prompt tokens' logprobs, which are not supported yet");
+  }
   if (auto suffix = get_string(req, "suffix"); suffix && !suffix->empty()) bad("suffix", "'suffix' is not supported");
   return p;
+}
+
+void check_token_ids(const SamplingParams& s, int32_t n_vocab) {
+  const auto check = [n_vocab](int32_t id, const char* param) {
+    if (id < 0 || id >= n_vocab) {
+      bad(param, "Token id " + std::to_string(id) + " in '" + param + "' is outside the vocabulary [0, " +
+                     std::to_string(n_vocab) + ")");
+    }
+  };
+  for (const auto& [id, bias] : s.logit_bias) check(id, "logit_bias");
+  for (const int32_t id : s.stop_token_ids) check(id, "stop_token_ids");
+}
+
+// Goes when the engine applies these (common/sampling.h); until then a request asking for
+// them is refused rather than served as if they were absent. stop_token_ids is applied.
+void refuse_until_engine_honours(const SamplingParams& s) {
+  const SamplingParams defaults;
+  const auto refuse = [](const char* param) {
+    bad(param, std::string("'") + param + "' is not supported yet (only its default value)");
+  };
+  if (s.repetition_penalty != defaults.repetition_penalty) refuse("repetition_penalty");
+  if (s.frequency_penalty != defaults.frequency_penalty) refuse("frequency_penalty");
+  if (s.presence_penalty != defaults.presence_penalty) refuse("presence_penalty");
+  if (!s.logit_bias.empty()) refuse("logit_bias");
+  if (s.min_tokens != defaults.min_tokens) refuse("min_tokens");
 }
 
 }  // namespace ds::openai

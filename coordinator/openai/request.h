@@ -18,6 +18,7 @@ namespace ds::openai {
 
 inline constexpr uint32_t kMaxTopLogprobs = 16;
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopTokenIds = 64;
 
 struct CommonParams {
   std::string model;  // empty when not given
@@ -26,6 +27,7 @@ struct CommonParams {
   std::optional<uint32_t> max_tokens;  // nullopt: up to the context limit
   SamplingParams sampling;             // max_tokens is filled in by the service
   std::vector<std::string> stop;       // matched on decoded text, trimmed from the output
+  std::string echo_text;               // output before the generated text (completions' echo); set by the service
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
@@ -34,13 +36,18 @@ struct ChatParams : CommonParams {
   bool has_tools = false;
   ToolSchemas tools;
   ToolChoice tool_choice = ToolChoice::kAuto;
-  std::string tool_choice_name;  // kFunction
+  std::string tool_choice_name;     // kFunction
+  bool parallel_tool_calls = true;  // false: only the first tool call is returned
+  // From reasoning_effort ("none"/"minimal": false, "low"/"medium"/"high": true); unset when
+  // it is absent or chat_template_kwargs.enable_thinking (which wins) is given.
+  std::optional<bool> enable_thinking;
 };
 
 struct CompletionParams : CommonParams {
   // Exactly one is set: the prompt text, or its token ids.
   std::optional<std::string> prompt_text;
   std::vector<int32_t> prompt_ids;
+  bool echo = false;  // the prompt text precedes the completion in choices[].text
 };
 
 // Copies the members of an `extra_body` object to the top level where the top level lacks
@@ -49,5 +56,13 @@ void merge_extra_body(rapidjson::Document& doc);
 
 ChatParams parse_chat_params(const rapidjson::Value& req);
 CompletionParams parse_completion_params(const rapidjson::Value& req);
+
+// 400 naming the parameter for a logit_bias or stop_token_ids id outside [0, n_vocab).
+void check_token_ids(const SamplingParams& s, int32_t n_vocab);
+
+// TEMPORARY: 400 for non-default min_p, repetition/frequency/presence penalties, logit_bias
+// and min_tokens, which are parsed but not applied by the engine yet. Delete it (and its one
+// call, in OpenAIService::generate) when the engine applies them.
+void refuse_until_engine_honours(const SamplingParams& s);
 
 }  // namespace ds::openai

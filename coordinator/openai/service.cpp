@@ -48,6 +48,25 @@ rapidjson::Document parse_request(const HttpRequest& request) {
   return doc;
 }
 
+// reasoning_effort is applied as chat_template_kwargs.enable_thinking (the parser resolved it
+// only where the request does not set that explicitly).
+void set_enable_thinking(rapidjson::Document& doc, bool on) {
+  auto& alloc = doc.GetAllocator();
+  auto kwargs = doc.FindMember("chat_template_kwargs");
+  if (kwargs == doc.MemberEnd()) {
+    doc.AddMember("chat_template_kwargs", rapidjson::Value(rapidjson::kObjectType), alloc);
+    kwargs = doc.FindMember("chat_template_kwargs");
+  } else if (!kwargs->value.IsObject()) {
+    kwargs->value.SetObject();  // null: not given
+  }
+  auto it = kwargs->value.FindMember("enable_thinking");
+  if (it != kwargs->value.MemberEnd()) {
+    it->value.SetBool(on);  // null: not given
+  } else {
+    kwargs->value.AddMember("enable_thinking", on, alloc);
+  }
+}
+
 std::string context_exceeded(uint32_t context, size_t at_least) {
   return "This model's maximum context length is " + std::to_string(context) + " tokens, but the prompt has at least " +
          std::to_string(at_least) + " tokens";
@@ -282,13 +301,14 @@ struct Submission {
   ResponderConfig config;
   std::optional<OutputParserOptions> parser;
   std::vector<std::string> stop;
+  std::string echo;  // completions: text output before the generated text
 };
 
 // Common tail of both generation routes: hand the request to the engine with a responder.
 DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferred, const Tokenizer& tokenizer,
                       ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel) {
   const std::string id = s.request.request_id;
-  OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser));
+  OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser), std::move(s.echo));
   auto stop_engine = [&engine, weak = std::weak_ptr<TaskThread>(deferred), id] {
     if (auto d = weak.lock()) d->post([&engine, id] { engine.cancel(id); });
   };
@@ -314,6 +334,8 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
                                        std::vector<int32_t> prompt_ids, CommonParams& params,
                                        std::optional<OutputParserOptions> parser, Channel channel,
                                        std::chrono::steady_clock::time_point arrival) {
+  check_token_ids(params.sampling, tokenizer_.n_vocab());
+  refuse_until_engine_honours(params.sampling);
   Submission s;
   s.request.request_id = new_request_id(id_prefix);
   s.request.prompt_ids = std::move(prompt_ids);
@@ -328,6 +350,7 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
               arrival};
   s.parser = std::move(parser);
   s.stop = std::move(params.stop);
+  s.echo = std::move(params.echo_text);
   return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
 }
 
@@ -335,6 +358,7 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
   rapidjson::Document doc = parse_request(request);
   ChatParams params = parse_chat_params(doc);
   check_model(params.model);
+  if (params.enable_thinking) set_enable_thinking(doc, *params.enable_thinking);
   const PromptText prompt = render_chat(doc);
   std::vector<int32_t> ids = encode_prompt(prompt, "messages");
 
@@ -342,6 +366,7 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
   parser.thinking_open = prompt_opens_thinking(prompt.text);
   parser.tools_enabled = params.has_tools && params.tool_choice != ToolChoice::kNone;
   parser.tools = std::move(params.tools);
+  parser.parallel_tool_calls = params.parallel_tool_calls;
   return generate(true, "chatcmpl-", "messages", std::move(ids), params, std::move(parser), std::move(channel),
                   arrival);
 }
@@ -371,6 +396,10 @@ DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel ch
     }
   }
   if (ids.empty()) throw ApiError(400, "The prompt is empty", "prompt");
+  // echo: the prompt as given, or the text of its token ids.
+  if (params.echo) {
+    params.echo_text = params.prompt_text ? *params.prompt_text : tokenizer_.decode(ids, /*render_control=*/true);
+  }
 
   return generate(false, "cmpl-", "prompt", std::move(ids), params, std::nullopt, std::move(channel), arrival);
 }

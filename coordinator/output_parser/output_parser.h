@@ -61,6 +61,9 @@ struct OutputParserOptions {
   bool tools_enabled = false;
   // The request's tool definitions; they type the XML parameters.
   ToolSchemas tools;
+  // false (OpenAI parallel_tool_calls): only the first complete call is reported; later calls
+  // are still recognized (their markup is not text) but dropped from deltas and result().
+  bool parallel_tool_calls = true;
   // Makes call ids; empty means random_tool_call_id(). Tests inject a deterministic one.
   ToolCallIdGenerator make_call_id;
 };

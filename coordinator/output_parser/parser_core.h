@@ -98,7 +98,8 @@ class ParserCore {
   ToolCall call_;
   size_t call_index_ = 0;  // streaming index of the current call
   size_t next_index_ = 0;
-  size_t n_params_ = 0;  // parameters emitted for the current XML call
+  size_t n_params_ = 0;    // parameters emitted for the current XML call
+  bool dropping_ = false;  // the current call is parsed but not reported (parallel_tool_calls off)
 };
 
 }  // namespace ds

@@ -43,9 +43,14 @@ bool ParserCore::step_json_body(bool final) {
 }
 
 void ParserCore::start_call(std::string name) {
+  n_params_ = 0;
+  dropping_ = !options_.parallel_tool_calls && !result_.tool_calls.empty();
+  if (dropping_) {  // takes neither an id nor a streaming index
+    call_ = ToolCall{"", std::move(name), ""};
+    return;
+  }
   call_ = ToolCall{options_.make_call_id(), std::move(name), ""};
   call_index_ = next_index_++;
-  n_params_ = 0;
   delta_.tool_calls.push_back(ToolCallDelta{call_index_, call_.id, call_.name, ""});
 }
 
@@ -71,7 +76,8 @@ void ParserCore::close_xml_call() {
 }
 
 void ParserCore::complete_call() {
-  result_.tool_calls.push_back(std::move(call_));
+  if (!dropping_) result_.tool_calls.push_back(std::move(call_));
+  dropping_ = false;
   call_ = ToolCall{};
   raw_.clear();
   if (origin_ == Mode::kReasoning) {  // <tool_call> before </think> ends reasoning
@@ -84,6 +90,7 @@ void ParserCore::complete_call() {
 
 void ParserCore::emit_arguments(std::string_view fragment) {
   call_.arguments.append(fragment);
+  if (dropping_) return;
   if (!delta_.tool_calls.empty() && delta_.tool_calls.back().index == call_index_) {
     delta_.tool_calls.back().arguments.append(fragment);
     return;
@@ -95,6 +102,7 @@ bool ParserCore::abort_call() {
   // Not a tool call after all: the text goes back, verbatim, to where it came from.
   mode_ = origin_;
   call_ = ToolCall{};
+  dropping_ = false;
   n_params_ = 0;
   name_.clear();
   value_.clear();

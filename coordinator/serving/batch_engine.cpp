@@ -21,6 +21,7 @@ SamplingRule rule_of(const SamplingParams& p) {
   r.temperature = p.temperature;
   r.top_k = p.top_k > 0 ? static_cast<uint32_t>(p.top_k) : 0;
   r.top_p = p.top_p;
+  r.min_p = p.min_p;
   return r;
 }
 

@@ -72,5 +72,28 @@ TEST(Speculative, RuleDistributionMatchesSampleToken) {
   for (size_t t = 0; t < p.size(); ++t) EXPECT_NEAR(count[t] / 100000.0, p[t], 0.01) << t;
 }
 
+// min_p is part of the rule the acceptance test uses: the same kept set and weights as sample_token.
+TEST(Speculative, RuleDistributionHonoursMinP) {
+  const std::vector<float> logits{0.1f, 2.0f, 1.9f, -1.0f, 0.7f, 1.2f};
+  for (const uint32_t top_k : {0u, 5u}) {
+    SamplingRule rule{1.0f, top_k, 1.0f};
+    rule.min_p = 0.4f;  // relative to exp(2.0): keeps 2.0, 1.9, 1.2 (0.45), drops 0.7 (0.27) and below
+    const std::vector<double> p = rule_distribution(logits.data(), logits.size(), rule);
+    EXPECT_EQ(p[0], 0.0);
+    EXPECT_EQ(p[3], 0.0);
+    EXPECT_EQ(p[4], 0.0);
+    // Weights from the float logits (1.9f and 1.2f are not exact), so double rounding alone separates them.
+    const auto w = [&](size_t i) { return std::exp(static_cast<double>(logits[i]) - static_cast<double>(logits[1])); };
+    const double z = w(1) + w(2) + w(5);
+    EXPECT_NEAR(p[1], w(1) / z, 1e-12);
+    EXPECT_NEAR(p[5], w(5) / z, 1e-12);
+    std::mt19937_64 rng(9);
+    std::vector<int> count(logits.size(), 0);
+    for (int i = 0; i < 100000; ++i)
+      ++count[static_cast<size_t>(sample_token(logits.data(), logits.size(), rule, uniform(rng)))];
+    for (size_t t = 0; t < p.size(); ++t) EXPECT_NEAR(count[t] / 100000.0, p[t], 0.01) << t;
+  }
+}
+
 }  // namespace
 }  // namespace ds

@@ -110,6 +110,7 @@ void StageRunner::remember_sampling(const v1::StepPlan& plan) {
     dst.params.temperature = s.params().temperature();
     dst.params.top_k = s.params().top_k();
     dst.params.top_p = s.params().top_p();
+    dst.params.min_p = s.params().min_p();
     dst.full_logits = s.params().return_full_logits();
   }
 }

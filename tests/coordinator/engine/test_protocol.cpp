@@ -119,6 +119,10 @@ TEST(StepCodec, NewSequenceInFullThenDeltas) {
   EXPECT_LT(delta.ByteSizeLong(), 40u);
   next.sampling.temperature = 0.0f;  // changed inputs are sent again
   EXPECT_EQ(encode_plan({next}, 3, 1, &sent).sampling_size(), 1);
+  next.sampling.min_p = 0.05f;  // every field of the rule counts, and travels
+  const v1::StepPlan with_min_p = encode_plan({next}, 4, 1, &sent);
+  ASSERT_EQ(with_min_p.sampling_size(), 1);
+  EXPECT_FLOAT_EQ(with_min_p.sampling(0).params().min_p(), 0.05f);
 }
 
 TEST(StepCodec, PlacementColumnsAndReleases) {

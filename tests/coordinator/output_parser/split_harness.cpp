@@ -79,6 +79,7 @@ OutputParserOptions make_options(const ParserSetup& setup) {
   o.thinking_open = setup.thinking_open;
   o.tools_enabled = setup.tools_enabled;
   o.tools = ToolSchemas::parse(setup.tools_json);
+  o.parallel_tool_calls = setup.parallel_tool_calls;
   auto counter = std::make_shared<int>(0);
   o.make_call_id = [counter] { return "call_" + std::to_string((*counter)++); };
   return o;

@@ -45,6 +45,7 @@ struct ParserSetup {
   bool thinking_open = false;
   bool tools_enabled = true;
   std::string tools_json;
+  bool parallel_tool_calls = true;
 };
 
 // Options with a deterministic id generator: call_0, call_1, ...

@@ -169,5 +169,49 @@ TEST(OutputParserTools, OverlongNameIsReleasedAsText) {
   check_all_splits(plain(), spaced, {"", spaced, {}, {}, false});
 }
 
+// parallel_tool_calls: false — the first complete call is kept; later calls are still parsed
+// (their markup never shows as text) but are neither streamed nor in the result.
+ParserSetup single_call(ParserSetup setup = plain()) {
+  setup.parallel_tool_calls = false;
+  return setup;
+}
+
+TEST(OutputParserTools, SingleCallKeepsTheFirstOfSeveralBlocks) {
+  const std::string text = "I'll check both.\n\n" + xml_call("get_weather", param("city", "Paris")) + "\n" +
+                           xml_call("get_weather", param("city", "New York")) + "\nDone.";
+  check_all_splits(single_call(), text,
+                   {"", "I'll check both.\nDone.", {{"get_weather", R"({"city":"Paris"})"}}, {}, false});
+}
+
+TEST(OutputParserTools, SingleCallKeepsTheFirstFunctionOfOneBlock) {
+  const std::string text = "<tool_call>\n<function=get_weather>\n</function>\n<function=write_file>\n" +
+                           param("path", "x") + "</function>\n</tool_call>";
+  check_all_splits(single_call(), text, {"", "", {{"get_weather", "{}"}}, {}, false});
+}
+
+TEST(OutputParserTools, SingleCallWithJsonFormAndReasoning) {
+  const std::string text =
+      "Plan.\n</think>\n\n<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"a\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\"}\n</tool_call>";
+  check_all_splits(single_call(thinking()), text, {"Plan.", "", {{"write_file", R"({"path":"a"})"}}, {}, false});
+}
+
+TEST(OutputParserTools, SingleCallCountsOnlyWellFormedCalls) {
+  // A malformed first call is text; the next well-formed one is the call returned.
+  const std::string garbage = "<tool_call>\nhello\n</tool_call> then ";
+  check_all_splits(single_call(), garbage + xml_call("get_weather", param("city", "Rome")) + xml_call("configure", ""),
+                   {"", "<tool_call>\nhello\n</tool_call> then", {{"get_weather", R"({"city":"Rome"})"}}, {}, false});
+  // A dropped call that proves malformed goes back to text, like any malformed call.
+  const std::string dropped_bad = "<function=get_weather>\nplain text";
+  check_all_splits(single_call(), xml_call("get_weather", "") + "\n" + dropped_bad,
+                   {"", dropped_bad, {{"get_weather", "{}"}}, {}, false});
+}
+
+TEST(OutputParserTools, SingleCallSplitInvariance) {
+  check_split_invariance(single_call(thinking()),
+                         "Hmm <tool_call> maybe.</think>\n" + xml_call("get_weather", param("days", "2")) + "x" +
+                             xml_call("configure", param("ratio", "0.5")) + "\n" + xml_call("write_file", ""));
+}
+
 }  // namespace
 }  // namespace ds::test

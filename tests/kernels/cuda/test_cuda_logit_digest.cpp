@@ -69,7 +69,11 @@ std::vector<DigestRow> device_rows(const std::vector<float>& logits, size_t n_ro
 // The rules under test: greedy, and sampling with top_k at the default digest size, in
 // between, and at the cap, each with top_p and a few u.
 std::vector<SamplingRule> rules() {
-  return {{0.0f, 0, 1.0f}, {0.8f, 16, 1.0f}, {1.0f, 40, 0.9f}, {1.3f, 64, 0.5f}, {0.7f, 1, 1.0f}};
+  std::vector<SamplingRule> r{{0.0f, 0, 1.0f}, {0.8f, 16, 1.0f}, {1.0f, 40, 0.9f}, {1.3f, 64, 0.5f}, {0.7f, 1, 1.0f}};
+  SamplingRule min_p{1.0f, 40, 0.95f};  // min_p cuts among the device candidates, before top_p
+  min_p.min_p = 0.2f;
+  r.push_back(min_p);
+  return r;
 }
 
 TEST(CudaLogitDigest, WhichRulesApply) {  // host only: runs without a GPU
