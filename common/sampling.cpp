@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -67,7 +68,8 @@ int32_t sample_token(const float* logits, size_t n_vocab, const SamplingRule& pa
     total += weight[i];
   }
   size_t kept = min_p_prefix(weight.data(), cand.size(), params.min_p);
-  if (kept < cand.size()) total = std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
+  if (kept < cand.size())
+    total = std::accumulate(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(kept), 0.0);
   if (params.top_p > 0.0f && params.top_p < 1.0f) {
     const double target = static_cast<double>(params.top_p) * total;
     double mass = 0.0;

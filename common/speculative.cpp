@@ -37,7 +37,8 @@ std::vector<double> rule_distribution(const float* logits, size_t n_vocab, const
   const double max_logit = logits[cand[0]];
   const double inv_t = 1.0 / static_cast<double>(rule.temperature);
   std::vector<double> weight(cand.size());
-  for (size_t i = 0; i < cand.size(); ++i) weight[i] = std::exp((static_cast<double>(logits[cand[i]]) - max_logit) * inv_t);
+  for (size_t i = 0; i < cand.size(); ++i)
+    weight[i] = std::exp((static_cast<double>(logits[cand[i]]) - max_logit) * inv_t);
   const size_t kept = min_p_prefix(weight.data(), cand.size(), rule.min_p);
   double total = 0.0;
   for (size_t i = 0; i < kept; ++i) total += weight[i];

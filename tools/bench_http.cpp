@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 const ds::cli::Usage kUsage{
     "deltaserve-bench-http",
     "--port P [--host H] | --url http://H:P  [--concurrency 1,4,16,64] [--requests N] "
-    "[--prompt-tokens T] [--max-tokens M] [--vocab N] [--api-key KEY] [-o|--output table|json]"};
+    "[--prompt-tokens T] [--max-tokens M] [--vocab N] [--sampling FIELDS] [--api-key KEY] [-o|--output table|json]"};
 
 struct Options {
   std::string host = "127.0.0.1";
@@ -47,7 +47,8 @@ struct Options {
   uint32_t vocab = 0;  // --vocab: the served model's vocabulary size; 0 = a real Qwen one
   uint32_t max_tokens = 64;
   std::string api_key;
-  bool json = false;  // -o json: one JSON object per concurrency level instead of the table
+  std::string sampling;  // --sampling: JSON members added to every body, e.g. "presence_penalty":1.5
+  bool json = false;     // -o json: one JSON object per concurrency level instead of the table
 };
 
 struct Outcome {
@@ -133,8 +134,12 @@ std::string make_body(const Options& o, uint32_t index) {
   std::uniform_int_distribution<int> id(std::min(1000, hi / 2), hi);
   std::string ids;
   for (uint32_t i = 0; i < o.prompt_tokens; ++i) ids += (i ? "," : "") + std::to_string(id(rng));
+  // Greedy unless --sampling names a temperature (a JSON reader keeps the first of two members).
+  const bool own_temperature = o.sampling.find("\"temperature\"") != std::string::npos;
   return R"({"prompt":[)" + ids + R"(],"max_tokens":)" + std::to_string(o.max_tokens) +
-         R"(,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})";
+         (own_temperature ? "" : R"(,"temperature":0)") +
+         R"(,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true})" +
+         (o.sampling.empty() ? "" : "," + o.sampling) + "}";
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -248,6 +253,11 @@ int run(int argc, char** argv) {
       o.max_tokens = ds::cli::parse_number<uint32_t>(kUsage, a, args.value(), 1, 1u << 20);
     } else if (a == "--vocab") {
       o.vocab = ds::cli::parse_number<uint32_t>(kUsage, a, args.value(), 2, 1u << 24);
+    } else if (a == "--sampling") {
+      o.sampling = args.value();
+      if (o.sampling.find(':') == std::string::npos || o.sampling.front() == ',' || o.sampling.front() == '{') {
+        kUsage.fail("--sampling takes JSON members without braces, e.g. '\"presence_penalty\":1.5'");
+      }
     } else if (a == "--api-key") {
       o.api_key = args.value();
     } else if (a == "--output" || a == "-o") {
@@ -260,8 +270,8 @@ int run(int argc, char** argv) {
   }
   if (o.port == 0) kUsage.fail("--port (or --url) is required");
   if (!o.json) {
-    std::printf("prompt %u tokens, %u output tokens per request (streaming, greedy, ignore_eos)\n\n", o.prompt_tokens,
-                o.max_tokens);
+    std::printf("prompt %u tokens, %u output tokens per request (streaming, greedy, ignore_eos%s%s)\n\n",
+                o.prompt_tokens, o.max_tokens, o.sampling.empty() ? "" : ", ", o.sampling.c_str());
     std::printf(
         "| concurrency | requests | failed | wall s | requests/s | output tok/s | TTFT p50 / p99 ms | "
         "inter-token p50 / p99 ms |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -6,8 +6,8 @@
 namespace ds::bench_http {
 
 // Parses the flags in argv[1..argc) (--port P [--host H] | --url http://H:P, --concurrency,
-// --requests, --prompt-tokens, --max-tokens, --vocab, --api-key, -o table|json), runs every level, returns the exit
-// status. Usage errors print to stderr and exit with 2.
+// --requests, --prompt-tokens, --max-tokens, --vocab, --sampling, --api-key, -o table|json), runs every level, returns
+// the exit status. Usage errors print to stderr and exit with 2.
 int run(int argc, char** argv);
 
 }  // namespace ds::bench_http

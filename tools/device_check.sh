@@ -11,6 +11,7 @@
 # --decode-gemv dp4a vs mma (VG_GEMVS, VG_KS); "lab27": the split-rows GEMVs at the 27B step's shapes, dp4a vs
 # mma (with test_cuda_gemv_split first when bundled); "spec_vocab": the MTP draft row with
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps (extra bench flags: VP_FLAGS);
+# "penalties": 16 HTTP streams with presence/frequency/repetition penalties and logit_bias vs none;
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
@@ -178,7 +179,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want batched || want pdl || want profile; then
+if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want penalties || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -492,6 +493,67 @@ if want ttft; then
     fi
     kill -TERM $spid; wait $spid
   done
+fi
+
+if want penalties; then
+  echo "==== penalties, logit_bias, min_tokens, n on CUDA workers (device digest, --spec-k 0 and 3) vs CPU workers"
+  pen_serve() {  # $1 = port, $2.. = serve flags
+    local port=$1; shift
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port "$port" --max-seqs 8 "$@" \
+      > "$O/serve_pen_$port.log" 2>&1 &
+    echo $!
+  }
+  p_cpu=$(pen_serve 18084 --backend cpu --workers 1)
+  p_cuda=$(pen_serve 18085 --backend cuda --workers 1 --devices 0 --prefill-precision f32)
+  p_spec=$(pen_serve 18086 --backend cuda --workers 2 --devices 0,0 --prefill-precision f32 --spec-k 3)
+  if wait_listening "$O/serve_pen_18084.log" && wait_listening "$O/serve_pen_18085.log" && wait_listening "$O/serve_pen_18086.log"; then
+    r=$(timeout 120 python3 - <<'PY'
+import json, urllib.request
+ids = [151644,872,198,9707,0,3555,374,279,6722,315,11862,30,151645,198,151644,77091,198,151667,198] * 9
+cases = [{"presence_penalty": -2, "frequency_penalty": -2},
+         {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repetition_penalty": 1.3},
+         {"repetition_penalty": 0.8, "logit_bias": {"71761": -100, "198": 7}},
+         {"min_tokens": 6, "stop_token_ids": [198], "logit_bias": {"198": 100}},
+         {"n": 3, "presence_penalty": 0.7}]
+def post(port, body):
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    d = json.load(urllib.request.urlopen(req, timeout=60))
+    return [c["text"] for c in d["choices"]]
+out = []
+for i, c in enumerate(cases):
+    body = dict(prompt=ids, max_tokens=24, temperature=0, **c)
+    a, b, s = post(18084, body), post(18085, body), post(18086, body)
+    # twice: the second request hits the prefix cache (the history travels to the worker)
+    out.append("case%d %s" % (i, "MATCH" if a == b == s == post(18085, body) else "DIFFER"))
+print(", ".join(out))
+PY
+)
+    note "penalties tiny cpu vs cuda vs cuda spec-k 3: ${r:-ERROR}"
+  else
+    note "penalties: a tiny server did not start"
+  fi
+  kill -TERM $p_cpu $p_cuda $p_spec; wait $p_cpu $p_cuda $p_spec
+  echo "==== 9B through HTTP: 16 streams with penalties and logit_bias vs without (alternated, twice each)"
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 1 --devices 0 --port 18083 --max-seqs 32 \
+    > "$O/serve9_pen.log" 2>&1 &
+  spid=$!
+  if wait_listening "$O/serve9_pen.log"; then
+    PEN='"presence_penalty":1.5,"frequency_penalty":0.5,"repetition_penalty":1.1,"logit_bias":{"100":-100,"7":5}'
+    timeout 60 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 16 --prompt-tokens 256 \
+      --max-tokens 32 > /dev/null 2>&1  # warm-up
+    for round in 1 2; do
+      for mode in off on; do
+        extra=(); [ $mode = on ] && extra=(--sampling "$PEN")
+        timeout 120 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 48 --prompt-tokens 256 \
+          --max-tokens 256 "${extra[@]}" > "$O/http9_pen_${mode}_$round.log" 2>&1
+        note "penalties $mode round $round rc=$?: $(grep -E '^\| 16 ' "$O/http9_pen_${mode}_$round.log" | awk -F'|' '{printf "failed %s output tok/s %s ITL %s", $4, $7, $9}')"
+      done
+    done
+  else
+    note "penalties: server did not start"; tail -5 "$O/serve9_pen.log"
+  fi
+  kill -TERM $spid; wait $spid
 fi
 
 if want 27b_spec; then

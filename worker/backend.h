@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/host_signal.h"
+#include "common/logit_adjust.h"
 #include "common/sampling.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_prep.h"
@@ -303,6 +304,10 @@ class Backend {
   // Copies rows: dst[rows[i]] = src[i] (distinct host row indices); KV cache writes into the pools.
   virtual void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   virtual void synchronize() = 0;
+  // Applies host `edits` (common/sampling.h: penalties, logit_bias, masks) to the logits rows
+  // [n_rows, n_vocab] on the device, before they are digested or downloaded. Throws
+  // std::invalid_argument for an edit outside the block.
+  virtual void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) = 0;
 
   // Digests logits rows [n_rows, n_vocab] (device) where they are, downloading only the
   // digests (out[0, n_rows)); same values as ds::digest_logits up to the log-sum-exp's

@@ -119,6 +119,9 @@ class CpuBackend final : public Backend {
     cpu::sigmoid_gate(x, xs, gate, gs, rows, dim, y, ys);
   }
   void add_inplace(float* y, const float* x, size_t n) override { cpu::add_inplace(y, x, n); }
+  void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) override {
+    apply_logit_edits(logits, n_rows, n_vocab, edits, n_edits);
+  }
   void gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
     for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * dim, src + size_t{rows[i]} * dim, dim * sizeof(float));
   }

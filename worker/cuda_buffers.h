@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -21,8 +22,9 @@ class DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   ~DeviceScratch() { cudaFree(dev_); }
-  void* get(size_t bytes, cudaStream_t stream) {
+  void* get(size_t bytes, cudaStream_t stream, size_t reserve = 0) {
     if (bytes > cap_) {
+      bytes = std::max(bytes, reserve);
       DS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
       DS_CUDA_CHECK(cudaFree(dev_));
       dev_ = nullptr;
@@ -43,11 +45,12 @@ class DeviceScratch {
 class ControlBuffer {
  public:
   // Device copy of `bytes` bytes at `host`, queued on `stream` (pageable async copies are staged
-  // by the driver, so `host` may change once this returns).
-  const void* put(const void* host, size_t bytes, cudaStream_t stream) {
+  // by the driver, so `host` may change once this returns). `reserve`: grow to at least this
+  // much at once, for arrays that grow a little every step (each growth synchronizes the stream).
+  const void* put(const void* host, size_t bytes, cudaStream_t stream, size_t reserve = 0) {
     const auto* src = static_cast<const uint8_t*>(host);
     if (bytes == last_.size() && std::memcmp(src, last_.data(), bytes) == 0) return dev_;
-    dev_ = buffer_.get(bytes, stream);
+    dev_ = buffer_.get(bytes, stream, reserve);
     DS_CUDA_CHECK(cudaMemcpyAsync(dev_, src, bytes, cudaMemcpyHostToDevice, stream));
     last_.assign(src, src + bytes);
     return dev_;

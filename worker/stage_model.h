@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logit_adjust.h"
 #include "common/sampling.h"     // DigestRequest, LogitDigest
 #include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
 
@@ -60,6 +61,9 @@ struct StepInput {
   // the backend can digest those rows on its device, forward() returns StepOutput::digests and
   // no logits (a decode step then downloads a digest, not the vocabulary); otherwise logits.
   std::vector<DigestRequest> digest_rows;
+  // Last stage, optional: edits of the logit rows (LogitEdit::row indexes them in the order
+  // above), applied on the device before they are digested or returned: biases, masks.
+  std::vector<LogitEdit> logit_edits;
 };
 
 struct StepOutput {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logit_adjust.h"
 #include "common/sampling.h"  // SamplingRule
 #include "common/stage_types.h"
 
@@ -99,6 +100,10 @@ struct SeqRequest {
   std::vector<uint32_t> logit_rows;  // rows of `tokens` whose logits are wanted
   std::vector<double> random_u;      // one uniform number in [0,1) per logit row (sampling)
   SamplingRule sampling;             // sent to the workers only when new or changed
+  LogitAdjust adjust;                // logit_bias, min_tokens, penalties (likewise)
+  // With penalties, on a row that restarts past position 0 (cache.is_new): the tokens of
+  // positions [0, start_pos), which the last stage counts.
+  std::vector<int32_t> history;
   bool return_full_logits = false;
   std::optional<SeqCache> cache;  // where the scheduler placed it (set iff EngineOptions::cache is managed)
   // Speculative decoding (see StepPlan in step.proto): the last n_draft tokens are drafts (the

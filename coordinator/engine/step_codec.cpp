@@ -12,7 +12,8 @@ namespace {
 
 bool same_sampling(const SentSampling& a, const SeqRequest& s) {
   return a.params.temperature == s.sampling.temperature && a.params.top_k == s.sampling.top_k &&
-         a.params.top_p == s.sampling.top_p && a.params.min_p == s.sampling.min_p && a.full_logits == s.return_full_logits;
+         a.params.top_p == s.sampling.top_p && a.params.min_p == s.sampling.min_p && a.adjust == s.adjust &&
+         a.full_logits == s.return_full_logits;
 }
 
 // A verify row asks logits for exactly its last n_draft + 1 rows; random numbers are given for
@@ -133,7 +134,25 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       entry->mutable_params()->set_top_p(s.sampling.top_p);
       entry->mutable_params()->set_min_p(s.sampling.min_p);
       entry->mutable_params()->set_return_full_logits(s.return_full_logits);
-      (*sent)[s.seq_id] = SentSampling{s.sampling, s.return_full_logits};
+      for (const auto& [id, bias] : s.adjust.bias) {
+        entry->mutable_params()->add_bias_ids(id);
+        entry->mutable_params()->add_bias_values(bias);
+      }
+      entry->mutable_params()->set_min_tokens(s.adjust.min_tokens);
+      entry->mutable_params()->mutable_masked_ids()->Add(s.adjust.masked.begin(), s.adjust.masked.end());
+      entry->mutable_params()->set_prompt_len(s.adjust.prompt_len);
+      entry->mutable_params()->set_repetition_penalty(s.adjust.repetition_penalty);
+      entry->mutable_params()->set_frequency_penalty(s.adjust.frequency_penalty);
+      entry->mutable_params()->set_presence_penalty(s.adjust.presence_penalty);
+      if (s.adjust.penalizes() && s.start_pos > 0) {
+        // The last stage counts the earlier tokens; it has not seen them when this row restarts.
+        if (s.history.size() != s.start_pos && restarts) {
+          throw StepFailed("sequence " + std::to_string(s.seq_id) + " restarts at " + std::to_string(s.start_pos) +
+                           " with penalties but without its earlier tokens");
+        }
+        entry->mutable_history_ids()->Add(s.history.begin(), s.history.end());
+      }
+      (*sent)[s.seq_id] = SentSampling{s.sampling, s.return_full_logits, s.adjust};
     }
   }
   return plan;

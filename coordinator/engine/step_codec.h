@@ -15,6 +15,7 @@ namespace ds {
 struct SentSampling {
   SamplingRule params;
   bool full_logits = false;
+  LogitAdjust adjust;
 };
 using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;
 

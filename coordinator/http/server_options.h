@@ -29,6 +29,8 @@ struct ServerOptions {
   // Admission control: generation requests are answered 429 (Retry-After: 1) while this many
   // requests already wait in the engine's queue. 0: no limit.
   uint32_t max_queue = 256;
+  // The largest `n` (choices per request) accepted.
+  uint32_t max_n = 16;
   // The model id clients send and see in /v1/models; the GGUF file name is accepted too.
   std::string served_model_name = "deltaserve";
   std::string model_file_name;

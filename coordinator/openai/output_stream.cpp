@@ -3,8 +3,11 @@
 namespace ds::openai {
 
 OutputStream::OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
-                           std::optional<OutputParserOptions> parser, std::string echo)
-    : tokenizer_(&tokenizer), decoder_(tokenizer, /*render_control=*/false), stop_(std::move(stop)) {
+                           std::optional<OutputParserOptions> parser, std::string echo, uint32_t min_tokens)
+    : tokenizer_(&tokenizer),
+      decoder_(tokenizer, /*render_control=*/false),
+      stop_(std::move(stop)),
+      unmatched_tokens_(min_tokens) {
   if (parser) {
     parser_.emplace(std::move(*parser));
   } else {
@@ -44,6 +47,10 @@ ParseDelta OutputStream::next_token(int32_t id) {
     text = decoder_.feed(id);
   } catch (const std::out_of_range&) {
     return {};  // an id outside the vocabulary contributes nothing
+  }
+  if (unmatched_tokens_ > 0) {
+    --unmatched_tokens_;
+    return route(text);
   }
   if (text.empty()) return {};
   StopMatcher::Result r = stop_.feed(text);

@@ -19,9 +19,10 @@ class OutputStream {
  public:
   // `parser`: chat requests (reasoning and tool calls are split out); nullopt: plain text
   // (/v1/completions), reported as `content`. `echo` (plain text only): text that precedes
-  // the generated text, untouched by stop strings; the first delta carries it.
+  // the generated text, untouched by stop strings; the first delta carries it. The text of the
+  // first `min_tokens` generated tokens is not searched for stop strings (vLLM's min_tokens).
   OutputStream(const Tokenizer& tokenizer, std::vector<std::string> stop, std::optional<OutputParserOptions> parser,
-               std::string echo = {});
+               std::string echo = {}, uint32_t min_tokens = 0);
 
   // One generated token. End-of-generation tokens produce no text.
   ParseDelta add_token(int32_t id);
@@ -46,6 +47,7 @@ class OutputStream {
   ParseResult plain_;  // accumulated text when there is no parser
   std::string echo_;   // not yet emitted
   bool finished_ = false;
+  uint32_t unmatched_tokens_ = 0;  // generated tokens still to come whose text skips the stop strings
 };
 
 }  // namespace ds::openai

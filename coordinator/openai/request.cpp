@@ -20,7 +20,6 @@ constexpr int64_t kMaxTokensCap = std::numeric_limits<int32_t>::max();
 // Fields whose non-default values ask for something we do not do: refuse clearly rather
 // than silently ignoring them.
 void reject_unsupported(const rapidjson::Value& req) {
-  if (auto n = get_int(req, "n", 1, 128); n && *n != 1) bad("n", "Only n=1 is supported");
   if (auto b = get_int(req, "best_of", 1, 128); b && *b != 1) bad("best_of", "Only best_of=1 is supported");
 }
 
@@ -44,6 +43,7 @@ void parse_logit_controls(const rapidjson::Value& req, SamplingParams& s) {
 void parse_common(const rapidjson::Value& req, CommonParams& p) {
   reject_unsupported(req);
   p.model = get_string(req, "model").value_or("");
+  p.n = static_cast<uint32_t>(get_int(req, "n", 1, kMaxChoices).value_or(1));
   p.stream = get_bool(req, "stream").value_or(false);
   if (const auto* so = get_object(req, "stream_options")) {
     p.include_usage = get_bool(*so, "include_usage").value_or(false);
@@ -264,20 +264,6 @@ void check_token_ids(const SamplingParams& s, int32_t n_vocab) {
   };
   for (const auto& [id, bias] : s.logit_bias) check(id, "logit_bias");
   for (const int32_t id : s.stop_token_ids) check(id, "stop_token_ids");
-}
-
-// Goes when the engine applies these (common/sampling.h); until then a request asking for
-// them is refused rather than served as if they were absent. stop_token_ids is applied.
-void refuse_until_engine_honours(const SamplingParams& s) {
-  const SamplingParams defaults;
-  const auto refuse = [](const char* param) {
-    bad(param, std::string("'") + param + "' is not supported yet (only its default value)");
-  };
-  if (s.repetition_penalty != defaults.repetition_penalty) refuse("repetition_penalty");
-  if (s.frequency_penalty != defaults.frequency_penalty) refuse("frequency_penalty");
-  if (s.presence_penalty != defaults.presence_penalty) refuse("presence_penalty");
-  if (!s.logit_bias.empty()) refuse("logit_bias");
-  if (s.min_tokens != defaults.min_tokens) refuse("min_tokens");
 }
 
 }  // namespace ds::openai

@@ -19,6 +19,7 @@ namespace ds::openai {
 inline constexpr uint32_t kMaxTopLogprobs = 16;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopTokenIds = 64;
+inline constexpr uint32_t kMaxChoices = 128;
 
 struct CommonParams {
   std::string model;  // empty when not given
@@ -28,6 +29,7 @@ struct CommonParams {
   SamplingParams sampling;             // max_tokens is filled in by the service
   std::vector<std::string> stop;       // matched on decoded text, trimmed from the output
   std::string echo_text;               // output before the generated text (completions' echo); set by the service
+  uint32_t n = 1;                      // choices, 1..kMaxChoices (the server may cap it lower)
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
@@ -59,10 +61,5 @@ CompletionParams parse_completion_params(const rapidjson::Value& req);
 
 // 400 naming the parameter for a logit_bias or stop_token_ids id outside [0, n_vocab).
 void check_token_ids(const SamplingParams& s, int32_t n_vocab);
-
-// TEMPORARY: 400 for non-default min_p, repetition/frequency/presence penalties, logit_bias
-// and min_tokens, which are parsed but not applied by the engine yet. Delete it (and its one
-// call, in OpenAIService::generate) when the engine applies them.
-void refuse_until_engine_honours(const SamplingParams& s);
 
 }  // namespace ds::openai

@@ -27,7 +27,7 @@ void Responder::on_started(uint32_t prompt_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   // Abandoned responders touch nothing: the server (and its metrics) may already be gone.
   if (done_) return;
-  if (metrics_ != nullptr) metrics_->add_prompt_tokens(prompt_tokens);
+  if (metrics_ != nullptr && config_.counts_prompt_tokens) metrics_->add_prompt_tokens(prompt_tokens);
   try {
     if (config_.stream) start_stream();
   } catch (const std::exception& e) {

@@ -29,6 +29,7 @@ struct ResponderConfig {
   bool logprobs = false;
   ResponseMeta meta;
   uint32_t prompt_tokens = 0;
+  bool counts_prompt_tokens = true;  // false for choices after the first: the prompt is counted once
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 

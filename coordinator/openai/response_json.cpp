@@ -210,14 +210,14 @@ std::string response(const ResponseMeta& meta, const char* object, const Usage* 
   return std::string(sb.GetString(), sb.GetSize());
 }
 
-// A response with the one choice {"index": 0, <body>, "finish_reason"}.
+// A response with the one choice {"index": i, <body>, "finish_reason"}.
 template <typename Body>
 std::string one_choice_response(const ResponseMeta& meta, const char* object, const std::string& finish_reason,
                                 const Usage* usage, Body&& body) {
   return response(meta, object, usage, [&](Writer& w) {
     w.StartObject();
     w.Key("index");
-    w.Uint(0);
+    w.Uint(meta.choice_index);
     body(w);
     finish_reason_field(w, finish_reason);
     w.EndObject();

@@ -17,6 +17,7 @@ struct ResponseMeta {
   std::string id;     // "chatcmpl-..." / "cmpl-..."
   std::string model;  // the served model name
   int64_t created = 0;
+  uint32_t choice_index = 0;  // choices[].index of this reply's choice (n > 1)
 };
 
 struct Usage {

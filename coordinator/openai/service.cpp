@@ -10,6 +10,7 @@
 #include "coordinator/openai/json_fields.h"
 #include "coordinator/openai/output_stream.h"
 #include "coordinator/openai/responder.h"
+#include "coordinator/openai/submission.h"
 
 namespace ds::openai {
 
@@ -264,78 +265,14 @@ int64_t OpenAIService::now_unix() const {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-namespace {
-
-// Forwards to the responder and logs the request's end (status, tokens, duration) with its id.
-class LoggedSink : public GenerationSink {
- public:
-  LoggedSink(std::shared_ptr<GenerationSink> inner, std::string id, size_t prompt_tokens)
-      : inner_(std::move(inner)), id_(std::move(id)), prompt_tokens_(prompt_tokens) {}
-  void on_started(uint32_t prompt_tokens) override { inner_->on_started(prompt_tokens); }
-  void on_token(const GeneratedToken& token) override {
-    ++tokens_;
-    inner_->on_token(token);
-  }
-  void on_cached(uint32_t cached_tokens) override { inner_->on_cached(cached_tokens); }
-  void on_speculation(const SpecCounts& counts) override { inner_->on_speculation(counts); }
-  void on_finished(FinishReason reason, const std::string& error) override {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_);
-    ds::log::info("http",
-                  ds::log::Msg() << "request finished: " << finish_reason_name(reason) << ", " << prompt_tokens_
-                                 << " prompt + " << tokens_ << " completion tokens in " << ms.count() << " ms"
-                                 << (error.empty() ? "" : " (" + error + ")"),
-                  id_);
-    inner_->on_finished(reason, error);
-  }
-
- private:
-  std::shared_ptr<GenerationSink> inner_;
-  std::string id_;
-  size_t prompt_tokens_;
-  std::atomic<uint64_t> tokens_{0};
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
-struct Submission {
-  GenerationRequest request;
-  ResponderConfig config;
-  std::optional<OutputParserOptions> parser;
-  std::vector<std::string> stop;
-  std::string echo;  // completions: text output before the generated text
-};
-
-// Common tail of both generation routes: hand the request to the engine with a responder.
-DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferred, const Tokenizer& tokenizer,
-                      ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel) {
-  const std::string id = s.request.request_id;
-  OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser), std::move(s.echo));
-  auto stop_engine = [&engine, weak = std::weak_ptr<TaskThread>(deferred), id] {
-    if (auto d = weak.lock()) d->post([&engine, id] { engine.cancel(id); });
-  };
-  auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output), std::move(channel),
-                                               &metrics, std::move(stop_engine));
-  try {
-    const size_t prompt_tokens = s.request.prompt_ids.size();
-    engine.submit(std::move(s.request), std::make_shared<LoggedSink>(responder, id, prompt_tokens));
-  } catch (const std::invalid_argument& e) {
-    throw ApiError(400, e.what());
-  } catch (const std::exception& e) {
-    throw ApiError(503, std::string("The engine cannot take the request: ") + e.what());
-  }
-  return [&engine, responder, id] {
-    responder->abandon();
-    engine.cancel(id);
-  };
-}
-
-}  // namespace
-
 DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const char* prompt_param,
                                        std::vector<int32_t> prompt_ids, CommonParams& params,
                                        std::optional<OutputParserOptions> parser, Channel channel,
                                        std::chrono::steady_clock::time_point arrival) {
   check_token_ids(params.sampling, tokenizer_.n_vocab());
-  refuse_until_engine_honours(params.sampling);
+  if (params.n > options_.max_n) {
+    throw ApiError(400, "'n' may be at most " + std::to_string(options_.max_n) + " on this server (--max-n)", "n");
+  }
   Submission s;
   s.request.request_id = new_request_id(id_prefix);
   s.request.prompt_ids = std::move(prompt_ids);
@@ -347,10 +284,12 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
               params.sampling.logprobs,
               {s.request.request_id, options_.served_model_name, now_unix()},
               static_cast<uint32_t>(s.request.prompt_ids.size()),
+              /*counts_prompt_tokens=*/true,
               arrival};
   s.parser = std::move(parser);
   s.stop = std::move(params.stop);
   s.echo = std::move(params.echo_text);
+  s.n = params.n;
   return submit(engine_, deferred_, tokenizer_, metrics_, std::move(s), std::move(channel));
 }
 

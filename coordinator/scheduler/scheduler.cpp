@@ -189,6 +189,7 @@ void Scheduler::emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPla
   if (row.is_new) row.load_snapshot = std::exchange(s.load_snapshot, std::nullopt);
   row.block_ids.assign(s.blocks.begin() + (row.is_new ? 0 : s.blocks_sent), s.blocks.end());
   row.start_pos = start;
+  if (row.is_new && start > 0 && s.sampling.penalizes()) row.history.assign(s.tokens.begin(), s.tokens.begin() + start);
   row.token_ids.assign(s.tokens.begin() + start, s.tokens.begin() + end);
   row.needs_logits = end == s.num_tokens();
   row.token_ids.insert(row.token_ids.end(), s.drafts.begin(), s.drafts.begin() + spec.n_draft);

@@ -39,6 +39,9 @@ struct ScheduledSeq {
   uint32_t n_draft = 0;
   bool rewind = false;
   uint32_t spec_k = 0;
+  // is_new past position 0 for a request with penalties: its tokens of [0, start_pos) (the
+  // workers count them).
+  std::vector<int32_t> history;
 };
 
 struct ReleasedSeq {

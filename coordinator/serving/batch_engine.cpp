@@ -25,6 +25,25 @@ SamplingRule rule_of(const SamplingParams& p) {
   return r;
 }
 
+// logit_bias, and min_tokens masking the end-of-generation ids and stop_token_ids (unless the
+// request ignores end-of-generation: then only its stop ids).
+LogitAdjust adjust_of(const GenerationRequest& req, const std::vector<int32_t>& eos_ids) {
+  LogitAdjust a;
+  a.bias = req.sampling.logit_bias;
+  a.prompt_len = static_cast<uint32_t>(req.prompt_ids.size());
+  a.min_tokens = req.sampling.min_tokens;
+  a.repetition_penalty = req.sampling.repetition_penalty;
+  a.frequency_penalty = req.sampling.frequency_penalty;
+  a.presence_penalty = req.sampling.presence_penalty;
+  if (a.min_tokens > 0) {
+    a.masked = req.sampling.stop_token_ids;
+    if (!req.sampling.ignore_eos) a.masked.insert(a.masked.end(), eos_ids.begin(), eos_ids.end());
+    std::sort(a.masked.begin(), a.masked.end());
+    a.masked.erase(std::unique(a.masked.begin(), a.masked.end()), a.masked.end());
+  }
+  return a;
+}
+
 // The scheduler's placement of one row, as the workers apply it.
 SeqCache placement_of(const ScheduledSeq& s) {
   SeqCache c;
@@ -190,6 +209,7 @@ void BatchEngine::take_inbox() {
     a.sink = std::move(sink);
     a.seq_id = next_seq_id_++;
     a.rule = rule_of(req.sampling);
+    a.adjust = adjust_of(req, opt_.scheduler.eos_token_ids);
     a.rng.seed(req.sampling.seed ? *req.sampling.seed
                                  : std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32));
     a.prompt_tokens = static_cast<uint32_t>(req.prompt_ids.size());
@@ -281,6 +301,8 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   r.start_pos = s.start_pos;
   r.tokens = s.token_ids;
   r.sampling = a.rule;
+  r.adjust = a.adjust;
+  r.history = s.history;
   r.cache = placement_of(s);
   r.n_draft = s.n_draft;
   r.rewind = s.rewind;

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/logit_adjust.h"
 #include "common/sampling.h"
 #include "common/stage_types.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -73,6 +74,7 @@ class BatchEngine final : public Engine {
     std::shared_ptr<GenerationSink> sink;
     uint64_t seq_id = 0;
     SamplingRule rule;
+    LogitAdjust adjust;
     std::mt19937_64 rng;
     uint32_t prompt_tokens = 0;
     bool want_top = false;

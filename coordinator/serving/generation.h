@@ -20,11 +20,12 @@ struct SamplingParams {
   int32_t top_k = 0;             // 0: no top-k filter
   std::optional<uint64_t> seed;  // fixed seed: reproducible sampling
   uint32_t max_tokens = 256;     // generated-token budget (the engine also stops at the context limit)
-  float min_p = 0.0f;  // 0..1: drops tokens below min_p x the top token's probability (after temperature)
-  // Logit adjustments, applied before temperature, in this order (see common/sampling.h):
+  float min_p = 0.0f;            // 0..1: drops tokens below min_p x the top token's probability (after temperature)
+  // Logit adjustments, applied before temperature, in this order (see common/logit_adjust.h):
   float repetition_penalty = 1.0f;  // > 0, over prompt + generated ids: positive logits / it, negative x it
   float frequency_penalty = 0.0f;   // -2..2: minus it x the id's count among the generated tokens
   float presence_penalty = 0.0f;    // -2..2: minus it once for an id among the generated tokens
+  bool penalizes() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
   std::vector<std::pair<int32_t, float>> logit_bias;  // id -> -100..100 added to its logit; ids sorted, unique
   uint32_t min_tokens = 0;  // the end-of-generation ids and stop_token_ids are masked until this many were generated
   bool ignore_eos = false;

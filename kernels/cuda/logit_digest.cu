@@ -313,6 +313,29 @@ cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab
                                              stream, k, n_chunks, s, out);
 }
 
+namespace {
+__global__ void edit_logits_kernel(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits,
+                                   size_t n_edits) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_edits) return;
+  const LogitEdit e = edits[i];
+  if (e.row >= n_rows || e.id < 0 || static_cast<size_t>(e.id) >= n_vocab) return;
+  float* l = logits + e.row * n_vocab + static_cast<size_t>(e.id);
+  // __fmul_rn / __fadd_rn: no fused multiply-add, so the bits equal the host's two operations.
+  *l = __fadd_rn(*l > 0.0f ? __fmul_rn(*l, e.scale_pos) : __fmul_rn(*l, e.scale_neg), e.add);
+}
+}  // namespace
+
+cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits,
+                              cudaStream_t stream) {
+  if (n_edits == 0) return cudaSuccess;
+  if (logits == nullptr || edits == nullptr) return cudaErrorInvalidValue;
+  constexpr unsigned kEditThreads = 128;
+  const auto blocks = static_cast<unsigned>((n_edits + kEditThreads - 1) / kEditThreads);
+  edit_logits_kernel<<<blocks, kEditThreads, 0, stream>>>(logits, n_rows, n_vocab, edits, n_edits);
+  return cudaGetLastError();
+}
+
 LogitDigest finish_digest(const DigestRow& row, size_t n_vocab, const SamplingRule& rule, double u) {
   LogitDigest d;
   d.logsumexp = row.logsumexp;

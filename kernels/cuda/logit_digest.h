@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/logit_adjust.h"
 #include "common/sampling.h"
 
 namespace ds::cuda {
@@ -47,6 +48,12 @@ size_t logit_digest_scratch_bytes(size_t n_rows, size_t n_vocab, uint32_t k);
 // [1, kDigestMaxCandidates]; `scratch` >= logit_digest_scratch_bytes, 8-byte aligned.
 cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab, uint32_t k, void* scratch,
                               DigestRow* out, cudaStream_t stream);
+
+// The CUDA twin of ds::apply_logit_edits (common/sampling.h), on device `logits` [n_rows,
+// n_vocab] with device `edits`: one thread per edit, the same float multiply and add, so the same
+// bits. The caller validates rows and ids (the kernel skips an edit outside the block).
+cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits,
+                              cudaStream_t stream);
 
 // The LogitDigest of a regular row (irregular == 0) for `rule` and `u`, same values as
 // ds::digest_logits up to the log-sum-exp's summation order. Requires digest_on_device_applies.

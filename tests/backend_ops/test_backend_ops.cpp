@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -550,6 +551,32 @@ Case embed_case(GgmlType type, size_t rows, size_t cols) {
           }};
 }
 
+// Penalty-style edits (both signs of logit, scales either side of 1, additions, a -inf mask) on
+// scattered (row, id) cells; every other cell untouched.
+Case edit_logits_case(size_t n_rows, size_t vocab, size_t n_edits) {
+  return {
+      "edit_logits",
+      std::to_string(n_edits) + " edits on " + std::to_string(n_rows) + " rows x " + std::to_string(vocab),
+      [=](Backend& be, const Target&) {
+        Rng rng(520 + n_rows + vocab + n_edits);
+        std::vector<LogitEdit> edits;
+        for (size_t i = 0; i < n_edits; ++i) {
+          LogitEdit e;
+          e.row = static_cast<uint32_t>(i % n_rows);
+          e.id = static_cast<int32_t>((i / n_rows * 7919 + e.row * 31) % vocab);  // distinct per row
+          e.scale_pos = i % 3 == 0 ? 1.0f : 1.0f / 1.3f;
+          e.scale_neg = i % 3 == 0 ? 1.0f : 1.3f;
+          e.add = i % 11 == 5 ? -std::numeric_limits<float>::infinity()
+                              : static_cast<float>(rng.integer(-200, 200)) * 0.37f;
+          edits.push_back(e);
+        }
+        Dev d(be);
+        float* logits = d.put(rng.vec(n_rows * vocab));
+        be.edit_logits(logits, n_rows, vocab, edits.data(), edits.size());
+        return Outs{bits("logits", d.get(logits, n_rows * vocab), "one float multiply and one add, unfused on both")};
+      }};
+}
+
 Case digest_case(size_t n_rows, size_t vocab) {
   return {"digest_logits_rows", std::to_string(n_rows) + " rows x " + std::to_string(vocab),
           [=](Backend& be, const Target&) {
@@ -631,6 +658,8 @@ void add_core_cases(std::vector<Case>& cases) {
   cases.push_back(embed_case(GgmlType::Q8_0, 257, 96));
   cases.push_back(embed_case(GgmlType::Q8_0, 33, 1024));
   cases.push_back(embed_case(GgmlType::F32, 33, 70));
+  cases.push_back(edit_logits_case(1, 1000, 1));
+  cases.push_back(edit_logits_case(5, 4097, 333));
   cases.push_back(digest_case(1, 1000));
   cases.push_back(digest_case(4, 4097));
 }

@@ -8,6 +8,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <set>
+
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
 #include "tests/testutil/testutil.h"
@@ -116,6 +118,46 @@ TEST_F(PrefixCacheE2E, SecondChatTurnHitsAndMatches) {
   const std::string uncached = first_choice(http_request(plain_->port(), "POST", "/v1/chat/completions", body));
   EXPECT_FALSE(cached.empty());
   EXPECT_EQ(cached, uncached);
+}
+
+// n > 1 prefills the prompt once: choices 1..n-1 start after choice 0 and reuse its blocks and
+// GDN snapshot, so the server computes the prompt once plus each choice's last partial block
+// (queried - hit tokens, from /metrics). Greedy choices are each the n = 1 output; with a seed,
+// sampled choices are reproducible one by one.
+TEST_F(PrefixCacheE2E, ChoicesShareOnePrefill) {
+  const ReferencePrompt ref = load_reference_prompt("rand_1500");
+  const std::vector<int32_t> prompt(ref.ids.begin() + 100, ref.ids.begin() + 403);  // 303 tokens, fresh
+  const std::string greedy = R"({"prompt": )" + ids_json(prompt) + R"(, "max_tokens": 12, "temperature": 0)";
+  const double queried0 = metric_value(cached_->port(), "deltaserve:prefix_cache_queried_tokens_total");
+  const double hit0 = hit_tokens(cached_->port());
+  const HttpReply four = post_completion(cached_->port(), greedy + R"(, "n": 4})");
+  ASSERT_EQ(four.status, 200) << four.body;
+  const double computed = metric_value(cached_->port(), "deltaserve:prefix_cache_queried_tokens_total") - queried0 -
+                          (hit_tokens(cached_->port()) - hit0);
+  EXPECT_LE(computed, 303 + 3 * 16) << "one prefill, and each later choice's last partial block";
+  rapidjson::Document d = parse(four.body);
+  ASSERT_EQ(d["choices"].Size(), 4u);
+  const std::string single = first_choice(post_completion(plain_->port(), greedy + "}"));
+  rapidjson::Document one = parse(R"({"choices": [)" + single + "]}");
+  for (rapidjson::SizeType i = 0; i < 4; ++i) {
+    EXPECT_EQ(d["choices"][i]["index"].GetUint(), i);
+    EXPECT_STREQ(d["choices"][i]["text"].GetString(), one["choices"][0]["text"].GetString()) << i;
+  }
+  EXPECT_EQ(d["usage"]["prompt_tokens"].GetUint(), 303u);
+  EXPECT_EQ(d["usage"]["completion_tokens"].GetUint(), 48u);
+
+  const std::string sampled = R"({"prompt": )" + ids_json(prompt) +
+                              R"(, "max_tokens": 8, "temperature": 1, "seed": 7, "n": 3, "ignore_eos": true})";
+  const HttpReply a = post_completion(cached_->port(), sampled), b = post_completion(cached_->port(), sampled);
+  rapidjson::Document da = parse(a.body), db = parse(b.body);
+  ASSERT_EQ(da["choices"].Size(), 3u) << a.body;
+  ASSERT_EQ(db["choices"].Size(), 3u) << b.body;
+  std::set<std::string> texts;
+  for (rapidjson::SizeType i = 0; i < 3; ++i) {
+    EXPECT_STREQ(da["choices"][i]["text"].GetString(), db["choices"][i]["text"].GetString()) << "choice " << i;
+    texts.insert(da["choices"][i]["text"].GetString());
+  }
+  EXPECT_EQ(texts.size(), 3u) << "each choice samples with its own seed";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <map>
+#include <set>
 #include <thread>
 
 #include "tests/e2e/completion_reply.h"
@@ -109,6 +110,87 @@ TEST_F(SpecE2E, SixteenConcurrentGreedyRequestsMatchWithoutSpeculation) {
   EXPECT_GE(after.at("deltaserve:spec_mean_accepted_length"), 1.0);
   EXPECT_EQ(metric_samples(plain_->port()).at("deltaserve:spec_drafted_tokens_total"), 0);
   std::fprintf(stderr, "[spec e2e] 16 requests: %.0f drafted, %.0f accepted\n", drafted, accepted);
+}
+
+// logprobs.tokens of a non-streamed completion.
+std::vector<std::string> reply_tokens(const HttpReply& r) {
+  rapidjson::Document d;
+  d.Parse(r.body.c_str());
+  std::vector<std::string> out;
+  if (d.HasParseError() || !d.HasMember("choices")) return out;
+  for (const auto& t : d["choices"][0]["logprobs"]["tokens"].GetArray()) out.emplace_back(t.GetString());
+  return out;
+}
+
+// logit_bias and min_tokens are edits of the logit rows on the last worker, each verify row with
+// the edits of its own position: greedy output with and without speculation stays identical, a
+// banned id never comes, a +100 bias takes over, and min_tokens holds a stop id back.
+TEST_F(SpecE2E, LogitBiasAndMinTokensKeepSpeculationIdentical) {
+  const ReferencePrompt ref = load_reference_prompt("chat_basic");
+  ASSERT_GE(ref.greedy_tokens.size(), 6u);
+  const auto body = [&](const std::string& extra) {
+    return R"({"prompt": )" + ids_json(ref.ids) + R"(, "max_tokens": 24, "temperature": 0, "logprobs": 1, )" + extra +
+           "}";
+  };
+  const HttpReply free_run = post_completion(plain_->port(), body(R"("ignore_eos": true)"));
+  ASSERT_EQ(free_run.status, 200) << free_run.body;
+  const std::vector<std::string> free_tokens = reply_tokens(free_run);
+  ASSERT_GE(free_tokens.size(), 6u);
+  const std::string first = std::to_string(ref.greedy_tokens[0]), forced = std::to_string(ref.greedy_tokens[5]);
+
+  const std::string banned = body(R"("ignore_eos": true, "logit_bias": {")" + first + R"(": -100})");
+  const std::string takeover = body(R"("ignore_eos": true, "logit_bias": {")" + forced + R"(": 100})");
+  const std::string held =
+      body(R"("min_tokens": 4, "stop_token_ids": [)" + forced + R"(], "logit_bias": {")" + forced + R"(": 100})");
+  for (const std::string& b : {banned, takeover, held}) {
+    const HttpReply want = post_completion(plain_->port(), b), got = post_completion(spec_->port(), b);
+    ASSERT_EQ(want.status, 200) << want.body;
+    EXPECT_EQ(completion_outcome(got), completion_outcome(want)) << b;
+  }
+  const std::vector<std::string> without_first = reply_tokens(post_completion(spec_->port(), banned));
+  ASSERT_FALSE(without_first.empty());
+  EXPECT_NE(without_first[0], free_tokens[0]);
+  for (const std::string& t : reply_tokens(post_completion(spec_->port(), takeover))) EXPECT_EQ(t, free_tokens[5]);
+  const HttpReply h = post_completion(spec_->port(), held);
+  const std::vector<std::string> held_tokens = reply_tokens(h);
+  // Four tokens, then the stop id, which is returned (as vLLM does for a stop id not special).
+  ASSERT_EQ(held_tokens.size(), 5u) << h.body;
+  for (size_t i = 0; i < 4; ++i) EXPECT_NE(held_tokens[i], free_tokens[5]) << i;
+  EXPECT_EQ(held_tokens[4], free_tokens[5]);
+  EXPECT_NE(h.body.find(R"("finish_reason":"stop")"), std::string::npos) << h.body;
+}
+
+// The penalties count the sequence's earlier tokens on the last worker, by position: with and
+// without speculation (verify rows see the drafts before them) and after a prefix-cache hit
+// (the coordinator sends the tokens the worker did not see), greedy output is the same.
+TEST_F(SpecE2E, PenaltiesKeepSpeculationAndPrefixHitsIdentical) {
+  const std::vector<int32_t> ids = load_reference_prompt("rand_1500").ids;
+  const auto body = [&](const std::string& penalties) {
+    return R"({"prompt": )" + prefix_json(ids, 777) + R"(, "max_tokens": 32, "temperature": 0, "ignore_eos": true, )" +
+           R"("logprobs": 1, )" + penalties + "}";
+  };
+  const std::string free_body = body(R"("presence_penalty": 0)");
+  // Flat random-weight logits never repeat a token on their own; a negative presence penalty
+  // and frequency penalty (a reward) makes the first generated tokens win every later row.
+  const std::string presence = body(R"("presence_penalty": -2, "frequency_penalty": -2)");
+  const std::string mixed = body(R"("frequency_penalty": 0.7, "presence_penalty": 0.3, "repetition_penalty": 1.3)");
+  const HttpReply free_run = post_completion(plain_->port(), free_body);
+  ASSERT_EQ(free_run.status, 200) << free_run.body;
+  for (const std::string& b : {presence, mixed}) {
+    const HttpReply first = post_completion(plain_->port(), b);  // the prompt's blocks are cached by now
+    const HttpReply again = post_completion(plain_->port(), b);
+    const HttpReply spec = post_completion(spec_->port(), b);
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_NE(again.body.find(R"("cached_tokens":7)"), std::string::npos) << again.body;  // 7xx tokens hit
+    EXPECT_EQ(completion_outcome(again), completion_outcome(first)) << b;
+    EXPECT_EQ(completion_outcome(spec), completion_outcome(first)) << b;
+    EXPECT_NE(completion_outcome(first), completion_outcome(free_run)) << b;
+  }
+  const std::vector<std::string> free_tokens = reply_tokens(free_run);
+  EXPECT_GT(std::set<std::string>(free_tokens.begin(), free_tokens.end()).size(), 16u);
+  const std::vector<std::string> tokens = reply_tokens(post_completion(spec_->port(), presence));
+  ASSERT_EQ(tokens.size(), 32u);
+  EXPECT_LE(std::set<std::string>(tokens.begin(), tokens.end()).size(), 2u);
 }
 
 // Temperature > 0 keeps the draft distributions on the last stage from one step to the next

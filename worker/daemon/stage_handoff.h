@@ -18,11 +18,11 @@ namespace ds {
 
 // The host side of one step's hidden rows, [total_tokens, n_embd] floats each way.
 struct HostRows {
-  const float* in = nullptr;       // stage after the first: the previous stage's rows
-  HostSignal in_ready;             // optional: `in` may still be landing until this is set
-  bool in_ready_on_host = false;   // the host waits for in_ready, not the device (--early-handoff host)
-  float* out = nullptr;            // stage before the last, optional: where this stage's rows go
-  HostSignal out_ready;            // optional, with `out`: the rows may land after step() returned
+  const float* in = nullptr;      // stage after the first: the previous stage's rows
+  HostSignal in_ready;            // optional: `in` may still be landing until this is set
+  bool in_ready_on_host = false;  // the host waits for in_ready, not the device (--early-handoff host)
+  float* out = nullptr;           // stage before the last, optional: where this stage's rows go
+  HostSignal out_ready;           // optional, with `out`: the rows may land after step() returned
 };
 
 class StageHandoff {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -21,6 +22,35 @@ uint64_t now_us() {
 
 uint64_t total_tokens(const v1::StepPlan& plan) {
   return static_cast<uint64_t>(plan.token_ids_size());
+}
+
+// A sequence's logit adjustments from its SamplingParams, checked: the edits must stay inside the
+// vocabulary (ds::FormatError otherwise, before any step runs on them).
+LogitAdjust adjust_of(const v1::SamplingParams& p, uint32_t n_vocab) {
+  if (p.bias_ids_size() != p.bias_values_size()) throw FormatError("logit bias ids and values differ in count");
+  const auto check_ids = [n_vocab](const auto& ids, const char* what) {
+    for (int i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || (n_vocab > 0 && static_cast<uint32_t>(ids[i]) >= n_vocab) || (i > 0 && ids[i] <= ids[i - 1])) {
+        throw FormatError(std::string(what) + " ids must be sorted, unique and inside the vocabulary");
+      }
+    }
+  };
+  check_ids(p.bias_ids(), "logit bias");
+  check_ids(p.masked_ids(), "masked");
+  LogitAdjust a;
+  for (int i = 0; i < p.bias_ids_size(); ++i) a.bias.emplace_back(p.bias_ids(i), p.bias_values(i));
+  a.min_tokens = p.min_tokens();
+  a.masked.assign(p.masked_ids().begin(), p.masked_ids().end());
+  a.prompt_len = p.prompt_len();
+  a.repetition_penalty = p.repetition_penalty();
+  a.frequency_penalty = p.frequency_penalty();
+  a.presence_penalty = p.presence_penalty();
+  // The request layer checks the OpenAI ranges; here only what would make the edits meaningless.
+  if (!(a.repetition_penalty > 0.0f) || !std::isfinite(a.repetition_penalty) || !std::isfinite(a.frequency_penalty) ||
+      !std::isfinite(a.presence_penalty)) {
+    throw FormatError("penalties must be finite, the repetition penalty > 0");
+  }
+  return a;
 }
 
 std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
@@ -111,7 +141,23 @@ void StageRunner::remember_sampling(const v1::StepPlan& plan) {
     dst.params.top_k = s.params().top_k();
     dst.params.top_p = s.params().top_p();
     dst.params.min_p = s.params().min_p();
+    dst.adjust = adjust_of(s.params(), shape_.n_vocab);
     dst.full_logits = s.params().return_full_logits();
+    if (!dst.adjust.penalizes()) {
+      dst.history.reset();
+      continue;
+    }
+    for (const int32_t id : s.history_ids()) {
+      if (id < 0 || (shape_.n_vocab > 0 && static_cast<uint32_t>(id) >= shape_.n_vocab)) {
+        throw FormatError("history id " + std::to_string(id) + " outside the vocabulary");
+      }
+    }
+    // Tokens already held stay (a rule resent mid-sequence); a row from position 0 overwrites them.
+    std::vector<int32_t> known = s.history_ids_size() > 0 || !dst.history
+                                     ? std::vector<int32_t>(s.history_ids().begin(), s.history_ids().end())
+                                     : dst.history->tokens();
+    dst.history.emplace(dst.adjust.prompt_len);
+    dst.history->reset(known);
   }
 }
 
@@ -192,6 +238,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   if (model_->is_last()) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
+    in.logit_edits = logit_edits(plan);
   }
   const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
   StepOutput out;
@@ -232,6 +279,34 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   *result->mutable_timings() = timings;
   *result->add_timings() = mine;
   return msg;
+}
+
+// Each logit row's edits (logit_bias, min_tokens masks), in the order forward() lays the rows.
+std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
+  std::vector<LogitEdit> edits;
+  uint32_t row = 0;
+  int logit_row = 0, tok = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    const uint32_t start = plan.start_positions(i), n_tokens = plan.n_tokens(i);
+    const auto it = sampling_.find(plan.seq_ids(i));
+    SeqSampling* s = it == sampling_.end() ? nullptr : &it->second;
+    TokenHistory* history = s != nullptr && s->history ? &*s->history : nullptr;
+    try {
+      if (history != nullptr) history->write(start, plan.token_ids().data() + tok, n_tokens);
+      tok += static_cast<int>(n_tokens);
+      for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row, ++logit_row) {
+        if (s == nullptr || s->adjust.empty()) continue;
+        // The row at position start + logit_row picks the token of the next position, and sees
+        // the tokens up to its own (drafts before it included).
+        const uint32_t next_pos = start + plan.logit_rows(logit_row) + 1;
+        if (history != nullptr) history->count_to(next_pos);
+        append_adjust_edits(s->adjust, history, row, next_pos, &edits);
+      }
+    } catch (const std::invalid_argument& e) {
+      throw FormatError("sequence " + std::to_string(plan.seq_ids(i)) + ": " + e.what());
+    }
+  }
+  return edits;
 }
 
 // One request per logit row, so the model may digest on its device; none (full logits) when a

@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "common/ipc/protocol.h"          // v1 messages
+#include "common/ipc/protocol.h"  // v1 messages
+#include "common/logit_adjust.h"
 #include "common/sampling.h"              // SamplingRule, digest_logits
 #include "worker/daemon/stage_handoff.h"  // StageHandoff, HostRows
 #include "worker/speculation.h"           // SpecDecoder (last stage, speculating plans)
@@ -69,6 +71,8 @@ class StageRunner {
   struct SeqSampling {
     SamplingRule params;
     bool full_logits = false;
+    LogitAdjust adjust;
+    std::optional<TokenHistory> history;  // with penalties: the sequence's tokens by position
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);
   void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
@@ -77,6 +81,7 @@ class StageRunner {
   HostRows host_rows(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                      std::vector<float>* hidden_storage, const HiddenBuffer& hidden_out, HostSignal hidden_ready) const;
   std::vector<DigestRequest> digest_requests(const ipc::v1::StepPlan& plan) const;
+  std::vector<LogitEdit> logit_edits(const ipc::v1::StepPlan& plan);  // advances the histories
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
 

@@ -95,7 +95,7 @@ class Qwen35Stage final : public StageModel {
                  bool normed = false, const float* next_norm = nullptr);
   void lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head, std::vector<float>* logits,
                std::vector<float>* normed_out, const DigestRequest* digest_rows = nullptr,
-               std::vector<LogitDigest>* digests = nullptr);
+               std::vector<LogitDigest>* digests = nullptr, const std::vector<LogitEdit>* edits = nullptr);
 
   std::shared_ptr<const GgufFile> gguf_;
   ModelConfig cfg_;
@@ -313,15 +313,17 @@ void Qwen35Stage::run_layer(const StepContext& ctx, const LayerWeights& lw, uint
 // ---- step ------------------------------------------------------------------------------------------
 
 // With `digest_rows` (one per row) the backend may digest the logits where they are: then
-// `digests` is filled and `logits` left empty; otherwise the logits come back as usual.
+// `digests` is filled and `logits` left empty; otherwise the logits come back as usual. `edits`
+// (biases, masks) change the logits first, on the device.
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
                           std::vector<float>* logits, std::vector<float>* normed_out, const DigestRequest* digest_rows,
-                          std::vector<LogitDigest>* digests) {
+                          std::vector<LogitDigest>* digests, const std::vector<LogitEdit>* edits) {
   const size_t D = cfg_.n_embd, V = head.rows;
   float* normed = ws_.get(Slot::kHeadNorm, n_rows * D);
   float* out = ws_.get(Slot::kLogits, n_rows * V);
   be_->rms_norm(rows, D, norm, cfg_.rms_eps, n_rows, D, normed, D);
   be_->matmul(head, normed, D, n_rows, out, V);
+  if (edits != nullptr && !edits->empty()) be_->edit_logits(out, n_rows, V, edits->data(), edits->size());
   bool digested = false;
   if (digest_rows != nullptr && digests != nullptr) {
     digests->resize(n_rows);
@@ -383,7 +385,7 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   be_->gather_rows(x, rows.data(), rows.size(), D, picked);
   const bool digest = in.digest_rows.size() == rows.size();  // else (absent or inconsistent): full logits
   lm_head(picked, rows.size(), output_norm_, output_, &out->logits, in.all_final_hidden ? nullptr : &out->final_hidden,
-          digest ? in.digest_rows.data() : nullptr, digest ? &out->digests : nullptr);
+          digest ? in.digest_rows.data() : nullptr, digest ? &out->digests : nullptr, &in.logit_edits);
   if (!out->digests.empty()) out->digest_n_vocab = static_cast<uint32_t>(output_.rows);
 }
 

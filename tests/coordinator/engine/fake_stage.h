@@ -54,6 +54,10 @@ class FakeStage : public StageModel {
           out->logits.push_back(std::sin(h[1] * 3.1f + static_cast<float>(v) * 0.7f));
       }
     }
+    if (is_last() && !in.logit_edits.empty()) {
+      backend_->edit_logits(out->logits.data(), out->logits.size() / kVocab, kVocab, in.logit_edits.data(),
+                            in.logit_edits.size());
+    }
     // The speculation tests read every row's final hidden (MTP catch-up input) from here.
     out->final_hidden = is_last() && in.all_final_hidden ? rows_ : std::vector<float>{};
     out->digests.clear();

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
+#include "common/logit_adjust.h"
 #include "common/sampling.h"
 
 namespace ds {
@@ -103,6 +106,18 @@ TEST(Sampling, MinPDistributionFollowsTheFormula) {
   }
   EXPECT_EQ(inside, draws) << "a token outside the min_p / top_p set was drawn";
   EXPECT_LT(chi2, 3.0 * static_cast<double>(nucleus)) << "chi-square " << chi2 << " over " << nucleus << " tokens";
+}
+
+TEST(Sampling, LogitEditsScaleBySignThenAdd) {
+  std::vector<float> logits{2.0f, -2.0f, 0.0f, 5.0f, 1.0f, -1.0f};  // 2 rows x 3
+  const std::vector<LogitEdit> edits{{0, 0, 0.5f, 2.0f, 0.0f},      // positive: x 0.5
+                                     {0, 1, 0.5f, 2.0f, 0.25f},     // negative: x 2, then + 0.25
+                                     {1, 2, 0.5f, 2.0f, -std::numeric_limits<float>::infinity()}};
+  apply_logit_edits(logits.data(), 2, 3, edits.data(), edits.size());
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -3.75f, 0.0f, 5.0f, 1.0f, -std::numeric_limits<float>::infinity()}));
+  const LogitEdit outside{2, 0, 1.0f, 1.0f, 1.0f}, bad_id{0, 3, 1.0f, 1.0f, 1.0f};
+  EXPECT_THROW(apply_logit_edits(logits.data(), 2, 3, &outside, 1), std::invalid_argument);
+  EXPECT_THROW(apply_logit_edits(logits.data(), 2, 3, &bad_id, 1), std::invalid_argument);
 }
 
 TEST(Sampling, TemperatureSharpens) {

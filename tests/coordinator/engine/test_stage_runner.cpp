@@ -2,6 +2,7 @@
 // rule, sampling inputs kept across deltas, full logits, hidden chunks between stages, drops.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -135,6 +136,56 @@ TEST(StageRunner, GreedySpeculationUsesTheModelsDigests) {
       ASSERT_EQ(b.spec.size(), 1u);
       EXPECT_EQ(b.spec[0].accepted, a.spec[0].accepted);
       EXPECT_EQ(b.spec[0].drafts, a.spec[0].drafts);
+    }
+  }
+}
+
+// logit_bias and min_tokens travel with the sampling rule and reach the model as edits of the
+// logit rows they concern, by position: a +100 bias takes the pick, -inf masks an id while the
+// position is inside min_tokens, and the digests (device path) see the same edited rows.
+TEST(StageRunner, LogitAdjustmentsEditTheRowsTheyConcern) {
+  for (const bool device : {false, true}) {
+    auto model = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+    model->digest_in_model = device;
+    StageRunner s(std::move(model), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+    SentSamplingMap sent;
+    uint64_t step_id = 0;
+    const auto step = [&](const SeqRequest& q) {
+      const v1::StepPlan plan = encode_plan({q}, ++step_id, 1, &sent);
+      const StageOutputMessage m = s.run(plan, {}, kNoTimings);
+      return decode_result(plan, m.env.step_result(), m.bulk);
+    };
+    SeqRequest r = request(4, 0, {3, 4, 5}, 0.5);  // a 3-token prompt: its last row picks token 0
+    r.sampling = SamplingRule{0.0f, 0, 1.0f};
+    r.return_full_logits = !device;
+    r.adjust.bias = {{7, 100.0f}, {11, -100.0f}};
+    r.adjust.min_tokens = 2;
+    r.adjust.masked = {7, 9};
+    r.adjust.prompt_len = 3;
+    for (uint32_t generated = 0; generated < 3; ++generated) {
+      const StepOutcome o = step(r);
+      ASSERT_EQ(o.rows.size(), 1u);
+      const int32_t token = o.rows[0].token;
+      if (generated < r.adjust.min_tokens) {
+        EXPECT_NE(token, 7) << "generated " << generated << (device ? " (device)" : "");
+        EXPECT_NE(token, 9) << "generated " << generated;
+      } else {
+        EXPECT_EQ(token, 7) << "the +100 bias takes the pick once min_tokens were generated";
+      }
+      EXPECT_NE(token, 11);
+      if (!device) {
+        const std::vector<float>& l = o.rows[0].logits;
+        ASSERT_EQ(l.size(), FakeStage::kVocab);
+        EXPECT_EQ(std::isinf(l[7]) && l[7] < 0, generated < r.adjust.min_tokens);
+        EXPECT_EQ(std::isinf(l[9]) && l[9] < 0, generated < r.adjust.min_tokens);
+        if (generated >= r.adjust.min_tokens) {
+          EXPECT_GT(l[7], 98.0f);  // the fake's logits lie in [-1, 1]
+        }
+        EXPECT_LT(l[11], -98.0f);
+      }
+      r.start_pos += static_cast<uint32_t>(r.tokens.size());
+      r.tokens = {token};
+      r.logit_rows = {0};
     }
   }
 }

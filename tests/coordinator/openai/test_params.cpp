@@ -79,7 +79,6 @@ TEST(RequestParams, DefaultsWhenAbsentOrNull) {
     EXPECT_TRUE(p.sampling.stop_token_ids.empty());
     EXPECT_TRUE(p.parallel_tool_calls);
     EXPECT_FALSE(p.enable_thinking.has_value());
-    EXPECT_NO_THROW(openai::refuse_until_engine_honours(p.sampling));
   }
 }
 
@@ -181,29 +180,6 @@ TEST(RequestParams, TokenIdsOutsideTheVocabulary) {
   e = error_of([&] { openai::check_token_ids(s, 99); });
   EXPECT_EQ(e.param(), "stop_token_ids");
   EXPECT_NE(std::string(e.what()).find("99"), std::string::npos) << e.what();
-}
-
-TEST(RequestParams, RefusedUntilTheEngineHonoursThem) {
-  const std::pair<const char*, const char*> cases[] = {
-      {R"("repetition_penalty":1.05)", "repetition_penalty"},
-      {R"("repetition_penalty":0.9)", "repetition_penalty"},
-      {R"("frequency_penalty":0.5)", "frequency_penalty"},
-      {R"("presence_penalty":-0.5)", "presence_penalty"},
-      {R"("logit_bias":{"3":0})", "logit_bias"},
-      {R"("min_tokens":1)", "min_tokens"},
-  };
-  for (const auto& [extra, param] : cases) {
-    const SamplingParams s = chat(extra).sampling;
-    const ApiError e = error_of([&] { openai::refuse_until_engine_honours(s); });
-    EXPECT_EQ(e.status(), 400) << extra;
-    EXPECT_EQ(e.param(), param) << extra;
-    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
-  }
-  // Default values, and stop_token_ids (which the engine applies), pass.
-  const SamplingParams ok = chat(R"("min_p":0,"repetition_penalty":1,"frequency_penalty":0,"presence_penalty":0,)"
-                                 R"("logit_bias":{},"min_tokens":0,"stop_token_ids":[1,2])")
-                                .sampling;
-  EXPECT_NO_THROW(openai::refuse_until_engine_honours(ok));
 }
 
 TEST(RequestParams, ReasoningEffortMapsToThinking) {

@@ -74,7 +74,7 @@ TEST_F(ParamsTest, TokenIdsOutsideTheVocabularyAre400) {
   EXPECT_TRUE(engine_.submitted().empty());
 }
 
-TEST_F(ParamsTest, DefaultValuesOfRefusedParametersAreAccepted) {
+TEST_F(ParamsTest, DefaultValuesChangeNothing) {
   script("ok");
   const std::string defaults =
       R"("min_p":0,"repetition_penalty":1,"frequency_penalty":0,"presence_penalty":0,"logit_bias":{},"min_tokens":0)";
@@ -97,26 +97,28 @@ TEST_F(ParamsTest, MinPReachesTheEngine) {
   EXPECT_FLOAT_EQ(engine_.submitted()[1].sampling.min_p, 0.25f);
 }
 
-TEST_F(ParamsTest, NonDefaultValuesAreRefusedUntilTheEngineHonoursThem) {
-  script("unused");
-  const std::pair<const char*, const char*> cases[] = {
-      {R"("repetition_penalty":1.2)", "repetition_penalty"},
-      {R"("frequency_penalty":0.1)", "frequency_penalty"},
-      {R"("presence_penalty":0.1)", "presence_penalty"},
-      {R"("logit_bias":{"5":2})", "logit_bias"},
-      {R"("min_tokens":2)", "min_tokens"},
-  };
-  for (const auto& [extra, param] : cases) {
-    for (const bool chat_route : {true, false}) {
-      auto r = chat_route ? post("/v1/chat/completions", chat(extra))
-                          : post("/v1/completions", std::string(R"({"prompt":"hi",)") + extra + "}");
-      EXPECT_EQ(r->status(), 400) << extra;
-      auto d = json(r->body());
-      EXPECT_EQ(str(d["error"]["param"]), param) << r->body();
-      EXPECT_NE(str(d["error"]["message"]).find("not supported yet"), std::string::npos) << r->body();
-    }
+TEST_F(ParamsTest, LogitBiasAndMinTokensReachTheEngine) {
+  using LogitBias = std::vector<std::pair<int32_t, float>>;
+  script("ok");
+  ASSERT_EQ(post("/v1/chat/completions", chat(R"("logit_bias":{"5":2,"7":-100},"min_tokens":3)"))->status(), 200);
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"hi","logit_bias":{"9":100},"min_tokens":1})")->status(), 200);
+  ASSERT_EQ(engine_.submitted().size(), 2u);
+  EXPECT_EQ(engine_.submitted()[0].sampling.logit_bias, (LogitBias{{5, 2.0f}, {7, -100.0f}}));
+  EXPECT_EQ(engine_.submitted()[0].sampling.min_tokens, 3u);
+  EXPECT_EQ(engine_.submitted()[1].sampling.logit_bias, (LogitBias{{9, 100.0f}}));
+  EXPECT_EQ(engine_.submitted()[1].sampling.min_tokens, 1u);
+}
+
+TEST_F(ParamsTest, PenaltiesReachTheEngine) {
+  script("ok");
+  const std::string extra = R"("repetition_penalty":1.2,"frequency_penalty":0.5,"presence_penalty":-1.5)";
+  ASSERT_EQ(post("/v1/chat/completions", chat(extra))->status(), 200);
+  ASSERT_EQ(post("/v1/completions", std::string(R"({"prompt":"hi",)") + extra + "}")->status(), 200);
+  for (const auto& req : engine_.submitted()) {
+    EXPECT_FLOAT_EQ(req.sampling.repetition_penalty, 1.2f);
+    EXPECT_FLOAT_EQ(req.sampling.frequency_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(req.sampling.presence_penalty, -1.5f);
   }
-  EXPECT_TRUE(engine_.submitted().empty());
 }
 
 TEST_F(ParamsTest, IgnoredFieldsAreAccepted) {
@@ -157,6 +159,19 @@ TEST_F(ParamsTest, EchoIsNotMatchedByStopStrings) {
   auto d = json(r->body());
   EXPECT_EQ(str(d["choices"][0]["text"]), "stop here: a ");
   EXPECT_EQ(str(d["choices"][0]["finish_reason"]), "stop");
+}
+
+// vLLM's min_tokens: the stop strings are not looked for in the first min_tokens tokens' text.
+TEST_F(ParamsTest, StopStringsWaitForMinTokens) {
+  ASSERT_EQ(ids("a stop b").size(), 3u);  // "a", " stop", " b"
+  for (const auto& [min_tokens, want] :
+       std::vector<std::pair<int, std::string>>{{0, "a "}, {1, "a "}, {2, "a stop b"}, {3, "a stop b"}}) {
+    script("a stop b", /*end_with_eog=*/false);
+    auto r = post("/v1/completions",
+                  R"({"prompt":"x","stop":"stop","max_tokens":20,"min_tokens":)" + std::to_string(min_tokens) + "}");
+    ASSERT_EQ(r->status(), 200) << r->body();
+    EXPECT_EQ(str(json(r->body())["choices"][0]["text"]), want) << "min_tokens " << min_tokens;
+  }
 }
 
 TEST_F(ParamsTest, EchoStreamsThePromptInTheFirstChunk) {

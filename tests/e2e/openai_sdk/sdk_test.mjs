@@ -1,0 +1,74 @@
+// The official openai SDK (node) against a running deltaserve: the request shapes LangChain,
+// Open WebUI and agent frameworks send with Qwen's published sampling settings — n > 1,
+// presence / frequency / repetition penalties, logit_bias, top_k / min_p, stop_token_ids,
+// min_tokens, echo — streaming and not, and an out-of-range n answered with a 400 the SDK
+// raises as BadRequestError. Usage: node sdk_test.mjs PORT
+import OpenAI from 'openai';
+
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[2]}/v1`, apiKey: 'unused', maxRetries: 0 });
+let failures = 0;
+const check = (ok, what) => {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
+  if (!ok) failures += 1;
+};
+
+const model = (await client.models.list()).data[0].id;
+const qwen = { temperature: 0.7, top_p: 0.95, top_k: 20, min_p: 0, presence_penalty: 1.5 };
+
+// Chat, n = 2, with the penalties and a logit bias.
+const chat = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Write a haiku about GPUs.' }], ...qwen, n: 2, seed: 11,
+  frequency_penalty: 0.5, repetition_penalty: 1.05, logit_bias: { 198: -100 }, max_tokens: 12,
+});
+check(chat.choices.length === 2, 'chat n=2 returns two choices');
+check(chat.choices.every((c, i) => c.index === i && typeof c.finish_reason === 'string'), 'chat choices carry index and finish_reason');
+check(chat.usage.completion_tokens >= 2 && chat.usage.total_tokens === chat.usage.prompt_tokens + chat.usage.completion_tokens,
+  'chat usage sums the choices');
+
+// Streaming chat, n = 2, with the usage chunk.
+const stream = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Count to five.' }], ...qwen, n: 2, seed: 5, max_tokens: 10,
+  stream: true, stream_options: { include_usage: true },
+});
+const seen = new Set();
+let usage = null;
+let finishes = 0;
+for await (const chunk of stream) {
+  for (const c of chunk.choices) {
+    seen.add(c.index);
+    if (c.finish_reason) finishes += 1;
+  }
+  if (chunk.usage) usage = chunk.usage;
+}
+check(seen.has(0) && seen.has(1) && seen.size === 2, 'streamed chunks carry choices 0 and 1');
+check(finishes === 2, 'each streamed choice finishes once');
+check(usage !== null && usage.completion_tokens >= 2, 'the stream ends with one usage chunk');
+
+// Completions: n = 3 with echo, min_tokens and stop_token_ids (vLLM extensions ride in the body).
+const prompt = 'def fibonacci(n):';
+const comp = await client.completions.create({
+  model, prompt, n: 3, echo: true, max_tokens: 6, min_tokens: 2, stop_token_ids: [198], temperature: 1, seed: 1,
+});
+check(comp.choices.length === 3 && comp.choices.every((c, i) => c.index === i), 'completions n=3, indexes 0..2');
+check(comp.choices.every((c) => c.text.startsWith(prompt)), 'echo puts the prompt first in every choice');
+
+// Greedy choices are identical.
+const greedy = await client.completions.create({ model, prompt, n: 2, max_tokens: 8, temperature: 0 });
+check(greedy.choices[0].text === greedy.choices[1].text, 'greedy choices are identical');
+
+// Out-of-range values: 400, raised by the SDK with the parameter named.
+for (const [body, param] of [[{ n: 17 }, 'n'], [{ presence_penalty: 3 }, 'presence_penalty'],
+                             [{ logit_bias: { 999999999: 1 } }, 'logit_bias'], [{ min_p: 2 }, 'min_p']]) {
+  try {
+    await client.completions.create({ model, prompt, max_tokens: 2, ...body });
+    check(false, `${param} out of range is refused`);
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === param, `${param} out of range: 400 naming it`);
+  }
+}
+
+if (failures > 0) {
+  console.error(`${failures} check(s) failed`);
+  process.exit(1);
+}
+console.log('all checks passed');
