@@ -32,8 +32,8 @@ void apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const Logit
 struct LogitAdjust {
   std::vector<std::pair<int32_t, float>> bias;  // id -> added to its logit; ids sorted, unique
   uint32_t min_tokens = 0;
-  std::vector<int32_t> masked;  // end-of-generation and stop ids, sorted, unique
-  uint32_t prompt_len = 0;      // positions [0, prompt_len) hold the prompt
+  std::vector<int32_t> masked;      // end-of-generation and stop ids, sorted, unique
+  uint32_t prompt_len = 0;          // positions [0, prompt_len) hold the prompt
   float repetition_penalty = 1.0f;  // > 0, over prompt + generated ids: positive logits / it, negative x it
   float frequency_penalty = 0.0f;   // minus it x the id's count among the generated tokens
   float presence_penalty = 0.0f;    // minus it once the id was generated
@@ -43,9 +43,7 @@ struct LogitAdjust {
            presence_penalty == o.presence_penalty;
   }
   // The penalties read the sequence's earlier tokens (TokenHistory).
-  bool penalizes() const {
-    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
-  }
+  bool penalizes() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
   bool empty() const { return bias.empty() && (min_tokens == 0 || masked.empty()) && !penalizes(); }
 };
 
@@ -66,7 +64,7 @@ class TokenHistory {
   // Makes the counts cover positions [0, end); end <= size() (std::invalid_argument).
   void count_to(uint32_t end);
   uint32_t counted() const { return counted_; }
-  const std::unordered_map<int32_t, uint32_t>& all_counts() const { return all_; }  // [0, counted)
+  const std::unordered_map<int32_t, uint32_t>& all_counts() const { return all_; }              // [0, counted)
   const std::unordered_map<int32_t, uint32_t>& generated_counts() const { return generated_; }  // [prompt_len, counted)
 
  private:

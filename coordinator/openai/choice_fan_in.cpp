@@ -157,8 +157,8 @@ std::string ChoiceFanIn::merged_body() {
   auto& a = first.GetAllocator();
   usage_.emplace();
   usage_->SetObject();
-  if (first.HasMember("usage")) usage_->AddMember("usage", rapidjson::Value(first["usage"], usage_->GetAllocator()),
-                                                  usage_->GetAllocator());
+  if (first.HasMember("usage"))
+    usage_->AddMember("usage", rapidjson::Value(first["usage"], usage_->GetAllocator()), usage_->GetAllocator());
   for (uint32_t i = 1; i < n_; ++i) {
     rapidjson::Document d;
     d.Parse(bodies_[i]->body.c_str());

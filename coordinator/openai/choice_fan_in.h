@@ -38,7 +38,7 @@ class ChoiceFanIn : public std::enable_shared_from_this<ChoiceFanIn> {
   void begin_stream(int status, std::string content_type);
   void stream_data(std::string bytes);
   void end_stream();
-  void end_stream_locked();               // mu_ held: the last choice ended
+  void end_stream_locked();              // mu_ held: the last choice ended
   void fail_all(HttpResponse response);  // mu_ held
   void add_usage(const rapidjson::Value& usage);
   std::string merged_body();

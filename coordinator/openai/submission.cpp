@@ -81,7 +81,6 @@ DisconnectHook submit_one(Engine& engine, const std::shared_ptr<TaskThread>& def
   };
 }
 
-
 // The choices after the first: their own request ids and seeds, counted once in the metrics.
 std::vector<Submission> other_choices(const Submission& s) {
   std::vector<Submission> out;

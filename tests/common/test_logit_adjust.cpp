@@ -1,8 +1,6 @@
 // Logit adjustments (common/logit_adjust.h): the folded edits of penalties, biases and masks
 // against a direct transcription of the rules (vLLM's order), and the token history's counts
 // against a recount from scratch after writes that roll positions back (rejected drafts).
-#include "common/logit_adjust.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +8,8 @@
 #include <map>
 #include <random>
 #include <set>
+
+#include "common/logit_adjust.h"
 
 namespace ds {
 namespace {

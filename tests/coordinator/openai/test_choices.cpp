@@ -2,7 +2,9 @@
 // first, the others once it started), choices[].index 0..n-1, usage summed over the choices with
 // the prompt counted once, streaming chunks of every index with one usage chunk and one [DONE],
 // seeds derived per choice, the cap, and a failing choice failing the reply.
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "coordinator/openai/submission.h"
 #include "tests/coordinator/openai/service_fixture.h"
@@ -97,6 +99,24 @@ TEST_F(ChoicesTest, AFailingChoiceFailsTheReply) {
   auto r = post("/v1/chat/completions", kChat + R"(,"n":2})");
   EXPECT_EQ(r->status(), 500) << r->body();
   EXPECT_NE(r->body().find("boom"), std::string::npos) << r->body();
+}
+
+TEST_F(ChoicesTest, DisconnectCancelsEveryChoice) {
+  FakeScript s;
+  s.tokens = ids("a b c d e f g h i j k l m n o p");
+  s.delay = std::chrono::milliseconds(50);
+  engine_.set_script(s);
+  auto channel = std::make_shared<RecordingChannel>();
+  HttpRequest req{
+      "POST", "/v1/chat/completions", "", {{"content-type", "application/json"}}, kChat + R"(,"n":3,"stream":true})"};
+  DisconnectHook hook = service_->handler().handle(req, channel);
+  ASSERT_TRUE(hook);
+  // The later choices are submitted once choice 0 started.
+  for (int i = 0; i < 200 && engine_.submitted().size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(engine_.submitted().size(), 3u);
+  hook();
+  for (const auto& q : engine_.submitted()) EXPECT_TRUE(engine_.was_cancelled(q.request_id)) << q.request_id;
 }
 
 }  // namespace
