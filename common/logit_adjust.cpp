@@ -26,7 +26,7 @@ void TokenHistory::reset(const std::vector<int32_t>& tokens) {
 
 void TokenHistory::add(uint32_t pos, int step) {
   const int32_t id = tokens_[pos];
-  const auto bump = [&](std::unordered_map<int32_t, uint32_t>& m) {
+  const auto bump = [&](std::map<int32_t, uint32_t>& m) {
     if (step > 0) {
       ++m[id];
     } else if (auto it = m.find(id); it != m.end() && --it->second == 0) {
@@ -55,35 +55,32 @@ void TokenHistory::count_to(uint32_t end) {
 
 namespace {
 
-// The penalty edits of one row, one per id the history holds, sorted by id.
+// The penalty edits of one row, one per id the history holds, sorted by id: the ids generated
+// are a subset of all ids seen, so one walk over both ordered maps folds them.
 void penalty_edits(const LogitAdjust& a, const TokenHistory& h, uint32_t row, std::vector<LogitEdit>* out) {
-  const size_t first = out->size();
-  if (a.repetition_penalty != 1.0f) {
-    // Division by the penalty as one multiply by its inverse: within 1 ulp of llama.cpp's
-    // `l / penalty`, and the same bits on every backend.
-    const float inv = 1.0f / a.repetition_penalty;
-    for (const auto& [id, count] : h.all_counts()) out->push_back({row, id, inv, a.repetition_penalty, 0.0f});
-  }
-  if (a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f) {
-    for (const auto& [id, count] : h.generated_counts()) {
-      out->push_back({row, id, 1.0f, 1.0f, -(static_cast<float>(count) * a.frequency_penalty + a.presence_penalty)});
+  const bool additive = a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f;
+  const auto add_of = [&](uint32_t count) {
+    return -(static_cast<float>(count) * a.frequency_penalty + a.presence_penalty);
+  };
+  const auto& gen = h.generated_counts();
+  if (a.repetition_penalty == 1.0f) {
+    if (additive) {
+      for (const auto& [id, count] : gen) out->push_back({row, id, 1.0f, 1.0f, add_of(count)});
     }
+    return;
   }
-  std::sort(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(),
-            [](const LogitEdit& x, const LogitEdit& y) { return x.id < y.id; });
-  // An id generated is also in all_counts: fold its two edits (one scale, one add) into one.
-  size_t w = first;
-  for (size_t r = first; r < out->size(); ++r) {
-    if (w > first && (*out)[w - 1].id == (*out)[r].id) {
-      LogitEdit& e = (*out)[w - 1];
-      e.scale_pos *= (*out)[r].scale_pos;
-      e.scale_neg *= (*out)[r].scale_neg;
-      e.add += (*out)[r].add;
-    } else {
-      (*out)[w++] = (*out)[r];
+  // Division by the penalty as one multiply by its inverse: within 1 ulp of llama.cpp's
+  // `l / penalty`, and the same bits on every backend.
+  const float inv = 1.0f / a.repetition_penalty;
+  auto g = gen.begin();
+  for (const auto& entry : h.all_counts()) {
+    LogitEdit e{row, entry.first, inv, a.repetition_penalty, 0.0f};
+    if (g != gen.end() && g->first == entry.first) {
+      if (additive) e.add = add_of(g->second);
+      ++g;
     }
+    out->push_back(e);
   }
-  out->resize(w);
 }
 
 }  // namespace

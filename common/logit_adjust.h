@@ -8,7 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -64,15 +64,16 @@ class TokenHistory {
   // Makes the counts cover positions [0, end); end <= size() (std::invalid_argument).
   void count_to(uint32_t end);
   uint32_t counted() const { return counted_; }
-  const std::unordered_map<int32_t, uint32_t>& all_counts() const { return all_; }              // [0, counted)
-  const std::unordered_map<int32_t, uint32_t>& generated_counts() const { return generated_; }  // [prompt_len, counted)
+  // Ordered by id: a row's edits come out sorted without a sort.
+  const std::map<int32_t, uint32_t>& all_counts() const { return all_; }              // [0, counted)
+  const std::map<int32_t, uint32_t>& generated_counts() const { return generated_; }  // [prompt_len, counted)
 
  private:
   void add(uint32_t pos, int step);
   uint32_t prompt_len_;
   std::vector<int32_t> tokens_;
   uint32_t counted_ = 0;
-  std::unordered_map<int32_t, uint32_t> all_, generated_;  // ids with a count > 0 only
+  std::map<int32_t, uint32_t> all_, generated_;  // ids with a count > 0 only
 };
 
 // Appends the edits of block row `row`, the logits that pick the token at position `next_pos`

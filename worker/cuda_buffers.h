@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,51 @@ class PinnedScratch {
  private:
   void* host_ = nullptr;
   size_t cap_ = 0;
+};
+
+// A device copy of a host array that may be large (over the ~64 KiB a pageable async copy
+// stages without waiting): the bytes go through pinned slots, so the host never waits for the
+// stream to reach the copy (a pageable copy that large can block the host until then, losing the
+// overlap of the next step's host work with this step's kernels). A slot is reused only after its
+// last copy completed (its event); the device buffer is reused in stream order.
+class PinnedUpload {
+ public:
+  PinnedUpload() = default;
+  PinnedUpload(const PinnedUpload&) = delete;
+  PinnedUpload& operator=(const PinnedUpload&) = delete;
+  ~PinnedUpload() {
+    for (Slot& s : slots_) {
+      if (s.copied != nullptr) cudaEventDestroy(s.copied);
+    }
+  }
+  const void* put(const void* host, size_t bytes, cudaStream_t stream) {
+    Slot& s = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    if (s.copied == nullptr) {
+      DS_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    } else {
+      DS_CUDA_CHECK(cudaEventSynchronize(s.copied));  // kSlots steps ago: long done in practice
+    }
+    const size_t grown = std::bit_ceil(std::max<size_t>(bytes, size_t{64} << 10));
+    void* pinned = s.host.get(bytes > s.cap ? grown : s.cap);
+    s.cap = std::max(s.cap, bytes > s.cap ? grown : s.cap);
+    std::memcpy(pinned, host, bytes);
+    void* dev = device_.get(bytes, stream, grown);
+    DS_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, bytes, cudaMemcpyHostToDevice, stream));
+    DS_CUDA_CHECK(cudaEventRecord(s.copied, stream));
+    return dev;
+  }
+
+ private:
+  static constexpr size_t kSlots = 4;
+  struct Slot {
+    PinnedScratch host;
+    size_t cap = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  Slot slots_[kSlots];
+  size_t next_ = 0;
+  DeviceScratch device_;
 };
 
 }  // namespace ds::cuda_buffers

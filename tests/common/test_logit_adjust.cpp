@@ -116,7 +116,7 @@ TEST(TokenHistory, CountsFollowRollbacks) {
     h.write(start, t.data(), t.size());
     const uint32_t end = static_cast<uint32_t>(rng() % (h.size() + 1));
     h.count_to(end);
-    std::unordered_map<int32_t, uint32_t> all, gen;
+    std::map<int32_t, uint32_t> all, gen;
     for (uint32_t p = 0; p < end; ++p) {
       ++all[h.tokens()[p]];
       if (p >= prompt_len) ++gen[h.tokens()[p]];
