@@ -108,4 +108,19 @@ LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRul
   return d;
 }
 
+void force_token(LogitDigest* d, int32_t forced, float forced_logit) {
+  d->token = forced;
+  d->token_logprob = static_cast<float>(static_cast<double>(forced_logit) - d->logsumexp);
+}
+
+LogitDigest digest_request(const float* logits, size_t n_vocab, const DigestRequest& request) {
+  LogitDigest d = digest_logits(logits, n_vocab, request.rule, request.u);
+  if (request.forced >= 0) {
+    if (static_cast<size_t>(request.forced) >= n_vocab)
+      throw std::invalid_argument("forced token outside the vocabulary");
+    force_token(&d, request.forced, logits[request.forced]);
+  }
+  return d;
+}
+
 }  // namespace ds

@@ -45,12 +45,19 @@ struct LogitDigest {
 constexpr uint32_t kDigestTopK = 16;
 
 // What a row's digest needs besides its logits: the sequence's rule and the row's uniform u.
+// `forced` >= 0 (prompt logprobs): the row's token is that id, not a sample; its logprob is
+// reported as any token's (the rule is then greedy, so every backend can digest the row).
 struct DigestRequest {
   SamplingRule rule;
   double u = 0.0;
+  int32_t forced = -1;
 };
 
 LogitDigest digest_logits(const float* logits, size_t n_vocab, const SamplingRule& params, double u,
                           uint32_t top_k = kDigestTopK);
+// digest_logits for one request; a forced row's token is the forced id.
+LogitDigest digest_request(const float* logits, size_t n_vocab, const DigestRequest& request);
+// Makes `d` report `forced` (whose logit is `forced_logit`) as its token.
+void force_token(LogitDigest* d, int32_t forced, float forced_logit);
 
 }  // namespace ds

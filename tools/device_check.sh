@@ -526,6 +526,17 @@ for i, c in enumerate(cases):
     a, b, s = post(18084, body), post(18085, body), post(18086, body)
     # twice: the second request hits the prefix cache (the history travels to the worker)
     out.append("case%d %s" % (i, "MATCH" if a == b == s == post(18085, body) else "DIFFER"))
+# echo + logprobs: prompt logprobs of a 380-token prompt (2 head passes) on CUDA (device digest,
+# forced rows) vs CPU, f32 both: within 1e-3.
+def echo(port):
+    body = dict(prompt=ids * 2, max_tokens=2, temperature=0, echo=True, logprobs=3)
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["logprobs"]["token_logprobs"]
+ec, eg, es = echo(18084), echo(18085), echo(18086)
+worst = max(abs(x - y) for e in (eg, es) for x, y in zip(ec[1:], e[1:]))
+out.append("echo logprobs %s (max |cpu - cuda| %.2g over %d tokens)" %
+           ("MATCH" if len(ec) == len(eg) == len(es) and worst < 1e-3 else "DIFFER", worst, len(ec)))
 print(", ".join(out))
 PY
 )
@@ -539,12 +550,21 @@ PY
     > "$O/serve9_pen.log" 2>&1 &
   spid=$!
   if wait_listening "$O/serve9_pen.log"; then
-    PEN='"presence_penalty":1.5,"frequency_penalty":0.5,"repetition_penalty":1.1,"logit_bias":{"100":-100,"7":5}'
+    # Modes: off, on (all of them), light (edits on every row, tokens as off's: separates the
+    # mechanism's cost from the changed text's), pf (presence + frequency), rep (repetition alone).
+    pen_fields() {
+      case $1 in
+        on) echo '"presence_penalty":1.5,"frequency_penalty":0.5,"repetition_penalty":1.1,"logit_bias":{"100":-100,"7":5}' ;;
+        light) echo '"presence_penalty":0.00001,"repetition_penalty":1.00001' ;;
+        pf) echo '"presence_penalty":1.5,"frequency_penalty":0.5' ;;
+        rep) echo '"repetition_penalty":1.1' ;;
+      esac
+    }
     timeout 60 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 16 --prompt-tokens 256 \
       --max-tokens 32 > /dev/null 2>&1  # warm-up
     for round in 1 2; do
-      for mode in off on; do
-        extra=(); [ $mode = on ] && extra=(--sampling "$PEN")
+      for mode in ${PEN_MODES:-off on}; do
+        extra=(); [ $mode != off ] && extra=(--sampling "$(pen_fields $mode)")
         timeout 120 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 48 --prompt-tokens 256 \
           --max-tokens 256 "${extra[@]}" > "$O/http9_pen_${mode}_$round.log" 2>&1
         note "penalties $mode round $round rc=$?: $(grep -E '^\| 16 ' "$O/http9_pen_${mode}_$round.log" | awk -F'|' '{printf "failed %s output tok/s %s ITL %s", $4, $7, $9}')"

@@ -321,6 +321,8 @@ class CudaBackend final : public Backend {
   // Several backends (pipeline stages, devices) may share a host thread: make ours current.
   void on_device() const { DS_CUDA_CHECK(cudaSetDevice(device_)); }
   const void* device_copy(const void* host, size_t bytes);
+  void fill_forced_logits(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
+                          cuda::DigestRow* dev_rows);
   bool splits(const GgufTensor& t) const;
   void upload_split(const GgufTensor& t, uint8_t* dev);
   const void* bf16_weights(const WeightView& w);
@@ -353,7 +355,7 @@ class CudaBackend final : public Backend {
   // One buffer per kind of control array, so repeated identical uploads (every layer of a step
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
   ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
-  cuda_buffers::PinnedUpload logit_edits_;  // up to ~ (ids seen) x rows x 20 bytes per step
+  cuda_buffers::PinnedUpload logit_edits_, forced_ids_;  // up to ~ (ids seen) x rows x 20 bytes per step
   ControlBuffer decode_batch_;  // batched decode attention: descriptors + block tables, same for every layer of a step
   ControlBuffer prep_control_;  // attention_prep: positions then pool rows, same for every attention layer of a step
   std::vector<uint32_t> prep_host_;  // host staging of that upload
@@ -720,6 +722,7 @@ bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t 
   auto* dev_rows = static_cast<cuda::DigestRow*>(digest_rows_.get(row_bytes, stream_));
   auto* host_rows = static_cast<cuda::DigestRow*>(digest_host_.get(row_bytes));
   DS_CUDA_CHECK(cuda::logit_digest_rows(logits, n_rows, n_vocab, k, scratch, dev_rows, stream_));
+  fill_forced_logits(logits, n_rows, n_vocab, requests, dev_rows);
   DS_CUDA_CHECK(cudaMemcpyAsync(host_rows, dev_rows, row_bytes, cudaMemcpyDeviceToHost, stream_));
   DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<float> full;
@@ -727,13 +730,32 @@ bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t 
     const DigestRequest& q = requests[r];
     if (host_rows[r].irregular == 0) {
       out[r] = cuda::finish_digest(host_rows[r], n_vocab, q.rule, q.u);
+      if (q.forced >= 0) force_token(&out[r], q.forced, host_rows[r].forced_logit);
       continue;
     }
     full.resize(n_vocab);
     download(full.data(), logits + r * n_vocab, n_vocab);
-    out[r] = ds::digest_logits(full.data(), n_vocab, q.rule, q.u);
+    out[r] = ds::digest_request(full.data(), n_vocab, q);
   }
   return true;
+}
+
+// Prompt-logprob rows: the forced ids' logits into their digest rows (nothing when none is forced).
+void CudaBackend::fill_forced_logits(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
+                                     cuda::DigestRow* dev_rows) {
+  std::vector<int32_t> forced(n_rows, -1);
+  bool any = false;
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (requests[r].forced < 0) continue;
+    if (static_cast<size_t>(requests[r].forced) >= n_vocab) {
+      throw std::invalid_argument("forced token outside the vocabulary");
+    }
+    forced[r] = requests[r].forced;
+    any = true;
+  }
+  if (!any) return;
+  const auto* dev = static_cast<const int32_t*>(forced_ids_.put(forced.data(), n_rows * sizeof(int32_t), stream_));
+  DS_CUDA_CHECK(cuda::fill_forced_logits(logits, n_rows, n_vocab, dev, dev_rows, stream_));
 }
 
 void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {

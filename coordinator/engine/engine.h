@@ -99,8 +99,11 @@ struct SeqRequest {
   std::vector<int32_t> tokens;
   std::vector<uint32_t> logit_rows;  // rows of `tokens` whose logits are wanted
   std::vector<double> random_u;      // one uniform number in [0,1) per logit row (sampling)
-  SamplingRule sampling;             // sent to the workers only when new or changed
-  LogitAdjust adjust;                // logit_bias, min_tokens, penalties (likewise)
+  // Empty, or one per logit row: >= 0 = that row's token is this id (prompt logprobs: its
+  // logprob is reported, nothing sampled, no logit edits), -1 = sampled. Not with speculation.
+  std::vector<int32_t> forced_tokens;
+  SamplingRule sampling;  // sent to the workers only when new or changed
+  LogitAdjust adjust;     // logit_bias, min_tokens, penalties (likewise)
   // With penalties, on a row that restarts past position 0 (cache.is_new): the tokens of
   // positions [0, start_pos), which the last stage counts.
   std::vector<int32_t> history;
@@ -118,8 +121,9 @@ struct SeqRequest {
 
 struct RowResult {
   uint64_t seq_id = 0;
-  uint32_t row = 0;    // row within the sequence's tokens of the step
-  int32_t token = -1;  // sampling rule's pick for the row's random_u
+  uint32_t row = 0;     // row within the sequence's tokens of the step
+  int32_t token = -1;   // sampling rule's pick for the row's random_u (or the forced id)
+  bool forced = false;  // the row's token was forced (SeqRequest::forced_tokens)
   double logsumexp = 0;
   float token_logprob = 0;       // log-probability of `token`
   std::vector<int32_t> top_ids;  // best first

@@ -49,6 +49,9 @@ void check_request(const SeqRequest& s, bool managed) {
   for (uint32_t r : s.logit_rows) {
     if (r >= s.tokens.size()) throw StepFailed("sequence " + std::to_string(s.seq_id) + ": logit row out of range");
   }
+  if (!s.forced_tokens.empty() && (s.forced_tokens.size() != s.logit_rows.size() || s.speculates())) {
+    throw StepFailed("sequence " + std::to_string(s.seq_id) + ": forced tokens need one per logit row, no speculation");
+  }
   check_speculation(s);
 }
 
@@ -112,6 +115,8 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
   for (uint64_t id : released) sent->erase(id);  // the last stage forgets them too
   const bool speculative =
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
+  const bool forces =
+      std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return !s.forced_tokens.empty(); });
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
     if (speculative) encode_speculation(s, &plan);
@@ -123,6 +128,9 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
     plan.add_n_logit_rows(static_cast<uint32_t>(s.logit_rows.size()));
     plan.mutable_logit_rows()->Add(s.logit_rows.begin(), s.logit_rows.end());
     for (size_t i = 0; i < s.logit_rows.size(); ++i) plan.add_random_u(s.random_u.empty() ? 0.0 : s.random_u[i]);
+    for (size_t i = 0; forces && i < s.logit_rows.size(); ++i) {
+      plan.add_forced_tokens(s.forced_tokens.empty() ? -1 : s.forced_tokens[i]);
+    }
     const auto it = sent->find(s.seq_id);
     // Sent in full when the sequence (re)starts or its inputs change; omitted otherwise.
     const bool restarts = s.start_pos == 0 || (s.cache && s.cache->is_new);
@@ -176,6 +184,8 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     r.seq_id = result.seq_ids(i);
     r.row = result.rows(i);
     r.token = result.tokens(i);
+    r.forced = plan.forced_tokens_size() == n_rows && plan.forced_tokens(i) >= 0;
+    if (r.forced && r.token != plan.forced_tokens(i)) throw StepFailed("step result: a forced row has another token");
     r.logsumexp = result.logsumexp(i);
     r.token_logprob = result.token_logprobs_size() == n_rows ? result.token_logprobs(i) : 0.0f;
     const auto first = static_cast<int>(k) * i;

@@ -64,10 +64,11 @@ void parse_common(const rapidjson::Value& req, CommonParams& p) {
   p.stop = get_stop(req, "stop", kMaxStopStrings);
 }
 
-void parse_max_tokens(const rapidjson::Value& req, CommonParams& p, bool chat) {
+// `min_tokens`: 0 for completions with echo (only the prompt comes back, as OpenAI's legacy API).
+void parse_max_tokens(const rapidjson::Value& req, CommonParams& p, bool chat, int64_t min_tokens = 1) {
   std::optional<int64_t> m;
   if (chat) m = get_int(req, "max_completion_tokens", 1, kMaxTokensCap);
-  if (!m) m = get_int(req, "max_tokens", 1, kMaxTokensCap);
+  if (!m) m = get_int(req, "max_tokens", min_tokens, kMaxTokensCap);
   if (m) p.max_tokens = static_cast<uint32_t>(*m);
   if (p.max_tokens && p.sampling.min_tokens > *p.max_tokens) {
     bad("min_tokens", "'min_tokens' (" + std::to_string(p.sampling.min_tokens) + ") must not exceed " +
@@ -241,16 +242,15 @@ CompletionParams parse_completion_params(const rapidjson::Value& req) {
   CompletionParams p;
   parse_prompt(req, p);
   parse_common(req, p);
-  parse_max_tokens(req, p, /*chat=*/false);
+  p.echo = get_bool(req, "echo").value_or(false);
+  parse_max_tokens(req, p, /*chat=*/false, p.echo ? 0 : 1);
   if (!p.max_tokens) p.max_tokens = kCompletionsDefaultMaxTokens;
   if (auto lp = get_int(req, "logprobs", 0, kMaxTopLogprobs)) {
     p.sampling.logprobs = true;
     p.sampling.top_logprobs = static_cast<uint32_t>(*lp);
   }
-  p.echo = get_bool(req, "echo").value_or(false);
-  if (p.echo && p.sampling.logprobs) {
-    bad("echo", "'echo' with 'logprobs' asks for the prompt tokens' logprobs, which are not supported yet");
-  }
+  // echo with logprobs: the prompt tokens' logprobs precede the completion's.
+  p.sampling.prompt_logprobs = p.echo && p.sampling.logprobs;
   if (auto suffix = get_string(req, "suffix"); suffix && !suffix->empty()) bad("suffix", "'suffix' is not supported");
   return p;
 }

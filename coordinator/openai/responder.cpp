@@ -1,5 +1,7 @@
 #include "coordinator/openai/responder.h"
 
+#include <limits>
+
 #include "coordinator/http/api_error.h"
 #include "coordinator/http/sse.h"
 
@@ -45,6 +47,19 @@ void Responder::on_speculation(const SpecCounts& counts) {
   speculative_ = counts;
 }
 
+// Before any generated token: the prompt's entries lead the logprobs (the first one's logprob
+// is NaN, written as null).
+void Responder::on_prompt_logprobs(const std::vector<GeneratedToken>& tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ || !config_.logprobs || config_.first_prompt_token < 0) return;
+  std::vector<GeneratedToken> entries;
+  entries.reserve(tokens.size() + 1 + logprobs_.size());
+  entries.push_back({config_.first_prompt_token, std::numeric_limits<float>::quiet_NaN(), {}});
+  entries.insert(entries.end(), tokens.begin(), tokens.end());
+  entries.insert(entries.end(), logprobs_.begin(), logprobs_.end());
+  logprobs_ = std::move(entries);
+}
+
 void Responder::on_token(const GeneratedToken& token) {
   std::lock_guard<std::mutex> lock(mu_);
   if (done_) return;
@@ -58,6 +73,7 @@ void Responder::on_token(const GeneratedToken& token) {
 }
 
 void Responder::handle_token(const GeneratedToken& token) {
+  if (config_.echo_only) return;  // max_tokens 0: nothing generated is reported
   const auto now = std::chrono::steady_clock::now();
   if (metrics_ != nullptr) {
     metrics_->add_generation_tokens(1);
@@ -139,7 +155,7 @@ void Responder::emit(const ParseDelta& delta, const std::string& finish_reason, 
 }
 
 std::string Responder::finish_reason_for(FinishReason reason) const {
-  if (reason == FinishReason::kLength) return "length";
+  if (reason == FinishReason::kLength || config_.echo_only) return "length";
   if (config_.chat && !output_.result().tool_calls.empty()) return "tool_calls";
   return "stop";
 }

@@ -31,6 +31,10 @@ struct ResponderConfig {
   uint32_t prompt_tokens = 0;
   bool counts_prompt_tokens = true;  // false for choices after the first: the prompt is counted once
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  // Completions' echo with logprobs: the prompt's first token (it has no logprob); the others
+  // arrive through on_prompt_logprobs.
+  int32_t first_prompt_token = -1;
+  bool echo_only = false;  // max_tokens 0 with echo: the engine's one token is dropped (finish "length")
 };
 
 class Responder : public GenerationSink {
@@ -45,6 +49,7 @@ class Responder : public GenerationSink {
   void on_finished(FinishReason reason, const std::string& error) override;
   void on_cached(uint32_t cached_tokens) override;
   void on_speculation(const SpecCounts& counts) override;
+  void on_prompt_logprobs(const std::vector<GeneratedToken>& tokens) override;
 
   // The client disconnected: build nothing more.
   void abandon();

@@ -3,6 +3,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cmath>
+
 #include "common/utf8.h"
 
 namespace ds::openai {
@@ -130,13 +132,24 @@ void completion_logprobs(Writer& w, const LogprobsView& lp) {
   w.StartArray();
   for (const auto& t : *lp.tokens) str(w, token_string(tok, t.token));
   w.EndArray();
+  // A NaN logprob (a prompt's first token, under echo) is null, as its top_logprobs.
   w.Key("token_logprobs");
   w.StartArray();
-  for (const auto& t : *lp.tokens) w.Double(t.logprob);
+  for (const auto& t : *lp.tokens) {
+    if (std::isnan(t.logprob)) {
+      w.Null();
+    } else {
+      w.Double(t.logprob);
+    }
+  }
   w.EndArray();
   w.Key("top_logprobs");
   w.StartArray();
   for (const auto& t : *lp.tokens) {
+    if (std::isnan(t.logprob)) {
+      w.Null();
+      continue;
+    }
     w.StartObject();
     for (const auto& alt : t.top_logprobs) {
       str(w, token_string(tok, alt.token));

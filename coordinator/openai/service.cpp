@@ -278,6 +278,8 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
   s.request.prompt_ids = std::move(prompt_ids);
   s.request.sampling = params.sampling;
   s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), prompt_param);
+  const bool echo_only = s.request.sampling.max_tokens == 0;  // completions' echo: the engine still makes one
+  if (echo_only) s.request.sampling.max_tokens = 1;
   s.config = {chat,
               params.stream,
               params.include_usage,
@@ -286,6 +288,8 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
               static_cast<uint32_t>(s.request.prompt_ids.size()),
               /*counts_prompt_tokens=*/true,
               arrival};
+  s.config.echo_only = echo_only;
+  if (params.sampling.prompt_logprobs) s.config.first_prompt_token = s.request.prompt_ids.front();
   s.parser = std::move(parser);
   s.stop = std::move(params.stop);
   s.echo = std::move(params.echo_text);

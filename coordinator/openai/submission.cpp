@@ -18,10 +18,20 @@ namespace {
 // Forwards to the responder and logs the request's end (status, tokens, duration) with its id.
 class LoggedSink : public GenerationSink {
  public:
-  // `started` (optional) runs once, when the request started (or ended without starting).
+  // `started` (optional) runs once, when the request started (or ended without starting);
+  // `keep_prompt_logprobs` (optional) gets a copy of the prompt logprobs first.
   LoggedSink(std::shared_ptr<GenerationSink> inner, std::string id, size_t prompt_tokens,
-             std::function<void()> started = {})
-      : inner_(std::move(inner)), id_(std::move(id)), prompt_tokens_(prompt_tokens), started_(std::move(started)) {}
+             std::function<void()> started = {},
+             std::shared_ptr<std::vector<GeneratedToken>> keep_prompt_logprobs = nullptr)
+      : inner_(std::move(inner)),
+        id_(std::move(id)),
+        prompt_tokens_(prompt_tokens),
+        started_(std::move(started)),
+        keep_prompt_logprobs_(std::move(keep_prompt_logprobs)) {}
+  void on_prompt_logprobs(const std::vector<GeneratedToken>& tokens) override {
+    if (keep_prompt_logprobs_) *keep_prompt_logprobs_ = tokens;  // engine thread, before `started` runs
+    inner_->on_prompt_logprobs(tokens);
+  }
   void on_started(uint32_t prompt_tokens) override {
     inner_->on_started(prompt_tokens);
     run_started();
@@ -53,12 +63,20 @@ class LoggedSink : public GenerationSink {
   std::atomic<uint64_t> tokens_{0};
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::function<void()> started_;
+  std::shared_ptr<std::vector<GeneratedToken>> keep_prompt_logprobs_;
+};
+
+// What a choice shares with choice 0: choice 0 keeps its prompt logprobs in `keep`; a later
+// choice is handed them (`given`) instead of computing its prompt again.
+struct SharedPrompt {
+  std::shared_ptr<std::vector<GeneratedToken>> keep;
+  const std::vector<GeneratedToken>* given = nullptr;
 };
 
 // One engine request with its responder; `started` as LoggedSink's.
 DisconnectHook submit_one(Engine& engine, const std::shared_ptr<TaskThread>& deferred, const Tokenizer& tokenizer,
                           ServerMetrics& metrics, Submission s, std::shared_ptr<ResponseChannel> channel,
-                          std::function<void()> started = {}) {
+                          std::function<void()> started = {}, const SharedPrompt& shared = {}) {
   const std::string id = s.request.request_id;
   const uint32_t min_tokens = s.request.sampling.min_tokens;
   OutputStream output(tokenizer, std::move(s.stop), std::move(s.parser), std::move(s.echo), min_tokens);
@@ -67,9 +85,11 @@ DisconnectHook submit_one(Engine& engine, const std::shared_ptr<TaskThread>& def
   };
   auto responder = std::make_shared<Responder>(std::move(s.config), tokenizer, std::move(output), std::move(channel),
                                                &metrics, std::move(stop_engine));
+  if (shared.given != nullptr) responder->on_prompt_logprobs(*shared.given);
   try {
     const size_t prompt_tokens = s.request.prompt_ids.size();
-    engine.submit(std::move(s.request), std::make_shared<LoggedSink>(responder, id, prompt_tokens, std::move(started)));
+    engine.submit(std::move(s.request),
+                  std::make_shared<LoggedSink>(responder, id, prompt_tokens, std::move(started), shared.keep));
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, e.what());
   } catch (const std::exception& e) {
@@ -91,6 +111,7 @@ std::vector<Submission> other_choices(const Submission& s) {
     if (s.request.sampling.seed) c.request.sampling.seed = choice_seed(*s.request.sampling.seed, i);
     c.config.meta.choice_index = i;
     c.config.counts_prompt_tokens = false;
+    c.request.sampling.prompt_logprobs = false;  // choice 0's are handed over (SharedPrompt)
     out.push_back(std::move(c));
   }
   return out;
@@ -140,24 +161,28 @@ DisconnectHook submit(Engine& engine, const std::shared_ptr<TaskThread>& deferre
   });
   s.config.meta.choice_index = 0;
   auto rest = std::make_shared<std::vector<Submission>>(other_choices(s));
+  SharedPrompt first;
+  if (s.request.sampling.prompt_logprobs) first.keep = std::make_shared<std::vector<GeneratedToken>>();
   // Runs on the engine thread when choice 0 started: the others are submitted from the task
   // thread (never from inside an engine callback).
-  auto submit_rest = [&engine, &tokenizer, &metrics, weak_deferred, group, fan, rest] {
+  auto submit_rest = [&engine, &tokenizer, &metrics, weak_deferred, group, fan, rest, kept = first.keep] {
     auto d = weak_deferred.lock();
     if (!d) return;
-    d->post([&engine, &tokenizer, &metrics, d, group, fan, rest] {
+    d->post([&engine, &tokenizer, &metrics, d, group, fan, rest, kept] {
       for (Submission& c : *rest) {
         const uint32_t index = c.config.meta.choice_index;
         if (fan->failed()) return;
         try {
-          group->add(submit_one(engine, d, tokenizer, metrics, std::move(c), fan->channel(index)));
+          group->add(submit_one(engine, d, tokenizer, metrics, std::move(c), fan->channel(index), {},
+                                SharedPrompt{nullptr, kept.get()}));
         } catch (const ApiError& e) {
           fan->channel(index)->respond(error_response(e));
         }
       }
     });
   };
-  group->add(submit_one(engine, deferred, tokenizer, metrics, std::move(s), fan->channel(0), std::move(submit_rest)));
+  group->add(
+      submit_one(engine, deferred, tokenizer, metrics, std::move(s), fan->channel(0), std::move(submit_rest), first));
   return [group] { group->cancel_all(); };
 }
 

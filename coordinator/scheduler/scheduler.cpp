@@ -98,8 +98,9 @@ bool Scheduler::try_admit(Sequence& s, StepPlan& plan, uint32_t& budget) {
   PrefixHit hit;
   if (cache_enabled()) {
     prefix_.extend_hashes(s.tokens, s.hashes);
-    // At least one token must be computed to get logits, so never hit the whole prompt.
-    hit = prefix_.lookup(s.tokens, s.hashes, s.num_tokens() - 1);
+    // At least one token must be computed to get logits, so never hit the whole prompt; prompt
+    // logprobs need every prompt row computed (the request still publishes its blocks).
+    if (!s.sampling.prompt_logprobs) hit = prefix_.lookup(s.tokens, s.hashes, s.num_tokens() - 1);
   }
   uint32_t start = hit.num_tokens;
   set_snapshot_target(s, start);
@@ -158,7 +159,7 @@ uint32_t Scheduler::capacity_end(size_t held_blocks, uint32_t free_blocks) const
 Scheduler::RowSpec Scheduler::plan_speculation(const Sequence& s, uint32_t end, uint32_t budget,
                                                uint32_t capacity) const {
   RowSpec r;
-  if (config_.spec_k == 0) return r;
+  if (config_.spec_k == 0 || s.sampling.prompt_logprobs) return r;  // forced prompt rows do not verify
   if (end < s.num_tokens()) {
     r.spec_k = config_.spec_k;
     return r;
@@ -192,6 +193,7 @@ void Scheduler::emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPla
   if (row.is_new && start > 0 && s.sampling.penalizes()) row.history.assign(s.tokens.begin(), s.tokens.begin() + start);
   row.token_ids.assign(s.tokens.begin() + start, s.tokens.begin() + end);
   row.needs_logits = end == s.num_tokens();
+  row.prompt_rows = s.sampling.prompt_logprobs && start + 1 < s.prompt_len && s.generated() == 0;
   row.token_ids.insert(row.token_ids.end(), s.drafts.begin(), s.drafts.begin() + spec.n_draft);
   row.n_draft = spec.n_draft;
   row.spec_k = spec.spec_k;

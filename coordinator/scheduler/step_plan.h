@@ -32,6 +32,9 @@ struct ScheduledSeq {
   std::vector<int32_t> token_ids;   // tokens to compute (prefill chunk, or one decode token + drafts)
   std::vector<uint32_t> block_ids;  // is_new: whole block table; else blocks appended since
   bool needs_logits = false;        // sample after the last row of this sequence
+  // SamplingParams::prompt_logprobs while the prompt is computed: every row before the prompt's
+  // last position also wants logits, for the logprob of the prompt token that follows it.
+  bool prompt_rows = false;
   // Speculative decoding (SchedulerConfig::spec_k > 0): the last n_draft token_ids are drafts,
   // each verify row (the last n_draft + 1) needs logits; `rewind`: the previous step computed
   // past start_pos, roll back there; spec_k: drafts to propose after the row (on rows without

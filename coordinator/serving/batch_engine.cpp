@@ -64,8 +64,10 @@ bool workers_hold(const CacheGeometry& workers, const CacheGeometry& plan) {
 
 // A plan none of whose rows is sampled (prefill chunks only): nothing it returns changes what
 // the scheduler plans next, so the next plan can be made before its result is in.
+// Prompt-logprob rows count as sampling: their results must come back.
 bool samples_nothing(const StepPlan& plan) {
-  return std::none_of(plan.seqs.begin(), plan.seqs.end(), [](const ScheduledSeq& s) { return s.needs_logits; });
+  return std::none_of(plan.seqs.begin(), plan.seqs.end(),
+                      [](const ScheduledSeq& s) { return s.needs_logits || s.prompt_rows; });
 }
 
 }  // namespace
@@ -215,6 +217,10 @@ void BatchEngine::take_inbox() {
     a.prompt_tokens = static_cast<uint32_t>(req.prompt_ids.size());
     a.want_top = req.sampling.logprobs;
     a.top_logprobs = req.sampling.top_logprobs;
+    if (req.sampling.prompt_logprobs) {
+      a.prompt = req.prompt_ids;
+      a.prompt_logprobs.resize(req.prompt_ids.size() - 1);
+    }
     active_.emplace(req.request_id, std::move(a));
   }
   for (const std::string& id : cancels) {
@@ -230,8 +236,11 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
   SampledStep out;
   out.step_id = plan.step_id;
   out.sampled.assign(plan.seqs.size(), -1);
+  take_prompt_logprobs(outcome, plan);
   std::unordered_map<uint64_t, std::vector<const RowResult*>> by_seq;
-  for (const RowResult& r : outcome.rows) by_seq[r.seq_id].push_back(&r);
+  for (const RowResult& r : outcome.rows) {
+    if (!r.forced) by_seq[r.seq_id].push_back(&r);
+  }
   std::unordered_map<uint64_t, const SpecResult*> spec_of;
   for (const SpecResult& r : outcome.spec) spec_of[r.seq_id] = &r;
   if (opt_.scheduler.spec_k > 0) {
@@ -266,12 +275,12 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
     auto a = active_.find(t.request_id);
     if (a == active_.end()) continue;
     const RowResult& row = *by_request.at(t.request_id).at(emitted[t.request_id]++);
-    if (t.first) a->second.sink->on_started(a->second.prompt_tokens);
-    GeneratedToken g;
+    if (t.first) {
+      if (!a->second.prompt.empty()) a->second.sink->on_prompt_logprobs(a->second.prompt_logprobs);
+      a->second.sink->on_started(a->second.prompt_tokens);
+    }
+    GeneratedToken g = generated_token(a->second, row);
     g.token = t.token;
-    g.logprob = row.token_logprob;
-    const size_t n_top = std::min<size_t>(a->second.top_logprobs, row.top_ids.size());
-    for (size_t k = 0; k < n_top; ++k) g.top_logprobs.push_back({row.top_ids[k], row.top_logprobs[k]});
     a->second.sink->on_token(g);
   }
   for (const FinishEvent& f : result.finished) {
@@ -279,6 +288,36 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
     if (a != active_.end()) a->second.sink->on_cached(f.cached_tokens);
     if (a != active_.end() && opt_.scheduler.spec_k > 0) a->second.sink->on_speculation(f.spec);
     finish(f.request_id, f.reason, "");
+  }
+}
+
+GeneratedToken BatchEngine::generated_token(const Active& a, const RowResult& row) const {
+  GeneratedToken g;
+  g.token = row.token;
+  g.logprob = row.token_logprob;
+  const size_t n_top = std::min<size_t>(a.top_logprobs, row.top_ids.size());
+  for (size_t k = 0; k < n_top; ++k) g.top_logprobs.push_back({row.top_ids[k], row.top_logprobs[k]});
+  return g;
+}
+
+// The forced rows of a step: prompt logprobs, stored by position (a prompt recomputed after a
+// preemption overwrites the same entries).
+void BatchEngine::take_prompt_logprobs(const StepOutcome& outcome, const StepPlan& plan) {
+  std::unordered_map<uint64_t, const ScheduledSeq*> seq_of;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.prompt_rows) continue;
+    if (auto a = active_.find(s.request_id); a != active_.end()) seq_of[a->second.seq_id] = &s;
+  }
+  for (const RowResult& r : outcome.rows) {
+    if (!r.forced) continue;
+    const auto s = seq_of.find(r.seq_id);
+    if (s == seq_of.end()) continue;  // finished meanwhile
+    Active& a = active_.at(s->second->request_id);
+    const size_t pos = s->second->start_pos + r.row;
+    if (pos + 1 >= a.prompt.size() || r.token != a.prompt[pos + 1]) {
+      throw StepFailed("step result: a prompt logprob row that does not fit its prompt");
+    }
+    a.prompt_logprobs[pos] = generated_token(a, r);
   }
 }
 
@@ -307,12 +346,20 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   r.n_draft = s.n_draft;
   r.rewind = s.rewind;
   r.spec_k = s.spec_k;
+  if (s.prompt_rows) {  // the logprob of each following prompt token; no random number drawn
+    for (uint32_t j = 0; j < s.token_ids.size() && s.start_pos + j + 1 < a.prompt.size(); ++j) {
+      r.logit_rows.push_back(j);
+      r.random_u.push_back(0.0);
+      r.forced_tokens.push_back(a.prompt[s.start_pos + j + 1]);
+    }
+  }
   if (s.needs_logits) {
     // Every verify row (the row before the drafts and one per draft) needs logits.
     for (uint32_t j = 0; j <= s.n_draft; ++j) {
       r.logit_rows.push_back(static_cast<uint32_t>(s.token_ids.size() - 1 - s.n_draft + j));
       r.random_u.push_back(uniform01(a.rng));
     }
+    if (!r.forced_tokens.empty()) r.forced_tokens.push_back(-1);
     const uint32_t spec_numbers = r.speculates() ? s.n_draft + s.spec_k : 0;
     for (uint32_t j = 0; j < spec_numbers; ++j) r.spec_random_u.push_back(uniform01(a.rng));
   }

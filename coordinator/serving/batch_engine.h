@@ -79,6 +79,10 @@ class BatchEngine final : public Engine {
     uint32_t prompt_tokens = 0;
     bool want_top = false;
     uint32_t top_logprobs = 0;
+    // SamplingParams::prompt_logprobs: the prompt, and entry p = the logprob of prompt token
+    // p + 1 (from the row at position p), filled as the prompt's chunks come back.
+    std::vector<int32_t> prompt;
+    std::vector<GeneratedToken> prompt_logprobs;
   };
 
   // A plan sent to the workers whose result is not collected yet.
@@ -95,6 +99,8 @@ class BatchEngine final : public Engine {
   void run_step();
   void drain_pipeline();
   void deliver(const StepOutcome& outcome, const StepPlan& plan);
+  void take_prompt_logprobs(const StepOutcome& outcome, const StepPlan& plan);
+  GeneratedToken generated_token(const Active& a, const RowResult& row) const;
   void finish(const std::string& id, FinishReason reason, const std::string& error);
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
   void note_released(const StepPlan& plan);

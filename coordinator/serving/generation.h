@@ -32,6 +32,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation set
   uint32_t top_logprobs = 0;            // 0..16 alternatives to report per token
   bool logprobs = false;
+  // The logprob (and top_logprobs alternatives) of every prompt token after the first, reported
+  // once through GenerationSink::on_prompt_logprobs before on_started. Such a request computes
+  // its whole prompt (no prefix-cache hit) and does not speculate.
+  bool prompt_logprobs = false;
 };
 
 struct GenerationRequest {
@@ -81,6 +85,9 @@ class GenerationSink {
   // Speculative decoding of the request (engines with --spec-k > 0), at most once, before
   // on_finished.
   virtual void on_speculation(const SpecCounts& counts) { (void)counts; }
+  // SamplingParams::prompt_logprobs: prompt tokens 1..n-1 (the first has no logprob), in order;
+  // at most once, before on_started.
+  virtual void on_prompt_logprobs(const std::vector<GeneratedToken>& tokens) { (void)tokens; }
 };
 
 struct EngineHealth {

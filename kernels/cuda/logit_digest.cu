@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) digest_merge(uint32_t k, size_t n_ch
   if (threadIdx.x == 0) {
     dst.logsumexp = static_cast<double>(row_max) + log(total);
     dst.irregular = (irregular || !(row_max > -INFINITY)) ? 1 : 0;
-    dst.pad = 0;
+    dst.forced_logit = 0.0f;
   }
   // Lane t of the block takes chunk t's list; each warp merges its 32, then warp 0 the 8.
   const int warp = threadIdx.x / detail::kWarp, lane = threadIdx.x % detail::kWarp;
@@ -333,6 +333,25 @@ cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, cons
   constexpr unsigned kEditThreads = 128;
   const auto blocks = static_cast<unsigned>((n_edits + kEditThreads - 1) / kEditThreads);
   edit_logits_kernel<<<blocks, kEditThreads, 0, stream>>>(logits, n_rows, n_vocab, edits, n_edits);
+  return cudaGetLastError();
+}
+
+namespace {
+__global__ void forced_logits_kernel(const float* logits, size_t n_rows, size_t n_vocab, const int32_t* forced,
+                                     DigestRow* rows) {
+  const size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (r >= n_rows || forced[r] < 0 || static_cast<size_t>(forced[r]) >= n_vocab) return;
+  rows[r].forced_logit = logits[r * n_vocab + static_cast<size_t>(forced[r])];
+}
+}  // namespace
+
+cudaError_t fill_forced_logits(const float* logits, size_t n_rows, size_t n_vocab, const int32_t* forced,
+                               DigestRow* rows, cudaStream_t stream) {
+  if (n_rows == 0) return cudaSuccess;
+  if (logits == nullptr || forced == nullptr || rows == nullptr) return cudaErrorInvalidValue;
+  constexpr unsigned kThreads = 128;
+  const auto blocks = static_cast<unsigned>((n_rows + kThreads - 1) / kThreads);
+  forced_logits_kernel<<<blocks, kThreads, 0, stream>>>(logits, n_rows, n_vocab, forced, rows);
   return cudaGetLastError();
 }
 

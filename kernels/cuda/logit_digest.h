@@ -31,8 +31,8 @@ struct DigestRow {
   int32_t ids[kDigestMaxCandidates];  // rule order; -1 past the row's end
   float logits[kDigestMaxCandidates];
   double logsumexp;
-  int32_t irregular;  // 1: NaN / +inf present or no finite logit; the host must digest the full row
-  int32_t pad;
+  int32_t irregular;   // 1: NaN / +inf present or no finite logit; the host must digest the full row
+  float forced_logit;  // the logit of the row's forced id (fill_forced_logits), else 0
 };
 
 // True when a row with this rule can be digested from device candidates alone.
@@ -54,6 +54,12 @@ cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab
 // bits. The caller validates rows and ids (the kernel skips an edit outside the block).
 cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits,
                               cudaStream_t stream);
+
+// rows[r].forced_logit = logits[r * n_vocab + forced[r]] for each row whose device `forced`
+// id is >= 0 (prompt logprobs: the logprob of a given token, which may not be a candidate).
+// The caller validates the ids.
+cudaError_t fill_forced_logits(const float* logits, size_t n_rows, size_t n_vocab, const int32_t* forced,
+                               DigestRow* rows, cudaStream_t stream);
 
 // The LogitDigest of a regular row (irregular == 0) for `rule` and `u`, same values as
 // ds::digest_logits up to the log-sum-exp's summation order. Requires digest_on_device_applies.

@@ -587,6 +587,8 @@ Case digest_case(size_t n_rows, size_t vocab) {
             for (size_t r = 0; r < n_rows; ++r) {
               req[r].rule = r % 2 == 0 ? SamplingRule{} : SamplingRule{0.8f, 40, 0.95f};
               req[r].u = 0.1 + 0.2 * static_cast<double>(r);
+              // Prompt-logprob rows: a forced id, mostly not a candidate (its logit read where it lies).
+              if (r % 3 == 2) req[r] = {SamplingRule{}, 0.0, static_cast<int32_t>((r * 101 + 7) % vocab)};
             }
             Dev d(be);
             const float* dl = d.put(logits);
@@ -594,7 +596,7 @@ Case digest_case(size_t n_rows, size_t vocab) {
             if (!be.digest_logits_rows(dl, n_rows, vocab, req.data(), dg.data())) {  // host digest (the reference)
               const std::vector<float> host = d.get(dl, logits.size());
               for (size_t r = 0; r < n_rows; ++r) {
-                dg[r] = digest_logits(host.data() + r * vocab, vocab, req[r].rule, req[r].u);
+                dg[r] = digest_request(host.data() + r * vocab, vocab, req[r]);
               }
             }
             std::vector<float> ids, lp, lse;
@@ -605,7 +607,7 @@ Case digest_case(size_t n_rows, size_t vocab) {
               lp.push_back(g.token_logprob);
               lse.push_back(static_cast<float>(g.logsumexp));
             }
-            return Outs{bits("ids", ids, "top ids and sampled tokens"),
+            return Outs{bits("ids", ids, "top ids and sampled (or forced) tokens"),
                         rel("logprobs", lp, 1e-5, "log-sum-exp summation order"),
                         rel("logsumexp", lse, 1e-5, "log-sum-exp summation order")};
           }};

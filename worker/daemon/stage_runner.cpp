@@ -96,9 +96,33 @@ std::optional<uint32_t> snapshot_id(int32_t v) {
   return v < 0 ? std::nullopt : std::optional<uint32_t>(static_cast<uint32_t>(v));
 }
 
+int32_t forced_token(const v1::StepPlan& plan, int row) {
+  return plan.forced_tokens_size() == 0 ? -1 : plan.forced_tokens(row);
+}
+
+// Forced rows (prompt logprobs): one id per logit row or none, ids in the head's vocabulary
+// (when known), never on a speculating sequence's rows.
+void validate_forced(const v1::StepPlan& plan, uint64_t rows, uint32_t head_vocab) {
+  if (plan.forced_tokens_size() == 0) return;
+  if (static_cast<uint64_t>(plan.forced_tokens_size()) != rows) {
+    throw FormatError("plan: forced_tokens length != sum of n_logit_rows");
+  }
+  int row = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    const bool speculates = plan.spec_k_size() > 0 && (plan.spec_k(i) > 0 || plan.n_drafts(i) > 0);
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
+      const int32_t id = plan.forced_tokens(row);
+      if (id < -1 || (head_vocab != 0 && id >= 0 && static_cast<uint32_t>(id) >= head_vocab)) {
+        throw FormatError("plan: forced token " + std::to_string(id) + " outside the vocabulary");
+      }
+      if (id >= 0 && speculates) throw FormatError("plan: a forced row on a speculating sequence");
+    }
+  }
+}
+
 }  // namespace
 
-void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
+void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_vocab) {
   const int n = plan.seq_ids_size();
   if (n == 0) throw FormatError("plan " + std::to_string(plan.plan_id()) + " has no sequences");
   if (plan.start_positions_size() != n || plan.n_tokens_size() != n || plan.n_logit_rows_size() != n) {
@@ -124,6 +148,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab) {
   if (rows != static_cast<uint64_t>(plan.logit_rows_size()) || rows != static_cast<uint64_t>(plan.random_u_size())) {
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
+  validate_forced(plan, rows, head_vocab);
   for (int32_t t : plan.token_ids()) {
     if (t < 0 || (n_vocab != 0 && static_cast<uint32_t>(t) >= n_vocab)) {
       throw FormatError("plan: token id " + std::to_string(t) + " outside the vocabulary");
@@ -229,7 +254,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
                                     const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
                                     const HiddenBuffer& hidden_out, HostSignal hidden_ready) {
   const uint64_t received = now_us();
-  validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0);
+  validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0, shape_.n_vocab);
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
   for (uint64_t id : plan.released_seq_ids()) forget(id);
   StepInput in = build_input(plan);
@@ -295,7 +320,7 @@ std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
       if (history != nullptr) history->write(start, plan.token_ids().data() + tok, n_tokens);
       tok += static_cast<int>(n_tokens);
       for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row, ++logit_row) {
-        if (s == nullptr || s->adjust.empty()) continue;
+        if (s == nullptr || s->adjust.empty() || forced_token(plan, static_cast<int>(row)) >= 0) continue;
         // The row at position start + logit_row picks the token of the next position, and sees
         // the tokens up to its own (drafts before it included).
         const uint32_t next_pos = start + plan.logit_rows(logit_row) + 1;
@@ -309,6 +334,14 @@ std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
   return edits;
 }
 
+// A reference, never a copy: a penalized sequence's entry holds its whole token history (two
+// copies per sequence per step cost ~20K allocations at 16 streams).
+const StageRunner::SeqSampling& StageRunner::sampling_of(uint64_t seq_id) const {
+  static const SeqSampling kDefault;
+  const auto it = sampling_.find(seq_id);
+  return it == sampling_.end() ? kDefault : it->second;
+}
+
 // One request per logit row, so the model may digest on its device; none (full logits) when a
 // sequence of the plan wants its full logits row, or when a speculating sequence with logits
 // samples (temperature > 0: its rejection rule needs the whole rows p and q). Greedy verify rows
@@ -317,12 +350,14 @@ std::vector<DigestRequest> StageRunner::digest_requests(const v1::StepPlan& plan
   std::vector<DigestRequest> req;
   int row = 0;
   for (int i = 0; i < plan.seq_ids_size(); ++i) {
-    const auto it = sampling_.find(plan.seq_ids(i));
-    const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
+    const SeqSampling& sampling = sampling_of(plan.seq_ids(i));
     if (sampling.full_logits && plan.n_logit_rows(i) > 0) return {};
     const bool verifies = row_speculates(plan, i) && plan.n_logit_rows(i) > 0;
     if (verifies && sampling.params.temperature > 0.0f) return {};
-    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) req.push_back({sampling.params, plan.random_u(row)});
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
+      const int32_t forced = forced_token(plan, row);
+      req.push_back({forced >= 0 ? SamplingRule{} : sampling.params, plan.random_u(row), forced});
+    }
   }
   return req;
 }
@@ -347,12 +382,12 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
   std::vector<float> full;
   int row = 0;
   for (int i = 0; i < plan.seq_ids_size(); ++i) {
-    const auto it = sampling_.find(plan.seq_ids(i));
-    const SeqSampling sampling = it == sampling_.end() ? SeqSampling{} : it->second;
+    const SeqSampling& sampling = sampling_of(plan.seq_ids(i));
     for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
       const float* logits = digested ? nullptr : out.logits.data() + static_cast<size_t>(row) * n_vocab;
-      const LogitDigest d = digested ? out.digests[static_cast<size_t>(row)]
-                                     : digest_logits(logits, n_vocab, sampling.params, plan.random_u(row));
+      const int32_t forced = forced_token(plan, row);
+      const DigestRequest q{forced >= 0 ? SamplingRule{} : sampling.params, plan.random_u(row), forced};
+      const LogitDigest d = digested ? out.digests[static_cast<size_t>(row)] : digest_request(logits, n_vocab, q);
       result->add_seq_ids(plan.seq_ids(i));
       result->add_rows(plan.logit_rows(row));
       result->add_tokens(d.token);

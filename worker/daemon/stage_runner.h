@@ -75,6 +75,7 @@ class StageRunner {
     std::optional<TokenHistory> history;  // with penalties: the sequence's tokens by position
   };
   void remember_sampling(const ipc::v1::StepPlan& plan);
+  const SeqSampling& sampling_of(uint64_t seq_id) const;
   void forget(uint64_t seq_id);  // model state, sampling inputs, bookkeeping
   StepInput build_input(const ipc::v1::StepPlan& plan) const;
   // Where this step's hidden rows come from and go to (checks the chunk's size).
@@ -94,7 +95,9 @@ class StageRunner {
   std::unique_ptr<SpecDecoder> spec_;  // last stage, created by the first speculating plan
 };
 
-// Checks the column arrays of a plan against each other. Throws ds::FormatError.
-void validate_plan(const ipc::v1::StepPlan& plan, uint32_t n_vocab);
+// Checks the column arrays of a plan against each other and the ids against the vocabulary:
+// `n_vocab` the input ids (first stage), `head_vocab` the forced ids (0: unchecked). Throws
+// ds::FormatError.
+void validate_plan(const ipc::v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_vocab);
 
 }  // namespace ds

@@ -23,6 +23,7 @@
 #include "worker/backend.h"
 #include "worker/blocks/gated_attention.h"
 #include "worker/blocks/gated_delta_net.h"
+#include "worker/blocks/lm_head.h"
 #include "worker/blocks/spans.h"
 #include "worker/blocks/swiglu_ffn.h"
 #include "worker/blocks/workspace.h"
@@ -314,32 +315,12 @@ void Qwen35Stage::run_layer(const StepContext& ctx, const LayerWeights& lw, uint
 
 // With `digest_rows` (one per row) the backend may digest the logits where they are: then
 // `digests` is filled and `logits` left empty; otherwise the logits come back as usual. `edits`
-// (biases, masks) change the logits first, on the device.
+// (biases, masks, penalties) change the logits first, on the device (worker/blocks/lm_head.h).
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
                           std::vector<float>* logits, std::vector<float>* normed_out, const DigestRequest* digest_rows,
                           std::vector<LogitDigest>* digests, const std::vector<LogitEdit>* edits) {
-  const size_t D = cfg_.n_embd, V = head.rows;
-  float* normed = ws_.get(Slot::kHeadNorm, n_rows * D);
-  float* out = ws_.get(Slot::kLogits, n_rows * V);
-  be_->rms_norm(rows, D, norm, cfg_.rms_eps, n_rows, D, normed, D);
-  be_->matmul(head, normed, D, n_rows, out, V);
-  if (edits != nullptr && !edits->empty()) be_->edit_logits(out, n_rows, V, edits->data(), edits->size());
-  bool digested = false;
-  if (digest_rows != nullptr && digests != nullptr) {
-    digests->resize(n_rows);
-    digested = be_->digest_logits_rows(out, n_rows, V, digest_rows, digests->data());
-    if (!digested) digests->clear();
-  }
-  if (digested) {
-    logits->clear();
-  } else {
-    logits->resize(n_rows * V);
-    be_->download(logits->data(), out, n_rows * V);
-  }
-  if (normed_out != nullptr) {
-    normed_out->resize(n_rows * D);
-    be_->download(normed_out->data(), normed, n_rows * D);
-  }
+  ds::lm_head(*be_, ws_, LmHeadWeights{norm, head, cfg_.rms_eps}, rows, n_rows, cfg_.n_embd, digest_rows, edits,
+              LmHeadOutput{logits, normed_out, digests});
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {

@@ -222,12 +222,12 @@ TEST(RequestParams, Echo) {
   EXPECT_FALSE(completion(R"("echo":false,"logprobs":2)").echo);
   EXPECT_TRUE(completion(R"("echo":true,"logprobs":null)").echo);
   EXPECT_EQ(error_of([] { completion(R"("echo":"yes")"); }).param(), "echo");
-  for (const char* lp : {R"("logprobs":0)", R"("logprobs":3)"}) {
-    const ApiError e = error_of([&] { completion(std::string(R"("echo":true,)") + lp); });
-    EXPECT_EQ(e.status(), 400) << lp;
-    EXPECT_EQ(e.param(), "echo") << lp;
-    EXPECT_NE(std::string(e.what()).find("prompt tokens' logprobs"), std::string::npos) << e.what();
-  }
+  // With logprobs, the prompt's logprobs too; max_tokens 0 only with echo.
+  EXPECT_TRUE(completion(R"("echo":true,"logprobs":0)").sampling.prompt_logprobs);
+  EXPECT_FALSE(completion(R"("echo":false,"logprobs":3)").sampling.prompt_logprobs);
+  EXPECT_FALSE(completion(R"("echo":true)").sampling.prompt_logprobs);
+  EXPECT_EQ(*completion(R"("echo":true,"max_tokens":0)").max_tokens, 0u);
+  EXPECT_EQ(error_of([] { completion(R"("max_tokens":0)"); }).param(), "max_tokens");
 }
 
 TEST(RequestParams, IgnoredFieldsAreAccepted) {

@@ -186,13 +186,17 @@ TEST_F(ParamsTest, EchoStreamsThePromptInTheFirstChunk) {
   EXPECT_EQ(all, "Once: streamed text");
 }
 
-TEST_F(ParamsTest, EchoWithLogprobsIsRefused) {
+// The engine is asked for the prompt's logprobs; with max_tokens 0 nothing generated is reported.
+TEST_F(ParamsTest, EchoWithLogprobsAsksForThePromptLogprobs) {
   script("unused");
-  auto r = post("/v1/completions", R"({"prompt":"hi","echo":true,"logprobs":1})");
-  EXPECT_EQ(r->status(), 400);
+  auto r = post("/v1/completions", R"({"prompt":"hi there","echo":true,"logprobs":1,"max_tokens":0})");
+  ASSERT_EQ(r->status(), 200) << r->body();
+  EXPECT_TRUE(engine_.submitted().back().sampling.prompt_logprobs);
+  EXPECT_EQ(engine_.submitted().back().sampling.max_tokens, 1u) << "max_tokens 0: the engine makes one token, dropped";
   auto d = json(r->body());
-  EXPECT_EQ(str(d["error"]["param"]), "echo");
-  EXPECT_NE(str(d["error"]["message"]).find("not supported yet"), std::string::npos) << r->body();
+  EXPECT_EQ(str(d["choices"][0]["text"]), "hi there");
+  EXPECT_EQ(str(d["choices"][0]["finish_reason"]), "length");
+  EXPECT_EQ(d["usage"]["completion_tokens"].GetInt(), 0);
 }
 
 TEST_F(ParamsTest, ParallelToolCallsFalseReturnsOneCall) {

@@ -115,7 +115,7 @@ const BadCase kCompletionCases[] = {
     {"/v1/completions", R"({"prompt":[1, 99999999]})", 400, "prompt"},
     {"/v1/completions", R"({"prompt":[-1]})", 400, "prompt"},
     {"/v1/completions", R"({"prompt":{"text":"x"}})", 400, "prompt"},
-    {"/v1/completions", R"({"prompt":"hi","echo":true,"logprobs":0})", 400, "echo"},
+    {"/v1/completions", R"({"prompt":"hi","max_tokens":0})", 400, "max_tokens"},
     {"/v1/completions", R"({"prompt":"hi","echo":"yes"})", 400, "echo"},
     {"/v1/completions", R"({"prompt":"hi","min_p":-1})", 400, "min_p"},
     {"/v1/completions", R"({"prompt":"hi","frequency_penalty":2.5})", 400, "frequency_penalty"},
