@@ -20,21 +20,24 @@ void apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const Logit
 void TokenHistory::reset(const std::vector<int32_t>& tokens) {
   tokens_ = tokens;
   counted_ = 0;
-  all_.clear();
-  generated_.clear();
+  counts_.clear();
 }
 
+// step +1 counts position `pos`, -1 uncounts it (it was counted before).
 void TokenHistory::add(uint32_t pos, int step) {
   const int32_t id = tokens_[pos];
-  const auto bump = [&](std::map<int32_t, uint32_t>& m) {
-    if (step > 0) {
-      ++m[id];
-    } else if (auto it = m.find(id); it != m.end() && --it->second == 0) {
-      m.erase(it);
-    }
-  };
-  bump(all_);
-  if (pos >= prompt_len_) bump(generated_);
+  const uint32_t generated = pos >= prompt_len_ ? 1 : 0;
+  auto it = std::lower_bound(counts_.begin(), counts_.end(), id, [](const IdCount& c, int32_t v) { return c.id < v; });
+  if (step > 0) {
+    if (it == counts_.end() || it->id != id) it = counts_.insert(it, IdCount{id, 0, 0});
+    ++it->all;
+    it->generated += generated;
+    return;
+  }
+  if (it == counts_.end() || it->id != id) return;
+  --it->all;
+  it->generated -= generated;
+  if (it->all == 0) counts_.erase(it);
 }
 
 void TokenHistory::write(uint32_t start, const int32_t* tokens, size_t n) {
@@ -55,67 +58,75 @@ void TokenHistory::count_to(uint32_t end) {
 
 namespace {
 
-// The penalty edits of one row, one per id the history holds, sorted by id: the ids generated
-// are a subset of all ids seen, so one walk over both ordered maps folds them.
+// The penalty edits of one row, one per id the history holds (repetition: every id seen;
+// frequency / presence: the generated ones), sorted by id.
 void penalty_edits(const LogitAdjust& a, const TokenHistory& h, uint32_t row, std::vector<LogitEdit>* out) {
   const bool additive = a.frequency_penalty != 0.0f || a.presence_penalty != 0.0f;
-  const auto add_of = [&](uint32_t count) {
-    return -(static_cast<float>(count) * a.frequency_penalty + a.presence_penalty);
-  };
-  const auto& gen = h.generated_counts();
-  if (a.repetition_penalty == 1.0f) {
-    if (additive) {
-      for (const auto& [id, count] : gen) out->push_back({row, id, 1.0f, 1.0f, add_of(count)});
-    }
-    return;
-  }
+  const bool repeats = a.repetition_penalty != 1.0f;
   // Division by the penalty as one multiply by its inverse: within 1 ulp of llama.cpp's
   // `l / penalty`, and the same bits on every backend.
-  const float inv = 1.0f / a.repetition_penalty;
-  auto g = gen.begin();
-  for (const auto& entry : h.all_counts()) {
-    LogitEdit e{row, entry.first, inv, a.repetition_penalty, 0.0f};
-    if (g != gen.end() && g->first == entry.first) {
-      if (additive) e.add = add_of(g->second);
-      ++g;
+  const float inv = repeats ? 1.0f / a.repetition_penalty : 1.0f;
+  const float neg = repeats ? a.repetition_penalty : 1.0f;
+  out->reserve(out->size() + h.counts().size());
+  for (const TokenHistory::IdCount& c : h.counts()) {
+    if (!repeats && c.generated == 0) continue;
+    const float add = additive && c.generated > 0
+                          ? -(static_cast<float>(c.generated) * a.frequency_penalty + a.presence_penalty)
+                          : 0.0f;
+    out->push_back({row, c.id, inv, neg, add});
+  }
+}
+
+// The edit of `id` in the row's sorted segment [first, end of edits), inserted if absent.
+LogitEdit& edit_of(std::vector<LogitEdit>* edits, size_t first, uint32_t row, int32_t id) {
+  const auto begin = edits->begin() + static_cast<std::ptrdiff_t>(first);
+  auto it = std::lower_bound(begin, edits->end(), id, [](const LogitEdit& e, int32_t v) { return e.id < v; });
+  if (it == edits->end() || it->id != id) it = edits->insert(it, LogitEdit{row, id, 1.0f, 1.0f, 0.0f});
+  return *it;
+}
+
+// Many biases or masks: one merge of the three sorted lists instead of an insert each.
+constexpr size_t kFoldInPlace = 16;
+void merge_extras(const LogitAdjust& adjust, bool masking, uint32_t row, size_t first, std::vector<LogitEdit>* edits) {
+  const std::vector<LogitEdit> penalties(edits->begin() + static_cast<std::ptrdiff_t>(first), edits->end());
+  edits->resize(first);
+  size_t p = 0, b = 0, m = 0;
+  const size_t n_masked = masking ? adjust.masked.size() : 0;
+  while (p < penalties.size() || b < adjust.bias.size() || m < n_masked) {
+    int32_t id = std::numeric_limits<int32_t>::max();
+    if (p < penalties.size()) id = std::min(id, penalties[p].id);
+    if (b < adjust.bias.size()) id = std::min(id, adjust.bias[b].first);
+    if (m < n_masked) id = std::min(id, adjust.masked[m]);
+    LogitEdit e{row, id, 1.0f, 1.0f, 0.0f};
+    if (p < penalties.size() && penalties[p].id == id) e = penalties[p++];
+    if (b < adjust.bias.size() && adjust.bias[b].first == id) e.add += adjust.bias[b++].second;
+    if (m < n_masked && adjust.masked[m] == id) {
+      e.add = -std::numeric_limits<float>::infinity();
+      ++m;
     }
-    out->push_back(e);
+    edits->push_back(e);
   }
 }
 
 }  // namespace
 
+// The penalties go straight into `edits` (sorted by id); the biases and masks, few, are folded
+// into that segment in place (each a binary search, an insert when the id is new).
 void append_adjust_edits(const LogitAdjust& adjust, const TokenHistory* history, uint32_t row, uint32_t next_pos,
                          std::vector<LogitEdit>* edits) {
-  std::vector<LogitEdit> penalties;
+  const size_t first = edits->size();
   if (adjust.penalizes()) {
     if (history == nullptr || history->counted() != next_pos) {
       throw std::invalid_argument("logit adjust: penalties need the history counted to the row's position");
     }
-    penalty_edits(adjust, *history, row, &penalties);
+    penalty_edits(adjust, *history, row, edits);
   }
   const bool masking = adjust.min_tokens > 0 && next_pos < adjust.prompt_len + adjust.min_tokens;
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  // Three lists sorted by id (penalties, biases, masks): merge them into one edit per id.
-  size_t p = 0, b = 0, m = 0;
-  const auto next_id = [&] {
-    int32_t id = std::numeric_limits<int32_t>::max();
-    if (p < penalties.size()) id = std::min(id, penalties[p].id);
-    if (b < adjust.bias.size()) id = std::min(id, adjust.bias[b].first);
-    if (masking && m < adjust.masked.size()) id = std::min(id, adjust.masked[m]);
-    return id;
-  };
-  while (p < penalties.size() || b < adjust.bias.size() || (masking && m < adjust.masked.size())) {
-    const int32_t id = next_id();
-    LogitEdit e{row, id, 1.0f, 1.0f, 0.0f};
-    if (p < penalties.size() && penalties[p].id == id) e = penalties[p++];
-    if (b < adjust.bias.size() && adjust.bias[b].first == id) e.add += adjust.bias[b++].second;
-    if (masking && m < adjust.masked.size() && adjust.masked[m] == id) {
-      e.add = kMasked;
-      ++m;
-    }
-    edits->push_back(e);
-  }
+  const size_t extras = adjust.bias.size() + (masking ? adjust.masked.size() : 0);
+  if (extras > kFoldInPlace) return merge_extras(adjust, masking, row, first, edits);
+  for (const auto& [id, bias] : adjust.bias) edit_of(edits, first, row, id).add += bias;
+  if (!masking) return;
+  for (const int32_t id : adjust.masked) edit_of(edits, first, row, id).add = -std::numeric_limits<float>::infinity();
 }
 
 }  // namespace ds

@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -64,16 +63,22 @@ class TokenHistory {
   // Makes the counts cover positions [0, end); end <= size() (std::invalid_argument).
   void count_to(uint32_t end);
   uint32_t counted() const { return counted_; }
-  // Ordered by id: a row's edits come out sorted without a sort.
-  const std::map<int32_t, uint32_t>& all_counts() const { return all_; }              // [0, counted)
-  const std::map<int32_t, uint32_t>& generated_counts() const { return generated_; }  // [prompt_len, counted)
+  // An id's counts over [0, counted): all positions, and the generated ones [prompt_len, counted).
+  struct IdCount {
+    int32_t id = 0;
+    uint32_t all = 0;
+    uint32_t generated = 0;
+  };
+  // Sorted by id, ids with all > 0 only: a row's edits come out sorted without a sort, from one
+  // contiguous walk (a map's pointer chasing cost ~10 us per sequence per step at 500 ids).
+  const std::vector<IdCount>& counts() const { return counts_; }
 
  private:
   void add(uint32_t pos, int step);
   uint32_t prompt_len_;
   std::vector<int32_t> tokens_;
   uint32_t counted_ = 0;
-  std::map<int32_t, uint32_t> all_, generated_;  // ids with a count > 0 only
+  std::vector<IdCount> counts_;
 };
 
 // Appends the edits of block row `row`, the logits that pick the token at position `next_pos`

@@ -562,7 +562,7 @@ PY
     }
     timeout 60 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 16 --prompt-tokens 256 \
       --max-tokens 32 > /dev/null 2>&1  # warm-up
-    for round in 1 2; do
+    for round in $(seq ${PEN_ROUNDS:-2}); do
       for mode in ${PEN_MODES:-off on}; do
         extra=(); [ $mode != off ] && extra=(--sampling "$(pen_fields $mode)")
         timeout 120 "$B/bin/deltaserve-bench-http" --port 18083 --concurrency 16 --requests 48 --prompt-tokens 256 \

@@ -52,6 +52,11 @@ TEST(LogitAdjust, FoldedEditsFollowTheRules) {
     a.bias = {{3, 2.5f}, {token(rng) % 3 + 10, -100.0f}, {40, 1.0f}};
     a.min_tokens = static_cast<uint32_t>(trial % 4);
     a.masked = {3, 7, 40};
+    if (trial % 2 == 1) {  // more than the 16 folded in place: the merge path
+      a.bias.clear();
+      for (int32_t id = 1; id < static_cast<int32_t>(kVocab); id += 2)
+        a.bias.push_back({id, 0.25f * static_cast<float>(id % 7) - 0.5f});
+    }
     std::vector<int32_t> tokens(a.prompt_len + 12);
     for (auto& t : tokens) t = token(rng);
     TokenHistory h(a.prompt_len);
@@ -121,15 +126,25 @@ TEST(TokenHistory, CountsFollowRollbacks) {
       ++all[h.tokens()[p]];
       if (p >= prompt_len) ++gen[h.tokens()[p]];
     }
-    ASSERT_EQ(h.all_counts(), all) << "step " << step;
-    ASSERT_EQ(h.generated_counts(), gen) << "step " << step;
+    std::map<int32_t, uint32_t> got_all, got_gen;
+    int32_t last = -1;
+    for (const TokenHistory::IdCount& c : h.counts()) {
+      ASSERT_GT(c.id, last) << "sorted, unique";
+      last = c.id;
+      got_all[c.id] = c.all;
+      if (c.generated > 0) got_gen[c.id] = c.generated;
+    }
+    ASSERT_EQ(got_all, all) << "step " << step;
+    ASSERT_EQ(got_gen, gen) << "step " << step;
   }
   EXPECT_THROW(h.write(static_cast<uint32_t>(h.size()) + 1, nullptr, 0), std::invalid_argument);
   EXPECT_THROW(h.count_to(static_cast<uint32_t>(h.size()) + 1), std::invalid_argument);
   h.reset({4, 4, 2});
   h.count_to(3);
-  EXPECT_EQ(h.all_counts().at(4), 2u);
-  EXPECT_TRUE(h.generated_counts().empty());  // all three inside the prompt
+  ASSERT_EQ(h.counts().size(), 2u);
+  EXPECT_EQ(h.counts()[1].id, 4);
+  EXPECT_EQ(h.counts()[1].all, 2u);
+  EXPECT_EQ(h.counts()[0].generated + h.counts()[1].generated, 0u);  // all three inside the prompt
 }
 
 }  // namespace

@@ -34,8 +34,8 @@ std::string echo_body(const std::vector<int32_t>& prompt, uint32_t max_tokens, u
 class PromptLogprobsE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    plain_ = new ServerProcess({"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads", "1",
-                                "--max-batch-tokens", "512"});
+    plain_ = new ServerProcess(
+        {"--model", tiny_model_path(), "--workers", "2", "--port", "0", "--threads", "1", "--max-batch-tokens", "512"});
     spec_ = new ServerProcess({"--model", tiny_model_path(), "--workers", "1", "--port", "0", "--spec-k", "3"});
   }
   static void TearDownTestSuite() { stop_servers({&plain_, &spec_}); }
@@ -93,7 +93,8 @@ TEST_F(PromptLogprobsE2E, EchoLogprobsMatchTheReference) {
 TEST_F(PromptLogprobsE2E, PromptLogprobsEqualTheGeneratedOnes) {
   const ReferencePrompt ref = load_reference_prompt("chat_basic");
   for (ServerProcess* server : {plain_, spec_}) {
-    rapidjson::Document gen = parse_ok(post_completion(server->port(), greedy_completion_body(ref.ids, ref.ids.size(), 6)));
+    rapidjson::Document gen =
+        parse_ok(post_completion(server->port(), greedy_completion_body(ref.ids, ref.ids.size(), 6)));
     const rapidjson::Value& glp = gen["choices"][0]["logprobs"];
     ASSERT_EQ(glp["token_logprobs"].Size(), 6u);
     // The generated ids, from a second request that echoes them as text is not exact: rebuild

@@ -24,8 +24,8 @@ struct LmHeadWeights {
 };
 
 struct LmHeadOutput {
-  std::vector<float>* logits = nullptr;        // full rows [n_rows, V] when not digested (cleared when digested)
-  std::vector<float>* normed = nullptr;        // optional: the normed rows [n_rows, D]
+  std::vector<float>* logits = nullptr;         // full rows [n_rows, V] when not digested (cleared when digested)
+  std::vector<float>* normed = nullptr;         // optional: the normed rows [n_rows, D]
   std::vector<LogitDigest>* digests = nullptr;  // with digest requests: one per row, or cleared (full logits)
 };
 
