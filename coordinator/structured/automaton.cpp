@@ -1,0 +1,430 @@
+#include "coordinator/structured/automaton.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace ds::structured {
+
+namespace {
+
+std::shared_ptr<Expr> make(Expr::Kind k) {
+  auto e = std::make_shared<Expr>();
+  e->kind = k;
+  return e;
+}
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// Thompson NFA: epsilon, byte-set and call edges.
+struct Nfa {
+  struct St {
+    std::vector<int32_t> eps;
+    std::vector<std::pair<ByteSet, int32_t>> bytes;
+    std::vector<std::pair<int32_t, int32_t>> calls;
+  };
+  std::vector<St> st;
+  Budget* budget = nullptr;
+  int32_t add() {
+    if ((st.size() & 1023) == 0) budget->charge(1024);
+    st.emplace_back();
+    return static_cast<int32_t>(st.size() - 1);
+  }
+};
+
+struct Frag {
+  int32_t in, out;
+};
+
+Frag build(Nfa& n, const Expr& e);
+
+Frag build_embed(Nfa& n, const Dfa& d) {
+  Frag f{n.add(), n.add()};
+  const int32_t base = static_cast<int32_t>(n.st.size());
+  for (size_t s = 0; s < d.size(); ++s) n.add();
+  n.st[f.in].eps.push_back(base);
+  for (size_t s = 0; s < d.size(); ++s) {
+    const int32_t ns = base + static_cast<int32_t>(s);
+    for (int c = 0; c < d.ncls; ++c) {
+      const int32_t t = d.next[s * d.ncls + c];
+      if (t < 0) continue;
+      ByteSet bs;
+      for (int b = 0; b < 256; ++b)
+        if (d.cls[b] == c) bs.set(static_cast<uint8_t>(b));
+      n.st[ns].bytes.emplace_back(bs, base + t);
+    }
+    for (auto [r, t] : d.calls[s]) n.st[ns].calls.emplace_back(r, base + t);
+    if (d.accept[s]) n.st[ns].eps.push_back(f.out);
+  }
+  return f;
+}
+
+Frag build_graph(Nfa& n, const Expr& e) {
+  Frag f{n.add(), n.add()};
+  std::vector<int32_t> node(static_cast<size_t>(e.n_nodes));
+  for (auto& x : node) x = n.add();
+  n.st[f.in].eps.push_back(node[0]);
+  for (int32_t a : e.accept_nodes) n.st[node[a]].eps.push_back(f.out);
+  for (const auto& edge : e.edges) {
+    Frag k = build(n, *edge.e);
+    n.st[node[edge.from]].eps.push_back(k.in);
+    n.st[k.out].eps.push_back(node[edge.to]);
+  }
+  return f;
+}
+
+Frag build_repeat(Nfa& n, const Expr& e) {
+  Frag f{n.add(), -1};
+  int32_t cur = f.in;
+  for (uint32_t i = 0; i < e.min; ++i) {
+    Frag k = build(n, *e.kids[0]);
+    n.st[cur].eps.push_back(k.in);
+    cur = k.out;
+  }
+  const int32_t out = n.add();
+  if (e.max == kUnbounded) {
+    Frag k = build(n, *e.kids[0]);
+    n.st[cur].eps.push_back(k.in);
+    n.st[k.out].eps.push_back(cur);
+    n.st[cur].eps.push_back(out);
+  } else {
+    // Optional copies chain: each one may stop early.
+    for (uint32_t i = e.min; i < e.max; ++i) {
+      n.st[cur].eps.push_back(out);
+      Frag k = build(n, *e.kids[0]);
+      n.st[cur].eps.push_back(k.in);
+      cur = k.out;
+    }
+    n.st[cur].eps.push_back(out);
+  }
+  f.out = out;
+  return f;
+}
+
+Frag build(Nfa& n, const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::Nothing:
+      return Frag{n.add(), n.add()};
+    case Expr::Kind::Empty: {
+      const int32_t s = n.add();
+      return Frag{s, s};
+    }
+    case Expr::Kind::Bytes: {
+      Frag f{n.add(), n.add()};
+      n.st[f.in].bytes.emplace_back(e.bytes, f.out);
+      return f;
+    }
+    case Expr::Kind::Call: {
+      Frag f{n.add(), n.add()};
+      n.st[f.in].calls.emplace_back(e.rule, f.out);
+      return f;
+    }
+    case Expr::Kind::Seq: {
+      const int32_t s = n.add();
+      int32_t cur = s;
+      for (const auto& k : e.kids) {
+        Frag kf = build(n, *k);
+        n.st[cur].eps.push_back(kf.in);
+        cur = kf.out;
+      }
+      return Frag{s, cur};
+    }
+    case Expr::Kind::Alt: {
+      Frag f{n.add(), n.add()};
+      for (const auto& k : e.kids) {
+        Frag kf = build(n, *k);
+        n.st[f.in].eps.push_back(kf.in);
+        n.st[kf.out].eps.push_back(f.out);
+      }
+      return f;
+    }
+    case Expr::Kind::Repeat:
+      return build_repeat(n, e);
+    case Expr::Kind::Embed:
+      return build_embed(n, *e.dfa);
+    case Expr::Kind::Graph:
+      return build_graph(n, e);
+  }
+  return Frag{n.add(), n.add()};
+}
+
+// Byte classes: bytes that no byte set of the NFA tells apart share a class.
+int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
+  cls.fill(0);
+  int ncls = 1;
+  std::vector<ByteSet> seen;
+  for (const auto& s : n.st) {
+    for (const auto& [bs, t] : s.bytes) {
+      if (std::find(seen.begin(), seen.end(), bs) != seen.end()) continue;
+      seen.push_back(bs);
+      std::array<int, 512> remap;
+      remap.fill(-1);
+      int next = 0;
+      for (int b = 0; b < 256; ++b) {
+        const int key = cls[b] * 2 + (bs.test(static_cast<uint8_t>(b)) ? 1 : 0);
+        if (remap[key] < 0) remap[key] = next++;
+        cls[b] = static_cast<uint8_t>(remap[key]);
+      }
+      ncls = next;
+    }
+  }
+  return ncls;
+}
+
+void eps_closure(const Nfa& n, std::vector<int32_t>& set, std::vector<uint8_t>& mark) {
+  std::vector<int32_t> work(set.begin(), set.end());
+  for (int32_t s : set) mark[s] = 1;
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    for (int32_t t : n.st[s].eps)
+      if (!mark[t]) {
+        mark[t] = 1;
+        set.push_back(t);
+        work.push_back(t);
+      }
+  }
+  for (int32_t s : set) mark[s] = 0;
+  std::sort(set.begin(), set.end());
+}
+
+}  // namespace
+
+void Budget::charge(size_t n) {
+  used += n;
+  if (used > max_states) throw BudgetExceeded("grammar exceeds the state budget");
+  if (deadline > 0 && now_s() > deadline) throw BudgetExceeded("grammar compile exceeded its time budget");
+}
+
+ExprPtr e_nothing() {
+  return make(Expr::Kind::Nothing);
+}
+ExprPtr e_empty() {
+  return make(Expr::Kind::Empty);
+}
+ExprPtr e_bytes(const ByteSet& s) {
+  auto e = make(Expr::Kind::Bytes);
+  e->bytes = s;
+  return e;
+}
+ExprPtr e_byte(uint8_t b) {
+  ByteSet s;
+  s.set(b);
+  return e_bytes(s);
+}
+ExprPtr e_lit(std::string_view s) {
+  std::vector<ExprPtr> kids;
+  for (char c : s) kids.push_back(e_byte(static_cast<uint8_t>(c)));
+  return e_seq(std::move(kids));
+}
+ExprPtr e_seq(std::vector<ExprPtr> kids) {
+  if (kids.size() == 1) return kids[0];
+  auto e = make(Expr::Kind::Seq);
+  e->kids = std::move(kids);
+  return e;
+}
+ExprPtr e_alt(std::vector<ExprPtr> kids) {
+  if (kids.empty()) return e_nothing();
+  if (kids.size() == 1) return kids[0];
+  auto e = make(Expr::Kind::Alt);
+  e->kids = std::move(kids);
+  return e;
+}
+ExprPtr e_rep(ExprPtr k, uint32_t min, uint32_t max) {
+  auto e = make(Expr::Kind::Repeat);
+  e->kids.push_back(std::move(k));
+  e->min = min;
+  e->max = max;
+  return e;
+}
+ExprPtr e_opt(ExprPtr k) {
+  return e_rep(std::move(k), 0, 1);
+}
+ExprPtr e_call(int32_t rule) {
+  auto e = make(Expr::Kind::Call);
+  e->rule = rule;
+  return e;
+}
+ExprPtr e_graph(int32_t n_nodes, std::vector<int32_t> accept_nodes, std::vector<Expr::Edge> edges) {
+  auto e = make(Expr::Kind::Graph);
+  e->n_nodes = n_nodes;
+  e->accept_nodes = std::move(accept_nodes);
+  e->edges = std::move(edges);
+  return e;
+}
+ExprPtr e_embed(std::shared_ptr<const Dfa> dfa) {
+  auto e = make(Expr::Kind::Embed);
+  e->dfa = std::move(dfa);
+  return e;
+}
+
+bool Dfa::has_calls() const {
+  for (const auto& c : calls)
+    if (!c.empty()) return true;
+  return false;
+}
+
+bool Dfa::empty_language() const {
+  std::vector<uint8_t> seen(size(), 0);
+  std::vector<int32_t> work{0};
+  seen[0] = 1;
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    if (accept[s]) return false;
+    for (int c = 0; c < ncls; ++c) {
+      const int32_t t = next[static_cast<size_t>(s) * ncls + c];
+      if (t >= 0 && !seen[t]) seen[t] = 1, work.push_back(t);
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
+  Nfa n;
+  n.budget = &budget;
+  const Frag f = build(n, *e);
+  auto d = std::make_shared<Dfa>();
+  d->ncls = byte_classes(n, d->cls);
+  std::array<uint8_t, 256> rep{};
+  for (int b = 255; b >= 0; --b) rep[d->cls[b]] = static_cast<uint8_t>(b);
+
+  std::vector<uint8_t> mark(n.st.size(), 0);
+  std::map<std::vector<int32_t>, int32_t> ids;
+  std::vector<std::vector<int32_t>> sets;
+  auto intern = [&](std::vector<int32_t> set) {
+    eps_closure(n, set, mark);
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(sets.size());
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    if ((sets.size() & 255) == 0) budget.charge(256);
+    return id;
+  };
+  intern({f.in});
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const std::vector<int32_t> cur = sets[i];
+    d->accept.push_back(std::binary_search(cur.begin(), cur.end(), f.out) ? 1 : 0);
+    for (int c = 0; c < d->ncls; ++c) {
+      std::vector<int32_t> tgt;
+      for (int32_t s : cur)
+        for (const auto& [bs, t] : n.st[s].bytes)
+          if (bs.test(rep[c])) tgt.push_back(t);
+      d->next.push_back(tgt.empty() ? -1 : intern(std::move(tgt)));
+    }
+    std::map<int32_t, std::vector<int32_t>> by_rule;
+    for (int32_t s : cur)
+      for (auto [r, t] : n.st[s].calls) by_rule[r].push_back(t);
+    d->calls.emplace_back();
+    for (auto& [r, tgt] : by_rule) {
+      const int32_t t = intern(std::move(tgt));
+      d->calls[i].emplace_back(r, t);
+    }
+  }
+  return d;
+}
+
+std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, Budget& budget) {
+  auto d = std::make_shared<Dfa>();
+  std::map<std::pair<int, int>, int> pair_cls;
+  for (int x = 0; x < 256; ++x) {
+    auto key = std::make_pair(int{a.cls[x]}, int{b.cls[x]});
+    auto it = pair_cls.find(key);
+    if (it == pair_cls.end()) it = pair_cls.emplace(key, static_cast<int>(pair_cls.size())).first;
+    d->cls[x] = static_cast<uint8_t>(it->second);
+  }
+  d->ncls = static_cast<int>(pair_cls.size());
+  std::array<uint8_t, 256> rep{};
+  for (int x = 255; x >= 0; --x) rep[d->cls[x]] = static_cast<uint8_t>(x);
+  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> states;
+  auto intern = [&](int32_t sa, int32_t sb) {
+    auto it = ids.find({sa, sb});
+    if (it != ids.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(states.size());
+    ids.emplace(std::make_pair(sa, sb), id);
+    states.emplace_back(sa, sb);
+    budget.charge(1);
+    return id;
+  };
+  intern(0, 0);
+  for (size_t i = 0; i < states.size(); ++i) {
+    const auto [sa, sb] = states[i];
+    const bool acc_b = sb >= 0 && b.accept[sb];
+    d->accept.push_back(a.accept[sa] && (mode == ProductMode::And ? acc_b : !acc_b));
+    d->calls.emplace_back();
+    for (int c = 0; c < d->ncls; ++c) {
+      const int32_t ta = a.step(sa, rep[c]);
+      const int32_t tb = sb >= 0 ? b.step(sb, rep[c]) : -1;
+      int32_t t = -1;
+      if (ta >= 0 && (tb >= 0 || mode == ProductMode::AndNot)) t = intern(ta, tb);
+      d->next.push_back(t);
+    }
+  }
+  trim_dfa(*d, {});
+  return d;
+}
+
+bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
+  const size_t n = d.size();
+  std::vector<std::vector<int32_t>> rev(n);
+  auto passable = [&](int32_t r) { return productive.empty() || productive[r]; };
+  for (size_t s = 0; s < n; ++s) {
+    for (int c = 0; c < d.ncls; ++c) {
+      const int32_t t = d.next[s * d.ncls + c];
+      if (t >= 0) rev[t].push_back(static_cast<int32_t>(s));
+    }
+    for (auto [r, t] : d.calls[s])
+      if (passable(r)) rev[t].push_back(static_cast<int32_t>(s));
+  }
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> work;
+  for (size_t s = 0; s < n; ++s)
+    if (d.accept[s]) live[s] = 1, work.push_back(static_cast<int32_t>(s));
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    for (int32_t p : rev[s])
+      if (!live[p]) live[p] = 1, work.push_back(p);
+  }
+  if (!live[0]) {
+    d.next.assign(d.ncls, -1);
+    d.accept.assign(1, 0);
+    d.calls.assign(1, {});
+    return false;
+  }
+  // Forward reachability over live states, renumbered in BFS order (start stays 0).
+  std::vector<int32_t> id(n, -1);
+  std::vector<int32_t> order{0};
+  id[0] = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t s = order[i];
+    auto visit = [&](int32_t t) {
+      if (t >= 0 && live[t] && id[t] < 0) id[t] = static_cast<int32_t>(order.size()), order.push_back(t);
+    };
+    for (int c = 0; c < d.ncls; ++c) visit(d.next[static_cast<size_t>(s) * d.ncls + c]);
+    for (auto [r, t] : d.calls[s])
+      if (passable(r)) visit(t);
+  }
+  Dfa out;
+  out.cls = d.cls;
+  out.ncls = d.ncls;
+  for (int32_t s : order) {
+    out.accept.push_back(d.accept[s]);
+    for (int c = 0; c < d.ncls; ++c) {
+      const int32_t t = d.next[static_cast<size_t>(s) * d.ncls + c];
+      out.next.push_back(t >= 0 ? id[t] : -1);
+    }
+    out.calls.emplace_back();
+    for (auto [r, t] : d.calls[s])
+      if (passable(r) && id[t] >= 0) out.calls.back().emplace_back(r, id[t]);
+  }
+  d = std::move(out);
+  return true;
+}
+
+}  // namespace ds::structured

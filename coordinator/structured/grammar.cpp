@@ -1,0 +1,182 @@
+#include "coordinator/structured/grammar.h"
+
+#include <chrono>
+#include <unordered_map>
+
+#include "coordinator/structured/regex.h"
+
+namespace ds::structured {
+
+namespace {
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// Can rule r's DFA reach acceptance from its start, passing calls only into productive rules?
+bool reaches_accept(const Dfa& d, const std::vector<uint8_t>& productive) {
+  std::vector<uint8_t> seen(d.size(), 0);
+  std::vector<int32_t> work{0};
+  seen[0] = 1;
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    if (d.accept[s]) return true;
+    auto visit = [&](int32_t t) {
+      if (t >= 0 && !seen[t]) seen[t] = 1, work.push_back(t);
+    };
+    for (int c = 0; c < d.ncls; ++c) visit(d.next[static_cast<size_t>(s) * d.ncls + c]);
+    for (auto [r, t] : d.calls[s])
+      if (productive[r]) visit(t);
+  }
+  return false;
+}
+
+}  // namespace
+
+GrammarBuilder::GrammarBuilder(const GrammarOptions& opt) {
+  budget_.max_states = opt.max_states;
+  if (opt.timeout_s > 0) budget_.deadline = now_s() + opt.timeout_s;
+}
+
+int32_t GrammarBuilder::new_rule() {
+  exprs_.push_back(nullptr);
+  return static_cast<int32_t>(exprs_.size() - 1);
+}
+
+void GrammarBuilder::define(int32_t rule, ExprPtr e) {
+  exprs_[rule] = std::move(e);
+}
+
+std::shared_ptr<const Grammar> GrammarBuilder::finish(int32_t root) {
+  std::vector<std::shared_ptr<Dfa>> dfas;
+  try {
+    for (auto& e : exprs_) dfas.push_back(build_dfa(e ? e : e_nothing(), budget_));
+  } catch (const BudgetExceeded& ex) {
+    throw SchemaError("$budget", ex.what());
+  }
+  const size_t n = dfas.size();
+  std::vector<uint8_t> productive(n, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n; ++r)
+      if (!productive[r] && reaches_accept(*dfas[r], productive)) productive[r] = 1, changed = true;
+  }
+  if (!productive[root]) throw SchemaError("$unsatisfiable", "no JSON value satisfies the schema");
+  for (size_t r = 0; r < n; ++r)
+    if (productive[r]) trim_dfa(*dfas[r], productive);
+
+  auto g = std::make_shared<Grammar>();
+  g->root_ = root;
+  g->rule_start_.assign(n, -1);
+  int32_t total = 0;
+  for (size_t r = 0; r < n; ++r) {
+    g->rule_start_[r] = total;
+    total += static_cast<int32_t>(dfas[r]->size());
+  }
+  for (size_t r = 0; r < n; ++r) {
+    const Dfa& d = *dfas[r];
+    const int32_t base = g->rule_start_[r];
+    g->cls_.push_back(d.cls);
+    for (size_t s = 0; s < d.size(); ++s) {
+      Grammar::State st{};
+      st.rule = static_cast<int32_t>(r);
+      st.row = static_cast<uint32_t>(g->next_.size());
+      st.accept = d.accept[s];
+      for (int c = 0; c < d.ncls; ++c) {
+        const int32_t t = d.next[s * d.ncls + c];
+        g->next_.push_back(t < 0 ? -1 : base + t);
+        if (t >= 0) st.has_bytes = 1;
+      }
+      st.call_begin = static_cast<uint32_t>(g->calls_.size());
+      for (auto [callee, t] : d.calls[s])
+        if (productive[callee]) g->calls_.push_back({g->rule_start_[callee], base + t});
+      st.call_end = static_cast<uint32_t>(g->calls_.size());
+      st.call_free = st.call_begin == st.call_end;
+      g->states_.push_back(st);
+    }
+  }
+  // call_free: greatest fixpoint over byte successors.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t s = 0; s < total; ++s) {
+      if (!g->states_[s].call_free) continue;
+      for (int b = 0; b < 256; ++b) {
+        const int32_t t = g->step(s, static_cast<uint8_t>(b));
+        if (t >= 0 && !g->states_[t].call_free) {
+          g->states_[s].call_free = 0;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  g->cache_.resize(g->states_.size());
+  return g;
+}
+
+std::string Grammar::lexeme_signature(int32_t g) const {
+  // BFS renumbering from g; per state: accept flag, then (first byte, target) runs. Two call-free
+  // states with equal signatures accept the same byte strings, in any grammar.
+  constexpr size_t kMaxStates = 4096;
+  std::vector<int32_t> order{g};
+  std::unordered_map<int32_t, int32_t> ids{{g, 0}};
+  std::string sig;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t s = order[i];
+    sig.push_back(states_[s].accept ? 'A' : 'N');
+    int32_t prev = -2;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = step(s, static_cast<uint8_t>(b));
+      int32_t tid = -1;
+      if (t >= 0) {
+        auto [it, fresh] = ids.emplace(t, static_cast<int32_t>(order.size()));
+        if (fresh) order.push_back(t);
+        tid = it->second;
+      }
+      if (tid != prev) {
+        sig.push_back(static_cast<char>(b));
+        sig.append(reinterpret_cast<const char*>(&tid), sizeof tid);
+        prev = tid;
+      }
+    }
+    sig.push_back(';');
+    if (order.size() > kMaxStates) return std::string();  // too big to be worth sharing
+  }
+  return sig;
+}
+
+std::shared_ptr<const MaskEntry> Grammar::cached_entry(const void* vocab, int32_t g) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cache_vocab_ != vocab) return nullptr;
+  return cache_[g];
+}
+
+void Grammar::store_entry(const void* vocab, int32_t g, std::shared_ptr<const MaskEntry> e) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cache_vocab_ == nullptr) cache_vocab_ = vocab;
+  if (cache_vocab_ == vocab) cache_[g] = std::move(e);
+}
+
+std::shared_ptr<const Grammar> compile_regex(std::string_view pattern, const GrammarOptions& opt) {
+  GrammarBuilder b(opt);
+  const int32_t root = b.new_rule();
+  try {
+    b.define(root, pattern_to_raw(pattern));
+  } catch (const std::invalid_argument& e) {
+    throw SchemaError("pattern", e.what());
+  }
+  return b.finish(root);
+}
+
+std::shared_ptr<const Grammar> compile_choice(const std::vector<std::string>& choices, const GrammarOptions& opt) {
+  GrammarBuilder b(opt);
+  const int32_t root = b.new_rule();
+  std::vector<ExprPtr> alts;
+  for (const auto& c : choices) alts.push_back(e_lit(c));
+  b.define(root, e_alt(std::move(alts)));
+  return b.finish(root);
+}
+
+}  // namespace ds::structured

@@ -1,0 +1,44 @@
+// JSON Schema -> Grammar. See docs in the .cpp header comment for the supported keywords.
+//
+// Supported: type (string or array; "integer" vs "number"; OpenAPI "nullable"), properties,
+// required, additionalProperties (bool or schema; absent = any extra property, per the spec),
+// enum, const, anyOf, oneOf (treated as anyOf), allOf (merged; what cannot be merged is refused
+// naming "allOf"), $ref to local JSON pointers (#, #/definitions/.., #/$defs/.., recursion
+// allowed), items / prefixItems / additionalItems (also draft-4 tuple items), minItems /
+// maxItems, minLength / maxLength (code points; an escape counts as one), pattern (regex.h
+// subset), format (date-time, date, time, uuid, email, ipv4, hostname, uri, uri-reference
+// enforced; ipv6, regex, json-pointer, uri-template, duration, iri.. refused; formats the
+// reference validator does not know are annotations), minimum / maximum / exclusive* (integers
+// exact; numbers exact for integer-valued bounds, bounded numbers are written without
+// exponent; a fractional bound on a number is refused).
+// Refused (SchemaError naming the keyword): not, if/then/else, patternProperties, uniqueItems,
+// multipleOf, min/maxProperties, dependencies, dependent*, propertyNames, contains,
+// unevaluated*, $dynamicRef, $recursiveRef, non-local $ref.
+// Ignored: annotations (title, description, examples, default, $schema, $id, $comment, ...)
+// and unknown keywords (no validation meaning).
+//
+// Object members may come in any order and repeat; required properties are tracked exactly as
+// a set when there are at most 8 of them. With more, the grammar counts required members
+// (any order): exact for objects without duplicate keys, but an object repeating a required key
+// can pass with another one missing (JSON leaves duplicate names undefined; RFC 8259 §4).
+// Property names are matched on their raw (unescaped) spelling.
+// oneOf is compiled as anyOf only when its branches are provably disjoint (different JSON
+// types, or objects told apart by a required property with disjoint const / enum values, or
+// by additionalProperties false); otherwise it is refused naming "oneOf".
+#pragma once
+
+#include <rapidjson/document.h>
+
+#include <memory>
+
+#include "coordinator/structured/grammar.h"
+
+namespace ds::structured {
+
+std::shared_ptr<const Grammar> compile_json_schema(const rapidjson::Value& schema, const GrammarOptions& opt = {});
+// Any JSON object (response_format json_object).
+std::shared_ptr<const Grammar> compile_json_object(const GrammarOptions& opt = {});
+// Any JSON value.
+std::shared_ptr<const Grammar> compile_json_value(const GrammarOptions& opt = {});
+
+}  // namespace ds::structured
