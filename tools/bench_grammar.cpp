@@ -25,6 +25,7 @@
 
 #include "common/gguf.h"
 #include "coordinator/structured/json_schema_compiler.h"
+#include "coordinator/structured/json_text.h"
 #include "coordinator/structured/matcher.h"
 #include "coordinator/structured/token_trie.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -54,33 +55,6 @@ double avg(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
-std::string serialize(const rapidjson::Value& v, bool spaced) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  std::string s(sb.GetString(), sb.GetSize());
-  if (!spaced) return s;
-  // ", " and ": " outside strings (Python json.dumps' default separators).
-  std::string out;
-  bool in_str = false, esc = false;
-  for (char c : s) {
-    out.push_back(c);
-    if (in_str) {
-      if (esc)
-        esc = false;
-      else if (c == '\\')
-        esc = true;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == ',' || c == ':') {
-      out.push_back(' ');
-    }
-  }
-  return out;
 }
 
 std::vector<fs::path> record_files(const std::string& path, std::string& tmpdir) {
@@ -193,7 +167,7 @@ int main(int argc, char** argv) {
       for (const auto& t : d["tests"].GetArray()) {
         const bool valid = t["valid"].GetBool();
         for (bool spaced : {false, true}) {
-          const std::string text = serialize(t["data"], spaced);
+          const std::string text = json_text(t["data"], spaced);
           size_t consumed = 0;
           const bool ok = run_instance(g, vocab, tok.encode(text, false), valid, st, mask, consumed);
           if (ok == valid) {

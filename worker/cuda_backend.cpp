@@ -743,17 +743,17 @@ bool CudaBackend::digest_logits_rows(const float* logits, size_t n_rows, size_t 
 // Prompt-logprob rows: the forced ids' logits into their digest rows (nothing when none is forced).
 void CudaBackend::fill_forced_logits(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
                                      cuda::DigestRow* dev_rows) {
+  // Every decode step passes here: nothing is built unless a row is forced.
+  const auto is_forced = [](const DigestRequest& q) { return q.forced >= 0; };
+  if (std::none_of(requests, requests + n_rows, is_forced)) return;
   std::vector<int32_t> forced(n_rows, -1);
-  bool any = false;
   for (size_t r = 0; r < n_rows; ++r) {
-    if (requests[r].forced < 0) continue;
+    if (!is_forced(requests[r])) continue;
     if (static_cast<size_t>(requests[r].forced) >= n_vocab) {
       throw std::invalid_argument("forced token outside the vocabulary");
     }
     forced[r] = requests[r].forced;
-    any = true;
   }
-  if (!any) return;
   const auto* dev = static_cast<const int32_t*>(forced_ids_.put(forced.data(), n_rows * sizeof(int32_t), stream_));
   DS_CUDA_CHECK(cuda::fill_forced_logits(logits, n_rows, n_vocab, dev, dev_rows, stream_));
 }

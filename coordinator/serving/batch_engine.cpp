@@ -308,6 +308,7 @@ void BatchEngine::take_prompt_logprobs(const StepOutcome& outcome, const StepPla
     if (!s.prompt_rows) continue;
     if (auto a = active_.find(s.request_id); a != active_.end()) seq_of[a->second.seq_id] = &s;
   }
+  if (seq_of.empty()) return;  // the usual step: no prompt rows
   for (const RowResult& r : outcome.rows) {
     if (!r.forced) continue;
     const auto s = seq_of.find(r.seq_id);

@@ -14,37 +14,12 @@
 #include <fstream>
 #include <string>
 
+#include "coordinator/structured/json_text.h"
 #include "tests/coordinator/structured/structured_test_util.h"
 #include "tests/testutil/testutil.h"
 
 namespace ds::structured::test {
 namespace {
-
-std::string serialize(const rapidjson::Value& v, bool spaced) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  const std::string s(sb.GetString(), sb.GetSize());
-  if (!spaced) return s;
-  std::string out;
-  bool in_str = false, esc = false;
-  for (char c : s) {
-    out.push_back(c);
-    if (in_str) {
-      if (esc)
-        esc = false;
-      else if (c == '\\')
-        esc = true;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == ',' || c == ':') {
-      out.push_back(' ');
-    }
-  }
-  return out;
-}
 
 TEST(MaskBench, SliceVerdictsAreExact) {
   std::ifstream in(ds::test::data_path("structured/maskbench-slice.jsonl"));
@@ -67,7 +42,7 @@ TEST(MaskBench, SliceVerdictsAreExact) {
     for (const auto& t : d["tests"].GetArray()) {
       const bool valid = t["valid"].GetBool();
       for (bool spaced : {false, true}) {
-        const std::string text = serialize(t["data"], spaced);
+        const std::string text = json_text(t["data"], spaced);
         ++instances;
         const bool ok = accepts_qwen(g, text);
         if (ok != valid) {
