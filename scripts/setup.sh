@@ -13,6 +13,8 @@ PACKAGES=(
   rapidjson-dev libpcre2-dev
   # tests and fuzzing (libFuzzer ships with clang's runtime); the format check; the size report
   libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format python3
+  # an independent JSON Schema validator for the structured-output end-to-end test
+  python3-jsonschema
   # systemd-analyze (unit checks); curl for the demo
   systemd curl
 )

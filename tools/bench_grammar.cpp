@@ -1,4 +1,5 @@
-// deltaserve-bench-grammar --maskbench PATH [--model GGUF] [--vocab-size N] [--limit K] [--verbose]
+// deltaserve-bench-grammar --maskbench PATH --model GGUF [--vocab-size N] [--extend-vocab N] [--limit K]
+//                          [--compile-only] [--verbose]
 //
 // Runs every MaskBench record ({description, schema, tests:[{description, valid, data}]}) from
 // PATH (a .tar.xz, extracted with `tar -xJf` into a temporary directory, or a directory of
@@ -8,6 +9,10 @@
 // fill_mask and checks that the mask bit agrees with accept_token. Prints compile and mask
 // percentiles, schemas accepted / total (with refusal keywords), and instance verdicts.
 // --vocab-size N pads the vocabulary with empty (never allowed) tokens up to N ids.
+// --compile-only skips the instances (compile time and acceptance only).
+// --extend-vocab N adds non-empty tokens up to N ids, each the concatenation of two tokenizer
+// tokens (how BPE vocabularies grow): a larger trie with realistic byte statistics, never
+// produced by the tokenizer.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -36,8 +41,10 @@ using namespace ds::structured;
 
 namespace {
 
-const ds::cli::Usage kUsage{"deltaserve-bench-grammar",
-                            "--maskbench PATH(.tar.xz|dir) --model GGUF [--vocab-size N] [--limit K] [--verbose]"};
+const ds::cli::Usage kUsage{
+    "deltaserve-bench-grammar",
+    "--maskbench PATH(.tar.xz|dir) --model GGUF [--vocab-size N] [--extend-vocab N] [--limit K] [--compile-only] "
+    "[--verbose]"};
 
 double now_us() {
   using clock = std::chrono::steady_clock;
@@ -113,8 +120,8 @@ bool run_instance(const std::shared_ptr<const Grammar>& g, const std::shared_ptr
 
 int main(int argc, char** argv) {
   std::string maskbench, model;
-  size_t vocab_size = 0, limit = SIZE_MAX;
-  bool verbose = false;
+  size_t vocab_size = 0, extend = 0, limit = SIZE_MAX;
+  bool verbose = false, compile_only = false;
   ds::cli::ArgReader args(kUsage, argc, argv);
   for (std::string a; args.next(a);) {
     if (a == "--maskbench")
@@ -123,8 +130,12 @@ int main(int argc, char** argv) {
       model = args.value();
     else if (a == "--vocab-size")
       vocab_size = ds::cli::parse_number<size_t>(kUsage, a, args.value(), 1);
+    else if (a == "--extend-vocab")
+      extend = ds::cli::parse_number<size_t>(kUsage, a, args.value(), 1);
     else if (a == "--limit")
       limit = ds::cli::parse_number<size_t>(kUsage, a, args.value(), 1);
+    else if (a == "--compile-only")
+      compile_only = true;
     else if (a == "--verbose")
       verbose = true;
     else
@@ -136,6 +147,12 @@ int main(int argc, char** argv) {
     TokenVocab base = from_tokenizer(tok);
     std::vector<std::string> bytes;
     for (int32_t i = 0; i < base.n_vocab(); ++i) bytes.push_back(base.token_bytes(i));
+    const size_t n_base = bytes.size();
+    for (size_t id = n_base; id < extend; ++id) {
+      const std::string& x = bytes[(id * 2654435761u) % n_base];
+      const std::string& y = bytes[(id * 40503u + 7) % n_base];
+      bytes.push_back(x.empty() || y.empty() ? std::string("x") + y : x + y);
+    }
     if (vocab_size > bytes.size()) bytes.resize(vocab_size);
     auto vocab = std::make_shared<const TokenVocab>(std::move(bytes), tok.eog_ids());
     std::printf("vocabulary: %d tokens (%d in the tokenizer), trie %zu nodes\n", vocab->n_vocab(), tok.n_vocab(),
@@ -163,7 +180,10 @@ int main(int argc, char** argv) {
         continue;
       }
       st.compile_us.push_back(now_us() - t0);
+      if (verbose)
+        std::printf("compiled %s in %.0f us, %zu states\n", f.filename().c_str(), st.compile_us.back(), g->n_states());
       ++st.accepted;
+      if (compile_only) continue;
       for (const auto& t : d["tests"].GetArray()) {
         const bool valid = t["valid"].GetBool();
         for (bool spaced : {false, true}) {

@@ -12,6 +12,7 @@
 # mma (with test_cuda_gemv_split first when bundled); "spec_vocab": the MTP draft row with
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps (extra bench flags: VP_FLAGS);
 # "penalties": 16 HTTP streams with presence/frequency/repetition penalties and logit_bias vs none;
+# "structured": tiny fixture CPU vs CUDA vs CUDA spec-k 3 under JSON schemas, 9B HTTP constrained vs free at 64 and 1;
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
@@ -179,7 +180,7 @@ PY
 fi
 
 M9=/tmp/9b.gguf M27=/tmp/27b.gguf
-if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want penalties || want batched || want pdl || want profile; then
+if want 9b || want verify_gemv || want prefill || want ttft || want prefill_profile || want spec || want spec_vocab || want verify_profile || want workers || want workers_batched || want handoff || want handoff_host || want issue12 || want http || want penalties || want structured || want batched || want pdl || want profile; then
   timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1 || tail -3 "$O/synth9.log"
 fi
 
@@ -572,6 +573,81 @@ PY
     done
   else
     note "penalties: server did not start"; tail -5 "$O/serve9_pen.log"
+  fi
+  kill -TERM $spid; wait $spid
+fi
+
+if want structured; then
+  echo "==== structured outputs: tiny CPU vs CUDA vs CUDA spec-k 3 under schemas; 9B HTTP constrained vs free"
+  st_serve() {  # $1 = port, $2.. = serve flags
+    local port=$1; shift
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port "$port" --max-seqs 8 "$@" \
+      > "$O/serve_st_$port.log" 2>&1 &
+    echo $!
+  }
+  s_cpu=$(st_serve 18094 --backend cpu --workers 1)
+  s_cuda=$(st_serve 18095 --backend cuda --workers 1 --devices 0 --prefill-precision f32)
+  s_spec=$(st_serve 18096 --backend cuda --workers 1 --devices 0 --prefill-precision f32 --spec-k 3)
+  if wait_listening "$O/serve_st_18094.log" && wait_listening "$O/serve_st_18095.log" && wait_listening "$O/serve_st_18096.log"; then
+    r=$(timeout 180 python3 - <<'PY'
+import json, urllib.request
+schemas = [{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "n": {"type": "integer"}},
+            "required": ["name", "n"], "additionalProperties": False},
+           {"type": "array", "items": {"enum": ["a", "b", {"x": 1}]}, "maxItems": 5}]
+def post(port, body):
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    d = json.load(urllib.request.urlopen(req, timeout=60))
+    return d["choices"][0]["message"]["content"]
+out = []
+for i, sc in enumerate(schemas):
+    body = dict(messages=[{"role": "user", "content": "data %d" % i}], max_tokens=120, temperature=0,
+                chat_template_kwargs={"enable_thinking": False},
+                response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": sc}})
+    a, b, s = post(18094, body), post(18095, body), post(18096, body)
+    ok = a == b == s
+    try:
+        json.loads(a)
+    except ValueError:
+        ok = False
+    out.append("schema%d %s" % (i, "MATCH" if ok else "DIFFER %r %r %r" % (a, b, s)))
+print(", ".join(out))
+PY
+)
+    note "structured tiny cpu vs cuda vs cuda spec-k 3: ${r:-ERROR}"
+  else
+    note "structured: a tiny server did not start"
+  fi
+  kill -TERM $s_cpu $s_cuda $s_spec; wait $s_cpu $s_cuda $s_spec
+  echo "==== 9B through HTTP: constrained (JSON schema, regex) vs free, 64 and 1 streams (alternated)"
+  "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 1 --devices 0 --port 18093 --max-seqs 64 \
+    > "$O/serve9_st.log" 2>&1 &
+  spid=$!
+  if wait_listening "$O/serve9_st.log"; then
+    # The schema cannot end inside 256 tokens (40 items at least), so every request runs its
+    # max_tokens as the free ones do; the regex is a dense mask (most of the vocabulary).
+    st_fields() {
+      case $1 in
+        json) echo '"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"array","minItems":40,"items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":24},"ok":{"type":"boolean"}},"required":["id","name","ok"],"additionalProperties":false}}}}' ;;
+        regex) echo '"structured_outputs":{"regex":"[a-zA-Z0-9 ,.]*"}' ;;
+      esac
+    }
+    timeout 60 "$B/bin/deltaserve-bench-http" --port 18093 --concurrency 16 --requests 16 --prompt-tokens 256 \
+      --max-tokens 32 --sampling "$(st_fields json)" > /dev/null 2>&1  # warm-up (and the grammar cache)
+    for round in $(seq ${ST_ROUNDS:-2}); do
+      for c in ${ST_CONC:-64 1}; do
+        n=$(( c == 1 ? 4 : 2 * c ))
+        for mode in ${ST_MODES:-off json regex}; do
+          extra=(); [ $mode != off ] && extra=(--sampling "$(st_fields $mode)")
+          timeout 150 "$B/bin/deltaserve-bench-http" --port 18093 --concurrency $c --requests $n --prompt-tokens 256 \
+            --max-tokens 256 "${extra[@]}" > "$O/http9_st_${mode}_${c}_$round.log" 2>&1
+          note "structured $mode c=$c round $round rc=$?: $(grep -E "^\| $c " "$O/http9_st_${mode}_${c}_$round.log" | awk -F'|' '{printf "failed %s output tok/s %s ITL %s", $4, $7, $9}')"
+        done
+      done
+    done
+    grep -m3 -i 'structured\|grammar' "$O/serve9_st.log"
+  else
+    note "structured: server did not start"; tail -5 "$O/serve9_st.log"
   fi
   kill -TERM $spid; wait $spid
 fi

@@ -15,6 +15,7 @@
 #include "common/host_signal.h"
 #include "common/logit_adjust.h"
 #include "common/sampling.h"
+#include "common/token_mask.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_prep.h"
 #include "kernels/cpu/gdn.h"
@@ -308,6 +309,10 @@ class Backend {
   // [n_rows, n_vocab] on the device, before they are digested or downloaded. Throws
   // std::invalid_argument for an edit outside the block.
   virtual void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) = 0;
+  // Applies grammar masks (common/token_mask.h: host masks of some rows) to the logits rows
+  // [n_rows, n_vocab] on the device, after the edits: a disallowed id becomes -inf. Throws
+  // std::invalid_argument for masks that do not fit the block (check_token_masks).
+  virtual void mask_logits(float* logits, size_t n_rows, size_t n_vocab, const TokenMasks& masks) = 0;
 
   // Digests logits rows [n_rows, n_vocab] (device) where they are, downloading only the
   // digests (out[0, n_rows)); same values as ds::digest_logits up to the log-sum-exp's

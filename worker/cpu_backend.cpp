@@ -122,6 +122,9 @@ class CpuBackend final : public Backend {
   void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) override {
     apply_logit_edits(logits, n_rows, n_vocab, edits, n_edits);
   }
+  void mask_logits(float* logits, size_t n_rows, size_t n_vocab, const TokenMasks& masks) override {
+    apply_token_masks(logits, n_rows, n_vocab, masks);
+  }
   void gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
     for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * dim, src + size_t{rows[i]} * dim, dim * sizeof(float));
   }

@@ -316,6 +316,7 @@ class CudaBackend final : public Backend {
   bool digest_logits_rows(const float* logits, size_t n_rows, size_t n_vocab, const DigestRequest* requests,
                           LogitDigest* out) override;
   void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) override;
+  void mask_logits(float* logits, size_t n_rows, size_t n_vocab, const TokenMasks& masks) override;
 
  private:
   // Several backends (pipeline stages, devices) may share a host thread: make ours current.
@@ -355,10 +356,11 @@ class CudaBackend final : public Backend {
   // One buffer per kind of control array, so repeated identical uploads (every layer of a step
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
   ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
-  cuda_buffers::PinnedUpload logit_edits_, forced_ids_;  // up to ~ (ids seen) x rows x 20 bytes per step
+  cuda_buffers::PinnedUpload logit_edits_, forced_ids_, token_masks_;  // up to ~ (ids seen) x rows x 20 bytes per step
   ControlBuffer decode_batch_;  // batched decode attention: descriptors + block tables, same for every layer of a step
   ControlBuffer prep_control_;  // attention_prep: positions then pool rows, same for every attention layer of a step
-  std::vector<uint32_t> prep_host_;  // host staging of that upload
+  std::vector<uint32_t> prep_host_;     // host staging of that upload
+  std::vector<uint32_t> mask_staging_;  // mask_logits: rows then masks, one upload
 };
 
 CudaBackend::~CudaBackend() {
@@ -639,6 +641,20 @@ void CudaBackend::edit_logits(float* logits, size_t n_rows, size_t n_vocab, cons
   // grown step by step).
   const auto* dev = static_cast<const LogitEdit*>(logit_edits_.put(edits, n_edits * sizeof(LogitEdit), stream_));
   DS_CUDA_CHECK(cuda::apply_logit_edits(logits, n_rows, n_vocab, dev, n_edits, stream_));
+}
+
+// One pinned upload per step: the masked rows' indices, then their masks (~31 KiB per row at
+// a 248K vocabulary).
+void CudaBackend::mask_logits(float* logits, size_t n_rows, size_t n_vocab, const TokenMasks& masks) {
+  if (masks.empty()) return;
+  check_token_masks(masks, n_rows, n_vocab);
+  on_device();
+  mask_staging_.assign(masks.rows.begin(), masks.rows.end());
+  mask_staging_.insert(mask_staging_.end(), masks.bits.begin(), masks.bits.end());
+  const auto* dev =
+      static_cast<const uint32_t*>(token_masks_.put(mask_staging_.data(), mask_staging_.size() * 4, stream_));
+  DS_CUDA_CHECK(cuda::apply_token_masks(logits, n_vocab, dev, masks.rows.size(), dev + masks.rows.size(), masks.n_words,
+                                        stream_));
 }
 
 void CudaBackend::gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {

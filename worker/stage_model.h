@@ -23,6 +23,7 @@
 #include "common/logit_adjust.h"
 #include "common/sampling.h"     // DigestRequest, LogitDigest
 #include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
+#include "common/token_mask.h"
 
 namespace ds {
 
@@ -64,6 +65,9 @@ struct StepInput {
   // Last stage, optional: edits of the logit rows (LogitEdit::row indexes them in the order
   // above), applied on the device before they are digested or returned: biases, masks.
   std::vector<LogitEdit> logit_edits;
+  // Last stage, optional: grammar masks of logit rows (TokenMasks::rows index them likewise),
+  // applied after the edits.
+  TokenMasks token_masks;
 };
 
 struct StepOutput {

@@ -102,6 +102,11 @@ struct SeqRequest {
   // Empty, or one per logit row: >= 0 = that row's token is this id (prompt logprobs: its
   // logprob is reported, nothing sampled, no logit edits), -1 = sampled. Not with speculation.
   std::vector<int32_t> forced_tokens;
+  // Grammar masks (structured outputs): `mask_rows` index logit_rows (increasing); each has a
+  // mask of mask_words words in mask_bits (common/token_mask.h). Empty: no row is limited.
+  std::vector<uint32_t> mask_rows;
+  uint32_t mask_words = 0;
+  std::vector<uint32_t> mask_bits;
   SamplingRule sampling;  // sent to the workers only when new or changed
   LogitAdjust adjust;     // logit_bias, min_tokens, penalties (likewise)
   // With penalties, on a row that restarts past position 0 (cache.is_new): the tokens of

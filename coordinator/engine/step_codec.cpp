@@ -53,6 +53,26 @@ void check_request(const SeqRequest& s, bool managed) {
     throw StepFailed("sequence " + std::to_string(s.seq_id) + ": forced tokens need one per logit row, no speculation");
   }
   check_speculation(s);
+  if (s.mask_bits.size() != s.mask_rows.size() * s.mask_words || (!s.mask_rows.empty() && s.mask_words == 0)) {
+    throw StepFailed("sequence " + std::to_string(s.seq_id) + ": mask_bits do not fit mask_rows x mask_words");
+  }
+  for (size_t i = 0; i < s.mask_rows.size(); ++i) {
+    if (s.mask_rows[i] >= s.logit_rows.size() || (i > 0 && s.mask_rows[i] <= s.mask_rows[i - 1])) {
+      throw StepFailed("sequence " + std::to_string(s.seq_id) + ": mask rows must be increasing logit rows");
+    }
+  }
+}
+
+// The grammar masks of one sequence, whose logit rows start at flat index `first_row`.
+void encode_masks(const SeqRequest& s, uint32_t first_row, v1::StepPlan* plan) {
+  if (s.mask_rows.empty()) return;
+  if (plan->mask_words() != 0 && plan->mask_words() != s.mask_words) {
+    throw StepFailed("sequence " + std::to_string(s.seq_id) + ": masks of another width in one plan");
+  }
+  plan->set_mask_words(s.mask_words);
+  for (const uint32_t r : s.mask_rows) plan->add_mask_rows(first_row + r);
+  plan->mutable_mask_bits()->append(reinterpret_cast<const char*>(s.mask_bits.data()),
+                                    s.mask_bits.size() * sizeof(uint32_t));
 }
 
 // The placement columns of one row (see StepPlan in step.proto).
@@ -125,6 +145,7 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
     plan.add_start_positions(s.start_pos);
     plan.add_n_tokens(static_cast<uint32_t>(s.tokens.size()));
     plan.mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
+    encode_masks(s, static_cast<uint32_t>(plan.logit_rows_size()), &plan);
     plan.add_n_logit_rows(static_cast<uint32_t>(s.logit_rows.size()));
     plan.mutable_logit_rows()->Add(s.logit_rows.begin(), s.logit_rows.end());
     for (size_t i = 0; i < s.logit_rows.size(); ++i) plan.add_random_u(s.random_u.empty() ? 0.0 : s.random_u[i]);

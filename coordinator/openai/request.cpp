@@ -1,5 +1,8 @@
 #include "coordinator/openai/request.h"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include <limits>
 
 #include "coordinator/http/api_error.h"
@@ -101,17 +104,6 @@ std::optional<bool> parse_reasoning_effort(const rapidjson::Value& req) {
   return on;
 }
 
-void parse_response_format(const rapidjson::Value& req) {
-  const rapidjson::Value* rf = get_object(req, "response_format");
-  if (rf == nullptr) return;
-  const std::string type = get_string(*rf, "type").value_or("");
-  if (type == "text") return;
-  if (type == "json_object" || type == "json_schema") {
-    bad("response_format", "response_format '" + type + "' is not supported yet");
-  }
-  bad("response_format", "response_format.type must be 'text', 'json_object' or 'json_schema'");
-}
-
 void parse_tools(const rapidjson::Value& req, ChatParams& p) {
   const rapidjson::Value* tools = field(req, "tools");
   if (tools != nullptr) {
@@ -164,6 +156,23 @@ void parse_tools(const rapidjson::Value& req, ChatParams& p) {
   if ((p.tool_choice == ToolChoice::kRequired || p.tool_choice == ToolChoice::kFunction) && !p.has_tools) {
     bad("tool_choice", "tool_choice requires 'tools'");
   }
+}
+
+// tool_choice "required" or a named function: the output is a tool call (structured_request.h).
+void constrain_tool_calls(const rapidjson::Value& req, ChatParams& p) {
+  if (p.tool_choice != ToolChoice::kRequired && p.tool_choice != ToolChoice::kFunction) return;
+  if (p.structured.active()) {
+    bad("tool_choice", "tool_choice '" + std::string(p.tool_choice == ToolChoice::kRequired ? "required" : "function") +
+                           "' conflicts with '" + p.structured.param + "': ask for one output constraint");
+  }
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  field(req, "tools")->Accept(w);
+  p.structured.kind = StructuredSpec::Kind::kToolCalls;
+  p.structured.param = "tool_choice";
+  p.structured.text.assign(buf.GetString(), buf.GetSize());
+  if (p.tool_choice == ToolChoice::kFunction) p.structured.tool_names = {p.tool_choice_name};
+  p.structured.parallel_tool_calls = p.parallel_tool_calls;
 }
 
 std::vector<int32_t> parse_id_array(const rapidjson::Value& arr) {
@@ -228,9 +237,10 @@ ChatParams parse_chat_params(const rapidjson::Value& req) {
   if (p.sampling.top_logprobs > 0 && !p.sampling.logprobs) {
     bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
   }
-  parse_response_format(req);
+  p.structured = parse_structured_spec(req);
   parse_tools(req, p);
   p.parallel_tool_calls = get_bool(req, "parallel_tool_calls").value_or(true);
+  constrain_tool_calls(req, p);
   p.enable_thinking = parse_reasoning_effort(req);
   if (const rapidjson::Value* k = field(req, "chat_template_kwargs"); k != nullptr && !k->IsObject()) {
     bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -243,6 +253,7 @@ CompletionParams parse_completion_params(const rapidjson::Value& req) {
   parse_prompt(req, p);
   parse_common(req, p);
   p.echo = get_bool(req, "echo").value_or(false);
+  p.structured = parse_structured_spec(req);
   parse_max_tokens(req, p, /*chat=*/false, p.echo ? 0 : 1);
   if (!p.max_tokens) p.max_tokens = kCompletionsDefaultMaxTokens;
   if (auto lp = get_int(req, "logprobs", 0, kMaxTopLogprobs)) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/openai/structured_request.h"
 #include "coordinator/output_parser/tool_schema.h"
 #include "coordinator/serving/generation.h"
 
@@ -30,6 +31,7 @@ struct CommonParams {
   std::vector<std::string> stop;       // matched on decoded text, trimmed from the output
   std::string echo_text;               // output before the generated text (completions' echo); set by the service
   uint32_t n = 1;                      // choices, 1..kMaxChoices (the server may cap it lower)
+  StructuredSpec structured;           // structured outputs (response_format, structured_outputs, tool_choice)
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };

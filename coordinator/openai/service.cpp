@@ -11,6 +11,7 @@
 #include "coordinator/openai/output_stream.h"
 #include "coordinator/openai/responder.h"
 #include "coordinator/openai/submission.h"
+#include "coordinator/structured/token_trie.h"
 
 namespace ds::openai {
 
@@ -265,6 +266,18 @@ int64_t OpenAIService::now_unix() const {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+std::optional<OutputConstraint> OpenAIService::output_constraint(const CommonParams& params, bool thinking) {
+  if (!params.structured.active()) return std::nullopt;
+  OutputConstraint c;
+  c.grammar = grammars_.compile(params.structured);
+  std::call_once(vocab_once_, [this] {
+    vocab_ = std::make_shared<const structured::TokenVocab>(structured::from_tokenizer(tokenizer_));
+  });
+  c.vocab = vocab_;
+  if (thinking) c.starts_after = tokenizer_.find_token("</think>").value_or(-1);
+  return c;
+}
+
 DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const char* prompt_param,
                                        std::vector<int32_t> prompt_ids, CommonParams& params,
                                        std::optional<OutputParserOptions> parser, Channel channel,
@@ -277,6 +290,7 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
   s.request.request_id = new_request_id(id_prefix);
   s.request.prompt_ids = std::move(prompt_ids);
   s.request.sampling = params.sampling;
+  s.request.constraint = output_constraint(params, parser && parser->thinking_open);
   s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), prompt_param);
   const bool echo_only = s.request.sampling.max_tokens == 0;  // completions' echo: the engine still makes one
   if (echo_only) s.request.sampling.max_tokens = 1;

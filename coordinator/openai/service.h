@@ -6,9 +6,9 @@
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
 // (liveness, no API key), GET /ready, GET /metrics, POST /tokenize, POST /detokenize.
 //
-// tool_choice: "none" disables tool-call parsing; "auto", "required" and a named function
-// all parse tool calls but do not constrain sampling (no guided decoding yet), so a model
-// may still answer in plain text under "required".
+// tool_choice: "none" disables tool-call parsing; "auto" parses tool calls the model chooses
+// to make; "required" and a named function constrain the output to a tool call
+// (structured_request.h), as response_format / structured_outputs constrain it to a schema.
 #pragma once
 
 #include <atomic>
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "coordinator/http/server_options.h"
 #include "coordinator/openai/admission.h"
 #include "coordinator/openai/request.h"
+#include "coordinator/openai/structured_request.h"
 #include "coordinator/openai/task_thread.h"
 #include "coordinator/output_parser/output_parser.h"
 #include "coordinator/serving/generation.h"
@@ -83,6 +85,10 @@ class OpenAIService {
                           CommonParams& params, std::optional<OutputParserOptions> parser, Channel channel,
                           std::chrono::steady_clock::time_point arrival);
 
+  // The request's output constraint for the engine (nullopt without one); `thinking` = the
+  // prompt opened a reasoning block, which the constraint waits out.
+  std::optional<OutputConstraint> output_constraint(const CommonParams& params, bool thinking);
+
   const ServerOptions& options_;
   Engine& engine_;
   const Tokenizer& tokenizer_;
@@ -92,6 +98,9 @@ class OpenAIService {
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_salt_;
   AdmissionGate admission_;
+  GrammarCache grammars_;
+  std::once_flag vocab_once_;  // the tokenizer's vocabulary as byte strings, made on first use
+  std::shared_ptr<const structured::TokenVocab> vocab_;
   // Engine cancels requested from engine callbacks. Shared (weakly) with in-flight responders
   // so a callback arriving after the service is gone does nothing.
   std::shared_ptr<TaskThread> deferred_ = std::make_shared<TaskThread>();

@@ -221,6 +221,7 @@ void BatchEngine::take_inbox() {
       a.prompt = req.prompt_ids;
       a.prompt_logprobs.resize(req.prompt_ids.size() - 1);
     }
+    if (req.constraint) a.constraint.emplace(*req.constraint);
     active_.emplace(req.request_id, std::move(a));
   }
   for (const std::string& id : cancels) {
@@ -270,15 +271,22 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
     by_request[s.request_id] = r->second;
   }
   const UpdateResult result = scheduler_.update_from_output(out);
-  std::unordered_map<std::string, size_t> emitted;  // tokens of each request delivered so far
+  std::unordered_map<std::string, size_t> emitted;        // tokens of each request delivered so far
+  std::vector<std::pair<std::string, std::string>> ends;  // constrained requests to end: id, error
   for (const TokenEvent& t : result.tokens) {
     auto a = active_.find(t.request_id);
     if (a == active_.end()) continue;
+    if (a->second.constraint &&
+        std::any_of(ends.begin(), ends.end(), [&](const auto& e) { return e.first == t.request_id; })) {
+      continue;  // ended by its grammar at an earlier token of this step
+    }
     const RowResult& row = *by_request.at(t.request_id).at(emitted[t.request_id]++);
     if (t.first) {
       if (!a->second.prompt.empty()) a->second.sink->on_prompt_logprobs(a->second.prompt_logprobs);
       a->second.sink->on_started(a->second.prompt_tokens);
     }
+    const bool more = !a->second.constraint || constraint_allows_more(a->second, t.request_id, t.token, ends);
+    if (!more && !ends.back().second.empty()) continue;  // a refused token is not emitted
     GeneratedToken g = generated_token(a->second, row);
     g.token = t.token;
     a->second.sink->on_token(g);
@@ -288,6 +296,47 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
     if (a != active_.end()) a->second.sink->on_cached(f.cached_tokens);
     if (a != active_.end() && opt_.scheduler.spec_k > 0) a->second.sink->on_speculation(f.spec);
     finish(f.request_id, f.reason, "");
+  }
+  // A complete grammar ends its request as a stop (only the end of generation could follow);
+  // a refused token is an error (a mask that was not applied: never expected).
+  for (const auto& [id, error] : ends) {
+    if (active_.count(id) == 0) continue;
+    scheduler_.abort(id);
+    finish(id, error.empty() ? FinishReason::kStop : FinishReason::kError, error);
+  }
+}
+
+bool BatchEngine::constraint_allows_more(Active& a, const std::string& id, int32_t token,
+                                         std::vector<std::pair<std::string, std::string>>& ends) {
+  if (!a.constraint->accept(token)) {
+    ends.emplace_back(id, "structured output: the grammar refused token " + std::to_string(token));
+    return false;
+  }
+  if (!a.constraint->complete()) return true;
+  ends.emplace_back(id, "");
+  return false;
+}
+
+// The grammar masks of the plan's constrained rows that sample, computed in parallel (each
+// request's matcher is used by one task).
+void BatchEngine::fill_constraint_masks(const StepPlan& plan, std::vector<SeqRequest>& reqs) {
+  std::vector<std::pair<size_t, OutputConstraintState*>> jobs;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = plan.seqs[i];
+    if (!s.needs_logits) continue;
+    Active& a = active_.at(s.request_id);
+    if (a.constraint) jobs.emplace_back(i, &*a.constraint);
+  }
+  if (jobs.empty()) return;
+  if (!mask_pool_ && jobs.size() > 1) mask_pool_ = std::make_unique<ParallelFor>(ParallelFor::default_helpers());
+  const auto fill = [&](size_t j) {
+    const size_t i = jobs[j].first;
+    jobs[j].second->fill_masks(plan.seqs[i].n_draft, &reqs[i]);
+  };
+  if (mask_pool_) {
+    mask_pool_->run(jobs.size(), fill);
+  } else {
+    fill(0);
   }
 }
 
@@ -379,6 +428,7 @@ bool BatchEngine::send_next_plan() {
   if (plan.empty()) return false;  // the releases ride on the next step
   std::vector<SeqRequest> reqs;
   for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
+  fill_constraint_masks(plan, reqs);
   flying_.push_back(Flying{std::move(plan), std::exchange(to_release_, {}), false});
   pipeline_.submit(reqs, flying_.back().released);
   if (samples_nothing(flying_.back().plan)) {

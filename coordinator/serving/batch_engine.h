@@ -31,6 +31,8 @@
 #include "common/stage_types.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/serving/generation.h"
+#include "coordinator/serving/output_constraint.h"
+#include "coordinator/serving/parallel_for.h"
 
 namespace ds {
 
@@ -83,6 +85,7 @@ class BatchEngine final : public Engine {
     // p + 1 (from the row at position p), filled as the prompt's chunks come back.
     std::vector<int32_t> prompt;
     std::vector<GeneratedToken> prompt_logprobs;
+    std::optional<OutputConstraintState> constraint;  // structured outputs
   };
 
   // A plan sent to the workers whose result is not collected yet.
@@ -105,6 +108,11 @@ class BatchEngine final : public Engine {
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
   void note_released(const StepPlan& plan);
   SeqRequest request_of(const ScheduledSeq& s);
+  void fill_constraint_masks(const StepPlan& plan, std::vector<SeqRequest>& reqs);
+  // Advances a constrained request over an emitted token; false (and `ends` set) when the
+  // request must end after it: the grammar refused the token, or is complete.
+  bool constraint_allows_more(Active& a, const std::string& id, int32_t token,
+                              std::vector<std::pair<std::string, std::string>>& ends);
   void update_health();
 
   PipelineEngine& pipeline_;
@@ -121,7 +129,8 @@ class BatchEngine final : public Engine {
   double host_seconds_ = 0;
   double wait_seconds_ = 0;
   uint32_t recoveries_in_a_row_ = 0;
-  bool pipelined_once_ = false;  // several plans were in flight at once (logged once)
+  bool pipelined_once_ = false;             // several plans were in flight at once (logged once)
+  std::unique_ptr<ParallelFor> mask_pool_;  // made on the first constrained step
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -14,6 +14,20 @@
 
 namespace ds {
 
+namespace structured {
+class Grammar;
+class TokenVocab;
+}  // namespace structured
+
+// Structured outputs: the generated tokens must spell a string of `grammar` (then end), token
+// by token. With `starts_after` >= 0 the tokens up to and including that one (the reasoning
+// block's `</think>`) are free and the grammar applies from the next token on.
+struct OutputConstraint {
+  std::shared_ptr<const structured::Grammar> grammar;
+  std::shared_ptr<const structured::TokenVocab> vocab;
+  int32_t starts_after = -1;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;      // 0: greedy
   float top_p = 1.0f;            // nucleus mass in (0, 1]
@@ -42,6 +56,7 @@ struct GenerationRequest {
   std::string request_id;
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
+  std::optional<OutputConstraint> constraint;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

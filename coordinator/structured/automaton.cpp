@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <unordered_map>
 
 namespace ds::structured {
 
@@ -46,15 +47,13 @@ Frag build_embed(Nfa& n, const Dfa& d) {
   const int32_t base = static_cast<int32_t>(n.st.size());
   for (size_t s = 0; s < d.size(); ++s) n.add();
   n.st[f.in].eps.push_back(base);
+  std::vector<ByteSet> cls_bytes(static_cast<size_t>(d.ncls));
+  for (int b = 0; b < 256; ++b) cls_bytes[d.cls[b]].set(static_cast<uint8_t>(b));
   for (size_t s = 0; s < d.size(); ++s) {
     const int32_t ns = base + static_cast<int32_t>(s);
     for (int c = 0; c < d.ncls; ++c) {
       const int32_t t = d.next[s * d.ncls + c];
-      if (t < 0) continue;
-      ByteSet bs;
-      for (int b = 0; b < 256; ++b)
-        if (d.cls[b] == c) bs.set(static_cast<uint8_t>(b));
-      n.st[ns].bytes.emplace_back(bs, base + t);
+      if (t >= 0) n.st[ns].bytes.emplace_back(cls_bytes[c], base + t);
     }
     for (auto [r, t] : d.calls[s]) n.st[ns].calls.emplace_back(r, base + t);
     if (d.accept[s]) n.st[ns].eps.push_back(f.out);
@@ -174,6 +173,14 @@ int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
   return ncls;
 }
 
+struct SetHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
 void eps_closure(const Nfa& n, std::vector<int32_t>& set, std::vector<uint8_t>& mark) {
   std::vector<int32_t> work(set.begin(), set.end());
   for (int32_t s : set) mark[s] = 1;
@@ -189,6 +196,7 @@ void eps_closure(const Nfa& n, std::vector<int32_t>& set, std::vector<uint8_t>& 
   }
   for (int32_t s : set) mark[s] = 0;
   std::sort(set.begin(), set.end());
+  set.erase(std::unique(set.begin(), set.end()), set.end());
 }
 
 }  // namespace
@@ -292,36 +300,59 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
   std::array<uint8_t, 256> rep{};
   for (int b = 255; b >= 0; --b) rep[d->cls[b]] = static_cast<uint8_t>(b);
 
+  // Byte edges as (class, target) moves, expanded once per NFA state rather than tested per
+  // class in every DFA state that contains it.
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> moves(n.st.size());
+  for (size_t s = 0; s < n.st.size(); ++s)
+    for (const auto& [bs, t] : n.st[s].bytes)
+      for (int c = 0; c < d->ncls; ++c)
+        if (bs.test(rep[c])) moves[s].emplace_back(c, t);
   std::vector<uint8_t> mark(n.st.size(), 0);
-  std::map<std::vector<int32_t>, int32_t> ids;
+  // States are looked up by their kernel (the move targets, before the epsilon closure) first:
+  // kernels are small and most lookups hit, so the closure is computed once per new kernel.
+  std::unordered_map<std::vector<int32_t>, int32_t, SetHash> ids, by_kernel;
   std::vector<std::vector<int32_t>> sets;
-  auto intern = [&](std::vector<int32_t> set) {
+  auto intern = [&](std::vector<int32_t>& kernel) {  // sorted in place; left for reuse
+    std::sort(kernel.begin(), kernel.end());
+    kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+    if (auto k = by_kernel.find(kernel); k != by_kernel.end()) return k->second;
+    std::vector<int32_t> set = kernel;
     eps_closure(n, set, mark);
     auto it = ids.find(set);
-    if (it != ids.end()) return it->second;
-    const int32_t id = static_cast<int32_t>(sets.size());
-    ids.emplace(set, id);
-    sets.push_back(std::move(set));
-    if ((sets.size() & 255) == 0) budget.charge(256);
+    int32_t id;
+    if (it != ids.end()) {
+      id = it->second;
+    } else {
+      id = static_cast<int32_t>(sets.size());
+      ids.emplace(set, id);
+      sets.push_back(std::move(set));
+      if ((sets.size() & 255) == 0) budget.charge(256);
+    }
+    by_kernel.emplace(kernel, id);
     return id;
   };
-  intern({f.in});
+  std::vector<int32_t> start{f.in};
+  intern(start);
+  std::vector<std::vector<int32_t>> buckets(static_cast<size_t>(d->ncls));
   for (size_t i = 0; i < sets.size(); ++i) {
-    const std::vector<int32_t> cur = sets[i];
+    const std::vector<int32_t> cur = std::move(sets[i]);  // only the maps need the sets later
     d->accept.push_back(std::binary_search(cur.begin(), cur.end(), f.out) ? 1 : 0);
-    for (int c = 0; c < d->ncls; ++c) {
-      std::vector<int32_t> tgt;
-      for (int32_t s : cur)
-        for (const auto& [bs, t] : n.st[s].bytes)
-          if (bs.test(rep[c])) tgt.push_back(t);
-      d->next.push_back(tgt.empty() ? -1 : intern(std::move(tgt)));
+    bool calls = false;
+    for (int32_t s : cur) {
+      for (auto [c, t] : moves[s]) buckets[c].push_back(t);
+      calls = calls || !n.st[s].calls.empty();
     }
+    for (int c = 0; c < d->ncls; ++c) {
+      d->next.push_back(buckets[c].empty() ? -1 : intern(buckets[c]));
+      buckets[c].clear();
+    }
+    d->calls.emplace_back();
+    if (!calls) continue;
     std::map<int32_t, std::vector<int32_t>> by_rule;
     for (int32_t s : cur)
       for (auto [r, t] : n.st[s].calls) by_rule[r].push_back(t);
-    d->calls.emplace_back();
     for (auto& [r, tgt] : by_rule) {
-      const int32_t t = intern(std::move(tgt));
+      const int32_t t = intern(tgt);
       d->calls[i].emplace_back(r, t);
     }
   }
@@ -340,13 +371,14 @@ std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, B
   d->ncls = static_cast<int>(pair_cls.size());
   std::array<uint8_t, 256> rep{};
   for (int x = 255; x >= 0; --x) rep[d->cls[x]] = static_cast<uint8_t>(x);
-  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::unordered_map<uint64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> states;
   auto intern = [&](int32_t sa, int32_t sb) {
-    auto it = ids.find({sa, sb});
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(sa)) << 32) | static_cast<uint32_t>(sb);
+    auto it = ids.find(key);
     if (it != ids.end()) return it->second;
     const int32_t id = static_cast<int32_t>(states.size());
-    ids.emplace(std::make_pair(sa, sb), id);
+    ids.emplace(key, id);
     states.emplace_back(sa, sb);
     budget.charge(1);
     return id;
@@ -371,15 +403,24 @@ std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, B
 
 bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
   const size_t n = d.size();
-  std::vector<std::vector<int32_t>> rev(n);
   auto passable = [&](int32_t r) { return productive.empty() || productive[r]; };
+  // Reverse edges in compressed rows: (target, source) pairs sorted by target.
+  std::vector<std::pair<int32_t, int32_t>> edges;
   for (size_t s = 0; s < n; ++s) {
     for (int c = 0; c < d.ncls; ++c) {
       const int32_t t = d.next[s * d.ncls + c];
-      if (t >= 0) rev[t].push_back(static_cast<int32_t>(s));
+      if (t >= 0) edges.emplace_back(t, static_cast<int32_t>(s));
     }
     for (auto [r, t] : d.calls[s])
-      if (passable(r)) rev[t].push_back(static_cast<int32_t>(s));
+      if (passable(r)) edges.emplace_back(t, static_cast<int32_t>(s));
+  }
+  std::vector<uint32_t> row(n + 1, 0);
+  for (auto [t, s] : edges) ++row[t + 1];
+  for (size_t i = 0; i < n; ++i) row[i + 1] += row[i];
+  std::vector<int32_t> src(edges.size());
+  {
+    std::vector<uint32_t> fill(row.begin(), row.end() - 1);
+    for (auto [t, s] : edges) src[fill[t]++] = s;
   }
   std::vector<uint8_t> live(n, 0);
   std::vector<int32_t> work;
@@ -388,8 +429,8 @@ bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
   while (!work.empty()) {
     const int32_t s = work.back();
     work.pop_back();
-    for (int32_t p : rev[s])
-      if (!live[p]) live[p] = 1, work.push_back(p);
+    for (uint32_t k = row[s]; k < row[s + 1]; ++k)
+      if (!live[src[k]]) live[src[k]] = 1, work.push_back(src[k]);
   }
   if (!live[0]) {
     d.next.assign(d.ncls, -1);

@@ -33,6 +33,25 @@ bool reaches_accept(const Dfa& d, const std::vector<uint8_t>& productive) {
   return false;
 }
 
+// call_free: no state with calls is reachable by bytes. Propagated backwards from the states
+// with calls over the byte edges (rows are laid out one after another, in state order).
+void mark_call_free(std::vector<Grammar::State>& states, const std::vector<int32_t>& next) {
+  std::vector<std::vector<int32_t>> rev(states.size());
+  std::vector<int32_t> work;
+  for (size_t s = 0; s < states.size(); ++s) {
+    const uint32_t row_end = s + 1 < states.size() ? states[s + 1].row : static_cast<uint32_t>(next.size());
+    for (uint32_t i = states[s].row; i < row_end; ++i)
+      if (next[i] >= 0) rev[next[i]].push_back(static_cast<int32_t>(s));
+    if (!states[s].call_free) work.push_back(static_cast<int32_t>(s));
+  }
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    for (int32_t p : rev[s])
+      if (states[p].call_free) states[p].call_free = 0, work.push_back(p);
+  }
+}
+
 }  // namespace
 
 GrammarBuilder::GrammarBuilder(const GrammarOptions& opt) {
@@ -97,21 +116,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(int32_t root) {
       g->states_.push_back(st);
     }
   }
-  // call_free: greatest fixpoint over byte successors.
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t s = 0; s < total; ++s) {
-      if (!g->states_[s].call_free) continue;
-      for (int b = 0; b < 256; ++b) {
-        const int32_t t = g->step(s, static_cast<uint8_t>(b));
-        if (t >= 0 && !g->states_[t].call_free) {
-          g->states_[s].call_free = 0;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
+  mark_call_free(g->states_, g->next_);
   g->cache_.resize(g->states_.size());
   return g;
 }

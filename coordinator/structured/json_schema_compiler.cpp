@@ -99,7 +99,12 @@ uint64_t count_kw(const JValue& s, const char* k, uint64_t dflt) {
 class Compiler {
  public:
   Compiler(const JValue& root, const GrammarOptions& opt)
-      : opt_(opt), b_(opt), store_(root), ws_(ws_expr(opt.max_ws)) {}
+      : opt_(opt), own_(opt), b_(own_), store_(root), ws_(ws_expr(opt.max_ws)) {}
+  // Rules go into `outer` (define_json_schema_rule); own_ stays unused.
+  Compiler(GrammarBuilder& outer, const JValue& root, const GrammarOptions& opt)
+      : opt_(opt), own_(opt), b_(outer), store_(root), ws_(ws_expr(opt.max_ws)) {}
+
+  int32_t value_rule(const JValue& s) { return rule_for(s); }
 
   std::shared_ptr<const Grammar> compile_schema() {
     const int32_t root = rule_for(store_.root());
@@ -127,6 +132,11 @@ class Compiler {
     return e;
   }
 
+  // A schema every instance satisfies: true, or an object without validation keywords.
+  static bool matches_everything(const JValue& s) {
+    return s.IsBool() ? s.GetBool() : s.IsObject() && !has_validation_siblings(s, {});
+  }
+
   static bool has_validation_siblings(const JValue& s, std::initializer_list<std::string_view> except) {
     for (const auto& m : s.GetObject()) {
       const std::string_view k = sv(m.name);
@@ -150,9 +160,22 @@ class Compiler {
     const JValue* one = member(s, "oneOf");
     if (any && one) throw SchemaError("oneOf", "anyOf together with oneOf");
     if (any || one) return union_expr(s, any ? *any : *one, any ? "anyOf" : "oneOf");
+    const JValue* neg = member(s, "not");
+    if (neg && matches_everything(*neg)) return e_nothing();
     for (const auto& m : s.GetObject())
-      if (is_refused_keyword(sv(m.name), m.value)) throw SchemaError(std::string(sv(m.name)), "keyword not supported");
-    const std::set<std::string> types = types_of(s);
+      if (is_refused_keyword(sv(m.name), m.value) && sv(m.name) != "not")
+        throw SchemaError(std::string(sv(m.name)), "keyword not supported");
+    std::set<std::string> types = types_of(s);
+    if (neg) {
+      // not {type: ...}: those JSON types are removed. "Numbers that are not integers" has no
+      // grammar here, so that one case stays refused.
+      if (!neg->IsObject() || has_validation_siblings(*neg, {"type"}) || !neg->HasMember("type"))
+        throw SchemaError("not", "only not {} and not {type: ...} are supported");
+      const std::set<std::string> drop = types_of(*neg);
+      if (drop.count("integer") && !drop.count("number") && types.count("number"))
+        throw SchemaError("not", "not {type: integer} on numbers");
+      for (const auto& t : drop) types.erase(t);
+    }
     if (member(s, "enum") || member(s, "const")) return enum_expr(s, types);
     std::vector<ExprPtr> alts;
     if (types.count("null")) alts.push_back(e_lit("null"));
@@ -349,12 +372,17 @@ class Compiler {
   }
 
   ExprPtr string_for(const JValue& s) {
-    std::vector<std::shared_ptr<Dfa>> parts;
+    // Equal string constraints share one rule (their DFA is built once).
+    std::string key;
+    for (const char* k : {"format", "pattern", "minLength", "maxLength"})
+      if (const JValue* v = member(s, k)) key += std::string(k) + "=" + compact(*v) + ";";
+    if (auto it = string_rules_.find(key); it != string_rules_.end()) return e_call(it->second);
+    std::vector<std::shared_ptr<const Dfa>> parts;
     if (const JValue* f = member(s, "format"); f && f->IsString()) {
       std::string pat;
       switch (format_pattern(sv(*f), pat)) {
         case FormatSupport::Enforced:
-          parts.push_back(build_dfa(pattern_to_json_content(pat), b_.budget()));
+          parts.push_back(json_content_dfa(pat, b_.budget()));
           break;
         case FormatSupport::Refused:
           throw SchemaError("format", "format \"" + std::string(sv(*f)) + "\" is not supported");
@@ -365,7 +393,7 @@ class Compiler {
     if (const JValue* p = member(s, "pattern")) {
       if (!p->IsString()) throw SchemaError("pattern", "pattern must be a string");
       try {
-        parts.push_back(build_dfa(pattern_to_json_content(sv(*p)), b_.budget()));
+        parts.push_back(json_content_dfa(sv(*p), b_.budget()));
       } catch (const std::invalid_argument& e) {
         throw SchemaError("pattern", e.what());
       }
@@ -380,12 +408,13 @@ class Compiler {
                                  mx == UINT64_MAX ? kUnbounded : static_cast<uint32_t>(mx), b_.budget()));
     }
     if (parts.empty()) return e_call(shared_rule(string_rule_, e_embed(generic_string_dfa())));
-    std::shared_ptr<Dfa> d = parts[0];
+    std::shared_ptr<const Dfa> d = parts[0];
     for (size_t i = 1; i < parts.size(); ++i) d = dfa_product(*d, *parts[i], ProductMode::And, b_.budget());
     // A rule of its own: every position inside the string is one grammar state, whatever
     // property it belongs to, so its mask is computed once.
     const int32_t r = b_.new_rule();
     b_.define(r, e_seq({e_byte('"'), e_embed(d), e_byte('"')}));
+    string_rules_.emplace(std::move(key), r);
     return e_call(r);
   }
 
@@ -432,13 +461,15 @@ class Compiler {
   }
 
   GrammarOptions opt_;
-  GrammarBuilder b_;
+  GrammarBuilder own_;
+  GrammarBuilder& b_;
   SchemaStore store_;
   ExprPtr ws_;
   std::unordered_map<const JValue*, int32_t> rules_;
   int32_t any_rule_ = -1, any_obj_ = -1;
   int32_t string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
   std::shared_ptr<Dfa> one_char_;
+  std::unordered_map<std::string, int32_t> string_rules_;  // string_for's constraints -> rule
   int depth_ = 0;
 };
 
@@ -481,24 +512,38 @@ ExprPtr Compiler::object_for(const JValue& s) {
     }
     syms.emplace_back(member_rule(key, addl ? *addl : true_schema()), -1);
   }
-  const size_t R = required.size();
+  // With at most kMaxRequiredSet declared properties every one of them is tracked (a bit each:
+  // none can repeat, so the object is bounded); otherwise the required ones (as a set, or
+  // beyond kMaxRequiredSet as a count: see the header). Undeclared keys are not tracked.
+  const bool track_all = props.size() <= kMaxRequiredSet;
+  if (track_all) {
+    for (size_t i = 0; i < props.size(); ++i) syms[i].second = static_cast<int>(i);
+  }
+  size_t full_mask = 0;  // the bits that must be set to close the object (tracked sets)
+  for (size_t i = 0; track_all && i < props.size(); ++i) {
+    if (std::find(required.begin(), required.end(), props[i].first) != required.end()) full_mask |= size_t{1} << i;
+  }
+  const size_t R = track_all ? props.size() : required.size();
   const bool subset = R <= kMaxRequiredSet;
+  if (!track_all) full_mask = subset ? (size_t{1} << R) - 1 : 0;
   // Nodes: 0 start, 1 after "{", then per level (mask or count) A (expects a member) and B
   // (after a member); the last node accepts.
   const size_t levels = subset ? (size_t{1} << R) : R + 1;
   const int32_t fin = static_cast<int32_t>(2 + 2 * levels);
   auto A = [](size_t l) { return static_cast<int32_t>(2 + 2 * l); };
   auto B = [](size_t l) { return static_cast<int32_t>(3 + 2 * l); };
-  const size_t full = subset ? levels - 1 : R;
-  // Beyond kMaxRequiredSet the level counts required members instead (see the header).
+  const auto closes = [&](size_t l) { return subset ? (l & full_mask) == full_mask : l == R; };
   auto next_level = [&](size_t l, int ri) -> std::optional<size_t> {
     if (ri < 0) return l;
-    if (subset) return l | (size_t{1} << ri);
+    if (subset) {
+      if (l & (size_t{1} << ri)) return std::nullopt;  // a tracked key once
+      return l | (size_t{1} << ri);
+    }
     return std::min(l + 1, R);
   };
   std::vector<Expr::Edge> edges;
   edges.push_back({0, 1, e_seq({e_byte('{'), ws_})});
-  if (R == 0) edges.push_back({1, fin, e_byte('}')});
+  if (closes(0)) edges.push_back({1, fin, e_byte('}')});
   const ExprPtr comma = e_seq({ws_, e_byte(','), ws_});
   const ExprPtr close = e_seq({ws_, e_byte('}')});
   for (size_t l = 0; l < levels; ++l) {
@@ -509,7 +554,7 @@ ExprPtr Compiler::object_for(const JValue& s) {
       if (l == 0) edges.push_back({1, B(*nl), e_call(rule)});
     }
     edges.push_back({B(l), A(l), comma});
-    if (l == full) edges.push_back({B(l), fin, close});
+    if (closes(l)) edges.push_back({B(l), fin, close});
   }
   return e_graph(fin + 1, {fin}, std::move(edges));
 }
@@ -559,6 +604,16 @@ std::shared_ptr<const Grammar> compile_json_schema(const rapidjson::Value& schem
   try {
     Compiler c(schema, opt);
     return c.compile_schema();
+  } catch (const BudgetExceeded& e) {
+    throw SchemaError("$budget", e.what());
+  }
+}
+
+int32_t define_json_schema_rule(GrammarBuilder& builder, const rapidjson::Value& root, const rapidjson::Value& schema,
+                                const GrammarOptions& opt) {
+  try {
+    Compiler c(builder, root, opt);
+    return c.value_rule(schema);
   } catch (const BudgetExceeded& e) {
     throw SchemaError("$budget", e.what());
   }

@@ -11,14 +11,17 @@
 // reference validator does not know are annotations), minimum / maximum / exclusive* (integers
 // exact; numbers exact for integer-valued bounds, bounded numbers are written without
 // exponent; a fractional bound on a number is refused).
-// Refused (SchemaError naming the keyword): not, if/then/else, patternProperties, uniqueItems,
+// not: only `not {}` / `not true` (nothing matches) and `not {type: ...}` (those types removed;
+// not {type: integer} on numbers is refused).
+// Refused (SchemaError naming the keyword): other not forms, if/then/else, patternProperties, uniqueItems,
 // multipleOf, min/maxProperties, dependencies, dependent*, propertyNames, contains,
 // unevaluated*, $dynamicRef, $recursiveRef, non-local $ref.
 // Ignored: annotations (title, description, examples, default, $schema, $id, $comment, ...)
 // and unknown keywords (no validation meaning).
 //
-// Object members may come in any order and repeat; required properties are tracked exactly as
-// a set when there are at most 8 of them. With more, the grammar counts required members
+// Object members may come in any order. With at most 8 declared properties each appears at most
+// once (so an object is bounded); otherwise declared members may repeat and required properties
+// are tracked exactly as a set when there are at most 8 of them. With more, the grammar counts required members
 // (any order): exact for objects without duplicate keys, but an object repeating a required key
 // can pass with another one missing (JSON leaves duplicate names undefined; RFC 8259 §4).
 // Property names are matched on their raw (unescaped) spelling.
@@ -36,6 +39,13 @@
 namespace ds::structured {
 
 std::shared_ptr<const Grammar> compile_json_schema(const rapidjson::Value& schema, const GrammarOptions& opt = {});
+// Defines inside `builder` a rule matching the JSON values `schema` accepts and returns its id
+// (for grammars that embed JSON values, e.g. tool-call parameters). $ref resolves against
+// `root`, the enclosing document; `schema` is usually a value inside it but may live elsewhere.
+// Whitespace per opt.max_ws; the builder's budget applies. Rules are defined eagerly, so root
+// and schema need not outlive the call. Throws SchemaError.
+int32_t define_json_schema_rule(GrammarBuilder& builder, const rapidjson::Value& root, const rapidjson::Value& schema,
+                                const GrammarOptions& opt = {});
 // Any JSON object (response_format json_object).
 std::shared_ptr<const Grammar> compile_json_object(const GrammarOptions& opt = {});
 // Any JSON value.

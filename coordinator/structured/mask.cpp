@@ -1,6 +1,8 @@
 #include "coordinator/structured/mask.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "coordinator/structured/pda.h"
 
@@ -16,9 +18,9 @@ class Walker {
  public:
   // ci: computing a MaskEntry (escapes from the rule become uroots); otherwise a real walk
   // where a return from the empty stack means the whole value is complete.
-  Walker(const Grammar& g, const TokenVocab& v, std::vector<Frame>& pool, uint32_t* bits, std::vector<int32_t>* uroots)
-      : g_(g), v_(v), nodes_(v.nodes()), pool_(pool), pda_(g, pool), bits_(bits), uroots_(uroots) {
-    levels_.resize(v.max_token_len() + 2);
+  Walker(const Grammar& g, const Trie& t, std::vector<Frame>& pool, uint32_t* bits, std::vector<int32_t>* uroots)
+      : g_(g), t_(t), nodes_(t.nodes), pool_(pool), pda_(g, pool), bits_(bits), uroots_(uroots) {
+    levels_.resize(t.max_len + 2);
   }
 
   // Walks the subtree below `node` (-1 = all) from `start`, the heads after node's bytes.
@@ -38,7 +40,7 @@ class Walker {
     if (t >= 0) {
       set_bit(bits_, t);
     } else if (t <= -2) {
-      for (int32_t id : v_.dups(t)) set_bit(bits_, id);
+      for (int32_t id : t_.dups(t)) set_bit(bits_, id);
     }
   }
 
@@ -49,7 +51,7 @@ class Walker {
     }
     const std::vector<Head>& cur = levels_[depth];
     if (cur.empty()) return;
-    if (cur.size() == 1 && g_.state(cur[0].g).call_free) {
+    if (cur.size() == 1 && no_calls(cur[0].g)) {
       visit_single(begin, end, cur[0], depth, in_uroot);
       return;
     }
@@ -65,15 +67,20 @@ class Walker {
     }
   }
 
-  // One head inside a lexeme (no calls reachable): plain DFA steps with the stack carried
-  // along, back to the general closure only where the lexeme may end.
+  bool no_calls(int32_t s) const {
+    const Grammar::State& st = g_.state(s);
+    return st.call_begin == st.call_end;
+  }
+
+  // One head in a state without calls: plain DFA steps with the stack carried along, back to
+  // the general closure only where the rule may return or call.
   void visit_single(uint32_t begin, uint32_t end, Head h, size_t depth, bool in_uroot) {
     for (uint32_t j = begin; j < end; j = nodes_[j].end) {
       const int32_t t = g_.step(h.g, nodes_[j].byte);
       if (t < 0) continue;
       const Grammar::State& st = g_.state(t);
       const bool kids = j + 1 < nodes_[j].end;
-      if (!st.accept) {
+      if (!st.accept && st.call_begin == st.call_end) {
         set_tokens(j);
         if (kids) visit_single(j + 1, nodes_[j].end, Head{t, h.stack}, depth + 1, in_uroot);
         continue;
@@ -106,7 +113,7 @@ class Walker {
   }
 
   const Grammar& g_;
-  const TokenVocab& v_;
+  const Trie& t_;
   const std::vector<TrieNode>& nodes_;
   std::vector<Frame>& pool_;
   Pda pda_;
@@ -116,11 +123,61 @@ class Walker {
   std::vector<Head> work_;
 };
 
+// Checks state q against the string slice (token_trie.h). Returns k when every slice string of
+// at most k characters stays alive in q's rule by byte steps alone (so those tokens are allowed
+// whatever the stack) and every longer one dies there with no state on its way that could return
+// or call (so the PDA cannot take it either); -1 when the slice does not describe q exactly.
+int32_t slice_limit(const Grammar& g, int32_t q, int32_t max_chars) {
+  std::vector<int32_t> layer{q}, next;  // grammar states at a character boundary
+  std::vector<std::pair<int32_t, int32_t>> work, seen;
+  bool unsafe = false;  // over all the layers: a longer string passes through each of them
+  for (int32_t k = 0; k < max_chars; ++k) {
+    bool dies = false, lives = false;
+    next.clear();
+    seen.clear();
+    for (int32_t s : layer) work.emplace_back(s, 0);
+    while (!work.empty()) {
+      const auto [s, l] = work.back();
+      work.pop_back();
+      const Grammar::State& st = g.state(s);
+      unsafe = unsafe || st.accept || st.call_begin != st.call_end;
+      // Bytes the slice may take in state l: a lead byte at a boundary, else a continuation.
+      const int lo = l == 0 ? 0x20 : 0x80, hi = l == 0 ? 0xF4 : 0xBF;
+      for (int b = lo; b <= hi; ++b) {
+        const int32_t nl = slice_next(l, static_cast<uint8_t>(b));
+        if (nl < 0) continue;
+        const int32_t t = g.step(s, static_cast<uint8_t>(b));
+        if (t < 0) {
+          dies = true;
+          continue;
+        }
+        if (l == 0) lives = true;
+        if (nl == 0) {
+          if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
+        } else if (std::find(seen.begin(), seen.end(), std::make_pair(t, nl)) == seen.end()) {
+          seen.emplace_back(t, nl);
+          work.emplace_back(t, nl);
+        }
+      }
+    }
+    if (dies) return lives || unsafe ? -1 : k;
+    std::sort(next.begin(), next.end());
+    if (next == layer) return max_chars;  // every later layer is this one again
+    layer.swap(next);
+  }
+  return max_chars;
+}
+
 std::shared_ptr<MaskEntry> compute_entry(const Grammar& g, const TokenVocab& v, int32_t state) {
   auto e = std::make_shared<MaskEntry>();
   std::vector<uint32_t> bits(v.n_words(), 0);
   std::vector<Frame> pool;
-  Walker w(g, v, pool, bits.data(), &e->uroots);
+  const int32_t k = v.slice_max_chars() > 0 ? slice_limit(g, state, v.slice_max_chars()) : -1;
+  // Where the slice applies, its tokens come from a precomputed bitset and only the tokens
+  // outside it are walked (string bodies: a few thousand instead of the whole vocabulary).
+  if (k > 0) std::memcpy(bits.data(), v.slice_upto(k), v.n_words() * sizeof(uint32_t));
+  e->rest = k >= 0;
+  Walker w(g, e->rest ? v.rest_trie() : v.trie(), pool, bits.data(), &e->uroots);
   if (g.state(state).call_free)
     w.run_lexeme(state);
   else
@@ -165,14 +222,15 @@ void add_head_mask(const Grammar& g, const TokenVocab& v, std::vector<Frame>& po
   }
   if (e.uroots.empty()) return;
   const size_t mark = pool.size();
-  Walker w(g, v, pool, bits, nullptr);
+  const Trie& trie = e.rest ? v.rest_trie() : v.trie();
+  Walker w(g, trie, pool, bits, nullptr);
   Pda pda(g, pool);
   std::vector<Head> cur, nxt;
   for (int32_t u : e.uroots) {
     cur.assign(1, h);
     if (u >= 0) {
       bool ok = true;
-      for (char c : v.prefix(u)) {
+      for (char c : trie.prefix(u)) {
         bool popped = false;
         pda.step(cur, static_cast<uint8_t>(c), nxt, popped);
         cur.swap(nxt);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -450,6 +452,25 @@ ExprPtr json_char(const CpSet& s0, bool all_escapes) {
 ExprPtr pattern_to_json_content(std::string_view pattern) {
   Parser p(pattern, [](const CpSet& s) { return json_char(s, false); });
   return p.parse_top(true);
+}
+
+std::shared_ptr<const Dfa> json_content_dfa(std::string_view pattern, Budget& budget) {
+  // Formats and common patterns recur across schemas; their DFAs are immutable, so one copy is
+  // shared process-wide (bounded; the budget is still charged the DFA's size).
+  constexpr size_t kMaxCached = 512;
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Dfa>, std::less<>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(pattern); it != cache.end()) {
+      budget.charge(it->second->size());
+      return it->second;
+    }
+  }
+  std::shared_ptr<const Dfa> d = build_dfa(pattern_to_json_content(pattern), budget);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() < kMaxCached) cache.emplace(std::string(pattern), d);
+  return d;
 }
 
 ExprPtr pattern_to_raw(std::string_view pattern) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -34,6 +35,9 @@ ExprPtr json_char(const CpSet& s, bool all_escapes);
 // Byte automaton of a JSON string's content (without the quotes) whose decoded text matches
 // `pattern` (search semantics unless anchored). Throws std::invalid_argument with the reason.
 ExprPtr pattern_to_json_content(std::string_view pattern);
+
+// build_dfa(pattern_to_json_content(pattern)), cached process-wide (thread-safe).
+std::shared_ptr<const Dfa> json_content_dfa(std::string_view pattern, Budget& budget);
 
 // Byte automaton of raw text (not JSON-encoded) matching `pattern` in full (for compile_regex).
 ExprPtr pattern_to_raw(std::string_view pattern);

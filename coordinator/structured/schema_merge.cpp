@@ -88,6 +88,24 @@ std::vector<std::string> type_list(const JValue& s) {
   return out;
 }
 
+// not A and not B = not (A or B), kept only where the compiler can honour it: either one
+// matches everything (then so does the union), or both are {type: ...} (types united).
+JValue merge_not(const JValue& x, const JValue& y, rapidjson::Document::AllocatorType& a) {
+  auto trivial = [](const JValue& v) { return (v.IsBool() && v.GetBool()) || (v.IsObject() && v.MemberCount() == 0); };
+  if (trivial(x)) return JValue(x, a);
+  if (trivial(y)) return JValue(y, a);
+  auto type_only = [](const JValue& v) { return v.IsObject() && v.MemberCount() == 1 && v.HasMember("type"); };
+  if (!type_only(x) || !type_only(y)) throw SchemaError("allOf", "cannot merge two different not");
+  std::vector<std::string> ts = type_list(x);
+  for (const auto& t : type_list(y))
+    if (std::find(ts.begin(), ts.end(), t) == ts.end()) ts.push_back(t);
+  JValue arr(rapidjson::kArrayType);
+  for (const auto& t : ts) arr.PushBack(JValue(t.c_str(), a), a);
+  JValue out(rapidjson::kObjectType);
+  out.AddMember("type", std::move(arr), a);
+  return out;
+}
+
 bool same_json(const JValue& a, const JValue& b) {
   return a == b;
 }
@@ -361,11 +379,17 @@ const JValue& SchemaStore::merge(const std::vector<const JValue*>& parts) {
       }
     if (v) add(k, JValue(*v, a));
   }
-  // Refused keywords are carried so that the compiler names them.
+  // Refused keywords are carried so that the compiler names them. "not" is honoured in simple
+  // forms, so two different ones cannot be folded into one.
   for (const JValue* s : ss)
-    for (const auto& m : s->GetObject())
-      if (is_refused_keyword(sv(m.name), m.value) && !out.HasMember(m.name))
-        out.AddMember(JValue(m.name, a), JValue(m.value, a), a);
+    for (const auto& m : s->GetObject()) {
+      if (!is_refused_keyword(sv(m.name), m.value)) continue;
+      if (auto it = out.FindMember(m.name); it != out.MemberEnd()) {
+        if (sv(m.name) == "not" && !same_json(it->value, m.value)) it->value = merge_not(it->value, m.value, a);
+        continue;
+      }
+      out.AddMember(JValue(m.name, a), JValue(m.value, a), a);
+    }
   return keep(std::move(out));
 }
 

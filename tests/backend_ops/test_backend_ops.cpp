@@ -577,6 +577,31 @@ Case edit_logits_case(size_t n_rows, size_t vocab, size_t n_edits) {
       }};
 }
 
+// Grammar masks on some rows of a block (dense, sparse and one-id masks; a vocabulary longer
+// than the masks' words, whose tail is disallowed); unmasked rows untouched.
+Case mask_logits_case(size_t n_rows, size_t vocab, size_t mask_vocab) {
+  return {
+      "mask_logits",
+      std::to_string(n_rows) + " rows x " + std::to_string(vocab) + ", masks of " + std::to_string(mask_vocab) + " ids",
+      [=](Backend& be, const Target&) {
+        Rng rng(530 + n_rows + vocab);
+        TokenMasks m;
+        m.n_words = static_cast<uint32_t>((mask_vocab + 31) / 32);
+        for (size_t r = 0; r < n_rows; r += 2) {
+          m.rows.push_back(static_cast<uint32_t>(r));
+          for (uint32_t w = 0; w < m.n_words; ++w) {
+            const uint32_t pick = r % 3 == 0 ? static_cast<uint32_t>(rng.integer(0, 1 << 30)) * 3u
+                                             : (w == r % m.n_words ? 1u << (r % 32) : 0u);
+            m.bits.push_back(pick);
+          }
+        }
+        Dev d(be);
+        float* logits = d.put(rng.vec(n_rows * vocab));
+        be.mask_logits(logits, n_rows, vocab, m);
+        return Outs{bits("logits", d.get(logits, n_rows * vocab), "a copy or -inf: exact")};
+      }};
+}
+
 Case digest_case(size_t n_rows, size_t vocab) {
   return {"digest_logits_rows", std::to_string(n_rows) + " rows x " + std::to_string(vocab),
           [=](Backend& be, const Target&) {
@@ -662,6 +687,8 @@ void add_core_cases(std::vector<Case>& cases) {
   cases.push_back(embed_case(GgmlType::F32, 33, 70));
   cases.push_back(edit_logits_case(1, 1000, 1));
   cases.push_back(edit_logits_case(5, 4097, 333));
+  cases.push_back(mask_logits_case(1, 1000, 1000));
+  cases.push_back(mask_logits_case(7, 4097, 4000));
   cases.push_back(digest_case(1, 1000));
   cases.push_back(digest_case(4, 4097));
 }

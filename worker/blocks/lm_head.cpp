@@ -19,7 +19,8 @@ std::vector<LogitEdit> pass_edits(const std::vector<LogitEdit>& edits, size_t fi
 }  // namespace
 
 void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* rows, size_t n_rows, size_t dim,
-             const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out) {
+             const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out,
+             const TokenMasks* masks) {
   const size_t V = w.head.rows;
   const bool single = n_rows <= kHeadRowsPerPass;
   const bool want_digests = digest_rows != nullptr && out.digests != nullptr;
@@ -37,6 +38,13 @@ void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* ro
       const std::vector<LogitEdit> mine = single ? std::vector<LogitEdit>{} : pass_edits(*edits, first, n);
       const std::vector<LogitEdit>& e = single ? *edits : mine;
       if (!e.empty()) be.edit_logits(logits, n, V, e.data(), e.size());
+    }
+    if (masks != nullptr && !masks->empty()) {
+      if (single) {
+        be.mask_logits(logits, n, V, *masks);
+      } else if (const TokenMasks mine = slice_token_masks(*masks, first, n); !mine.empty()) {
+        be.mask_logits(logits, n, V, mine);
+      }
     }
     if (out.normed != nullptr) be.download(out.normed->data() + first * dim, normed, n * dim);
     bool digested = false;

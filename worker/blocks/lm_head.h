@@ -1,4 +1,5 @@
-// The LM head as a block: final norm, the head product, the step's logit edits, then either the
+// The LM head as a block: final norm, the head product, the step's logit edits and grammar
+// masks, then either the
 // backend's digest of each row (a few hundred bytes per row come back) or the full rows.
 //
 // Rows go through the head at most kHeadRowsPerPass at a time: a prompt-logprobs chunk asks for
@@ -10,6 +11,7 @@
 
 #include "common/logit_adjust.h"
 #include "common/sampling.h"
+#include "common/token_mask.h"
 #include "worker/backend.h"
 #include "worker/blocks/workspace.h"
 
@@ -29,10 +31,11 @@ struct LmHeadOutput {
   std::vector<LogitDigest>* digests = nullptr;  // with digest requests: one per row, or cleared (full logits)
 };
 
-// `rows` [n_rows, D] (device). `digest_rows` (one per row, or null: full logits) and `edits`
-// (row indices into these rows, in row order; may be null). With more rows than one pass, a
+// `rows` [n_rows, D] (device). `digest_rows` (one per row, or null: full logits), `edits`
+// (row indices into these rows, in row order; may be null) and `masks` (likewise). With more rows than one pass, a
 // pass the backend cannot digest is digested on the host, so every row gets a digest.
 void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* rows, size_t n_rows, size_t dim,
-             const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out);
+             const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out,
+             const TokenMasks* masks = nullptr);
 
 }  // namespace ds

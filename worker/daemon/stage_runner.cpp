@@ -122,6 +122,24 @@ void validate_forced(const v1::StepPlan& plan, uint64_t rows, uint32_t head_voca
 
 }  // namespace
 
+// The grammar masks' shape (their content is checked where they are built, on the last stage).
+void validate_masks(const v1::StepPlan& plan, uint64_t n_rows) {
+  const uint64_t n_masked = static_cast<uint64_t>(plan.mask_rows_size());
+  if (n_masked == 0) {
+    if (!plan.mask_bits().empty()) throw FormatError("plan: mask_bits without mask_rows");
+    return;
+  }
+  if (plan.mask_words() == 0 || plan.mask_bits().size() != n_masked * plan.mask_words() * sizeof(uint32_t)) {
+    throw FormatError("plan: mask_bits holds " + std::to_string(plan.mask_bits().size()) + " bytes for " +
+                      std::to_string(n_masked) + " masks of " + std::to_string(plan.mask_words()) + " words");
+  }
+  for (int i = 0; i < plan.mask_rows_size(); ++i) {
+    if (plan.mask_rows(i) >= n_rows || (i > 0 && plan.mask_rows(i) <= plan.mask_rows(i - 1))) {
+      throw FormatError("plan: mask_rows must be increasing logit-row indices");
+    }
+  }
+}
+
 void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_vocab) {
   const int n = plan.seq_ids_size();
   if (n == 0) throw FormatError("plan " + std::to_string(plan.plan_id()) + " has no sequences");
@@ -149,6 +167,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_voc
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
   validate_forced(plan, rows, head_vocab);
+  validate_masks(plan, rows);
   for (int32_t t : plan.token_ids()) {
     if (t < 0 || (n_vocab != 0 && static_cast<uint32_t>(t) >= n_vocab)) {
       throw FormatError("plan: token id " + std::to_string(t) + " outside the vocabulary");
@@ -264,6 +283,7 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
     in.logit_edits = logit_edits(plan);
+    in.token_masks = token_masks(plan);
   }
   const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
   StepOutput out;
@@ -332,6 +352,22 @@ std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
     }
   }
   return edits;
+}
+
+// The plan's grammar masks, rows indexed as the logit edits' (validate_masks checked the shape).
+TokenMasks StageRunner::token_masks(const v1::StepPlan& plan) const {
+  TokenMasks m;
+  if (plan.mask_rows_size() == 0) return m;
+  m.n_words = plan.mask_words();
+  m.rows.assign(plan.mask_rows().begin(), plan.mask_rows().end());
+  m.bits.resize(m.rows.size() * m.n_words);
+  std::memcpy(m.bits.data(), plan.mask_bits().data(), m.bits.size() * sizeof(uint32_t));
+  try {
+    check_token_masks(m, static_cast<size_t>(plan.logit_rows_size()), shape_.n_vocab);
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(std::string("plan: ") + e.what());
+  }
+  return m;
 }
 
 // A reference, never a copy: a penalized sequence's entry holds its whole token history (two

@@ -83,6 +83,7 @@ class StageRunner {
                      std::vector<float>* hidden_storage, const HiddenBuffer& hidden_out, HostSignal hidden_ready) const;
   std::vector<DigestRequest> digest_requests(const ipc::v1::StepPlan& plan) const;
   std::vector<LogitEdit> logit_edits(const ipc::v1::StepPlan& plan);  // advances the histories
+  TokenMasks token_masks(const ipc::v1::StepPlan& plan) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
 

@@ -96,7 +96,8 @@ class Qwen35Stage final : public StageModel {
                  bool normed = false, const float* next_norm = nullptr);
   void lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head, std::vector<float>* logits,
                std::vector<float>* normed_out, const DigestRequest* digest_rows = nullptr,
-               std::vector<LogitDigest>* digests = nullptr, const std::vector<LogitEdit>* edits = nullptr);
+               std::vector<LogitDigest>* digests = nullptr, const std::vector<LogitEdit>* edits = nullptr,
+               const TokenMasks* masks = nullptr);
 
   std::shared_ptr<const GgufFile> gguf_;
   ModelConfig cfg_;
@@ -315,12 +316,14 @@ void Qwen35Stage::run_layer(const StepContext& ctx, const LayerWeights& lw, uint
 
 // With `digest_rows` (one per row) the backend may digest the logits where they are: then
 // `digests` is filled and `logits` left empty; otherwise the logits come back as usual. `edits`
-// (biases, masks, penalties) change the logits first, on the device (worker/blocks/lm_head.h).
+// (biases, masks, penalties) and grammar `masks` change the logits first, on the device
+// (worker/blocks/lm_head.h).
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
                           std::vector<float>* logits, std::vector<float>* normed_out, const DigestRequest* digest_rows,
-                          std::vector<LogitDigest>* digests, const std::vector<LogitEdit>* edits) {
+                          std::vector<LogitDigest>* digests, const std::vector<LogitEdit>* edits,
+                          const TokenMasks* masks) {
   ds::lm_head(*be_, ws_, LmHeadWeights{norm, head, cfg_.rms_eps}, rows, n_rows, cfg_.n_embd, digest_rows, edits,
-              LmHeadOutput{logits, normed_out, digests});
+              LmHeadOutput{logits, normed_out, digests}, masks);
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
@@ -366,7 +369,7 @@ void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
   be_->gather_rows(x, rows.data(), rows.size(), D, picked);
   const bool digest = in.digest_rows.size() == rows.size();  // else (absent or inconsistent): full logits
   lm_head(picked, rows.size(), output_norm_, output_, &out->logits, in.all_final_hidden ? nullptr : &out->final_hidden,
-          digest ? in.digest_rows.data() : nullptr, digest ? &out->digests : nullptr, &in.logit_edits);
+          digest ? in.digest_rows.data() : nullptr, digest ? &out->digests : nullptr, &in.logit_edits, &in.token_masks);
   if (!out->digests.empty()) out->digest_n_vocab = static_cast<uint32_t>(output_.rows);
 }
 
