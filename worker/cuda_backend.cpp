@@ -643,18 +643,20 @@ void CudaBackend::edit_logits(float* logits, size_t n_rows, size_t n_vocab, cons
   DS_CUDA_CHECK(cuda::apply_logit_edits(logits, n_rows, n_vocab, dev, n_edits, stream_));
 }
 
-// One pinned upload per step: the masked rows' indices, then their masks (~31 KiB per row at
-// a 248K vocabulary).
+// One pinned upload per step: the masked rows, which distinct mask each takes, then the distinct
+// masks (~31 KiB each at a 248K vocabulary).
 void CudaBackend::mask_logits(float* logits, size_t n_rows, size_t n_vocab, const TokenMasks& masks) {
   if (masks.empty()) return;
   check_token_masks(masks, n_rows, n_vocab);
   on_device();
-  mask_staging_.assign(masks.rows.begin(), masks.rows.end());
-  mask_staging_.insert(mask_staging_.end(), masks.bits.begin(), masks.bits.end());
+  const size_t n = masks.rows.size();
+  mask_staging_.resize(2 * n + masks.bits.size());
+  std::copy(masks.rows.begin(), masks.rows.end(), mask_staging_.begin());
+  std::copy(masks.mask_of_row.begin(), masks.mask_of_row.end(), mask_staging_.begin() + static_cast<long>(n));
+  std::copy(masks.bits.begin(), masks.bits.end(), mask_staging_.begin() + static_cast<long>(2 * n));
   const auto* dev =
       static_cast<const uint32_t*>(token_masks_.put(mask_staging_.data(), mask_staging_.size() * 4, stream_));
-  DS_CUDA_CHECK(cuda::apply_token_masks(logits, n_vocab, dev, masks.rows.size(), dev + masks.rows.size(), masks.n_words,
-                                        stream_));
+  DS_CUDA_CHECK(cuda::apply_token_masks(logits, n_vocab, dev, dev + n, n, dev + 2 * n, masks.n_words, stream_));
 }
 
 void CudaBackend::gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {

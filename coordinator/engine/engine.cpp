@@ -474,8 +474,13 @@ bool PipelineEngine::Impl::drop_everywhere(const std::vector<uint64_t>& ids, boo
 void PipelineEngine::Impl::submit_plan(v1::StepPlan plan) {
   if (flying.empty()) pending_error.clear();
   results[plan.plan_id()];
+  // The grammar masks (up to MBs) move into the message; the plan kept for decoding the result
+  // does not need them.
+  std::string masks = std::move(*plan.mutable_mask_data());
+  plan.clear_mask_data();
   v1::Envelope env;
   *env.mutable_step_plan() = plan;
+  env.mutable_step_plan()->set_mask_data(std::move(masks));
   flying.push_back(Submitted{std::move(plan), std::chrono::steady_clock::now()});
   send_to(0, env);  // an unreachable stage marks it lost: collect_oldest() throws WorkerLost
 }

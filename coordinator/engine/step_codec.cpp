@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
+
+#include "common/token_mask.h"
 
 namespace ds {
 namespace v1 = ipc::v1;
@@ -64,15 +67,23 @@ void check_request(const SeqRequest& s, bool managed) {
 }
 
 // The grammar masks of one sequence, whose logit rows start at flat index `first_row`.
-void encode_masks(const SeqRequest& s, uint32_t first_row, v1::StepPlan* plan) {
+void add_masks(const SeqRequest& s, uint32_t first_row, std::optional<MaskPacker>& packer) {
   if (s.mask_rows.empty()) return;
-  if (plan->mask_words() != 0 && plan->mask_words() != s.mask_words) {
+  if (!packer) packer.emplace(s.mask_words);
+  if (packer->n_words() != s.mask_words) {
     throw StepFailed("sequence " + std::to_string(s.seq_id) + ": masks of another width in one plan");
   }
-  plan->set_mask_words(s.mask_words);
-  for (const uint32_t r : s.mask_rows) plan->add_mask_rows(first_row + r);
-  plan->mutable_mask_bits()->append(reinterpret_cast<const char*>(s.mask_bits.data()),
-                                    s.mask_bits.size() * sizeof(uint32_t));
+  for (size_t i = 0; i < s.mask_rows.size(); ++i) {
+    packer->add(first_row + s.mask_rows[i], s.mask_bits.data() + i * s.mask_words);
+  }
+}
+
+void encode_masks(const MaskPacker& p, v1::StepPlan* plan) {
+  plan->set_mask_words(p.n_words());
+  plan->mutable_mask_rows()->Add(p.rows.begin(), p.rows.end());
+  plan->mutable_mask_of_row()->Add(p.mask_of_row.begin(), p.mask_of_row.end());
+  plan->mutable_mask_sizes()->Add(p.sizes.begin(), p.sizes.end());
+  plan->mutable_mask_data()->assign(reinterpret_cast<const char*>(p.data.data()), p.data.size() * sizeof(uint32_t));
 }
 
 // The placement columns of one row (see StepPlan in step.proto).
@@ -137,6 +148,7 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
   const bool forces =
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return !s.forced_tokens.empty(); });
+  std::optional<MaskPacker> masks;
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
     if (speculative) encode_speculation(s, &plan);
@@ -145,7 +157,7 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
     plan.add_start_positions(s.start_pos);
     plan.add_n_tokens(static_cast<uint32_t>(s.tokens.size()));
     plan.mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
-    encode_masks(s, static_cast<uint32_t>(plan.logit_rows_size()), &plan);
+    add_masks(s, static_cast<uint32_t>(plan.logit_rows_size()), masks);
     plan.add_n_logit_rows(static_cast<uint32_t>(s.logit_rows.size()));
     plan.mutable_logit_rows()->Add(s.logit_rows.begin(), s.logit_rows.end());
     for (size_t i = 0; i < s.logit_rows.size(); ++i) plan.add_random_u(s.random_u.empty() ? 0.0 : s.random_u[i]);
@@ -184,6 +196,7 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       (*sent)[s.seq_id] = SentSampling{s.sampling, s.return_full_logits, s.adjust};
     }
   }
+  if (masks) encode_masks(*masks, &plan);
   return plan;
 }
 

@@ -337,23 +337,25 @@ cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, cons
 }
 
 namespace {
-__global__ void token_mask_kernel(float* logits, size_t n_vocab, const uint32_t* rows, const uint32_t* bits,
-                                  size_t n_words) {
+__global__ void token_mask_kernel(float* logits, size_t n_vocab, const uint32_t* rows, const uint32_t* mask_of_row,
+                                  const uint32_t* bits, size_t n_words) {
   const size_t id = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (id >= n_vocab) return;
   const size_t w = id / 32;
-  const uint32_t word = w < n_words ? bits[blockIdx.y * n_words + w] : 0u;
+  const uint32_t word = w < n_words ? bits[mask_of_row[blockIdx.y] * n_words + w] : 0u;
   if (((word >> (id % 32)) & 1u) == 0) logits[rows[blockIdx.y] * n_vocab + id] = -INFINITY;
 }
 }  // namespace
 
-cudaError_t apply_token_masks(float* logits, size_t n_vocab, const uint32_t* rows, size_t n_masked,
-                              const uint32_t* bits, size_t n_words, cudaStream_t stream) {
+cudaError_t apply_token_masks(float* logits, size_t n_vocab, const uint32_t* rows, const uint32_t* mask_of_row,
+                              size_t n_masked, const uint32_t* bits, size_t n_words, cudaStream_t stream) {
   if (n_masked == 0) return cudaSuccess;
-  if (logits == nullptr || rows == nullptr || bits == nullptr || n_masked > 65535) return cudaErrorInvalidValue;
+  if (logits == nullptr || rows == nullptr || mask_of_row == nullptr || bits == nullptr || n_masked > 65535) {
+    return cudaErrorInvalidValue;
+  }
   constexpr unsigned kMaskThreads = 256;
   const dim3 grid(static_cast<unsigned>((n_vocab + kMaskThreads - 1) / kMaskThreads), static_cast<unsigned>(n_masked));
-  token_mask_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, n_vocab, rows, bits, n_words);
+  token_mask_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, n_vocab, rows, mask_of_row, bits, n_words);
   return cudaGetLastError();
 }
 

@@ -55,11 +55,12 @@ cudaError_t logit_digest_rows(const float* logits, size_t n_rows, size_t n_vocab
 cudaError_t apply_logit_edits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits,
                               cudaStream_t stream);
 
-// The CUDA twin of ds::apply_token_masks (common/token_mask.h): for masked row i (device
-// `rows`[i], device `bits` [n_masked, n_words]), every id whose bit is clear (or past n_words *
-// 32) gets -inf. One thread per (row, id). The caller validates the masks.
-cudaError_t apply_token_masks(float* logits, size_t n_vocab, const uint32_t* rows, size_t n_masked,
-                              const uint32_t* bits, size_t n_words, cudaStream_t stream);
+// The CUDA twin of ds::apply_token_masks (common/token_mask.h): masked row i is device
+// `rows`[i] and takes distinct mask `mask_of_row`[i] of device `bits` [n_distinct, n_words];
+// every id whose bit is clear (or past n_words * 32) gets -inf. One thread per (row, id). The
+// caller validates the masks.
+cudaError_t apply_token_masks(float* logits, size_t n_vocab, const uint32_t* rows, const uint32_t* mask_of_row,
+                              size_t n_masked, const uint32_t* bits, size_t n_words, cudaStream_t stream);
 
 // rows[r].forced_logit = logits[r * n_vocab + forced[r]] for each row whose device `forced`
 // id is >= 0 (prompt logprobs: the logprob of a given token, which may not be a candidate).

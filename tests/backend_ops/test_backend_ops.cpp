@@ -587,13 +587,22 @@ Case mask_logits_case(size_t n_rows, size_t vocab, size_t mask_vocab) {
         Rng rng(530 + n_rows + vocab);
         TokenMasks m;
         m.n_words = static_cast<uint32_t>((mask_vocab + 31) / 32);
+        // Rows 0, 2, 4, ... with masks of their own; with more than 3 rows the last one (odd)
+        // shares row 0's mask.
+        const size_t last_shared = n_rows > 3 && n_rows % 2 == 0 ? n_rows - 1 : (n_rows > 3 ? n_rows - 2 : 0);
         for (size_t r = 0; r < n_rows; r += 2) {
+          if (last_shared != 0 && r >= last_shared) break;
           m.rows.push_back(static_cast<uint32_t>(r));
+          m.mask_of_row.push_back(static_cast<uint32_t>(m.rows.size() - 1));
           for (uint32_t w = 0; w < m.n_words; ++w) {
             const uint32_t pick = r % 3 == 0 ? static_cast<uint32_t>(rng.integer(0, 1 << 30)) * 3u
                                              : (w == r % m.n_words ? 1u << (r % 32) : 0u);
             m.bits.push_back(pick);
           }
+        }
+        if (last_shared != 0) {
+          m.rows.push_back(static_cast<uint32_t>(last_shared));
+          m.mask_of_row.push_back(0);
         }
         Dev d(be);
         float* logits = d.put(rng.vec(n_rows * vocab));

@@ -122,18 +122,19 @@ void validate_forced(const v1::StepPlan& plan, uint64_t rows, uint32_t head_voca
 
 }  // namespace
 
-// The grammar masks' shape (their content is checked where they are built, on the last stage).
+// The grammar masks' shape (their content is checked where they are unpacked, on the last stage).
 void validate_masks(const v1::StepPlan& plan, uint64_t n_rows) {
-  const uint64_t n_masked = static_cast<uint64_t>(plan.mask_rows_size());
+  const int n_masked = plan.mask_rows_size();
   if (n_masked == 0) {
-    if (!plan.mask_bits().empty()) throw FormatError("plan: mask_bits without mask_rows");
+    if (!plan.mask_data().empty() || plan.mask_sizes_size() != 0)
+      throw FormatError("plan: mask data without mask_rows");
     return;
   }
-  if (plan.mask_words() == 0 || plan.mask_bits().size() != n_masked * plan.mask_words() * sizeof(uint32_t)) {
-    throw FormatError("plan: mask_bits holds " + std::to_string(plan.mask_bits().size()) + " bytes for " +
-                      std::to_string(n_masked) + " masks of " + std::to_string(plan.mask_words()) + " words");
+  if (plan.mask_words() == 0 || plan.mask_of_row_size() != n_masked ||
+      plan.mask_data().size() % sizeof(uint32_t) != 0) {
+    throw FormatError("plan: mask_rows, mask_of_row, mask_words and mask_data do not fit together");
   }
-  for (int i = 0; i < plan.mask_rows_size(); ++i) {
+  for (int i = 0; i < n_masked; ++i) {
     if (plan.mask_rows(i) >= n_rows || (i > 0 && plan.mask_rows(i) <= plan.mask_rows(i - 1))) {
       throw FormatError("plan: mask_rows must be increasing logit-row indices");
     }
@@ -356,18 +357,19 @@ std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
 
 // The plan's grammar masks, rows indexed as the logit edits' (validate_masks checked the shape).
 TokenMasks StageRunner::token_masks(const v1::StepPlan& plan) const {
-  TokenMasks m;
-  if (plan.mask_rows_size() == 0) return m;
-  m.n_words = plan.mask_words();
-  m.rows.assign(plan.mask_rows().begin(), plan.mask_rows().end());
-  m.bits.resize(m.rows.size() * m.n_words);
-  std::memcpy(m.bits.data(), plan.mask_bits().data(), m.bits.size() * sizeof(uint32_t));
+  if (plan.mask_rows_size() == 0) return {};
   try {
+    // The data's bytes are not 4-aligned in general: copied into words first.
+    std::vector<uint32_t> data(plan.mask_data().size() / sizeof(uint32_t));
+    std::memcpy(data.data(), plan.mask_data().data(), data.size() * sizeof(uint32_t));
+    TokenMasks m = unpack_token_masks(plan.mask_words(), {plan.mask_rows().begin(), plan.mask_rows().end()},
+                                      {plan.mask_of_row().begin(), plan.mask_of_row().end()},
+                                      {plan.mask_sizes().begin(), plan.mask_sizes().end()}, data.data(), data.size());
     check_token_masks(m, static_cast<size_t>(plan.logit_rows_size()), shape_.n_vocab);
+    return m;
   } catch (const std::invalid_argument& e) {
     throw FormatError(std::string("plan: ") + e.what());
   }
-  return m;
 }
 
 // A reference, never a copy: a penalized sequence's entry holds its whole token history (two

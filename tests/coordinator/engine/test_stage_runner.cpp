@@ -190,6 +190,49 @@ TEST(StageRunner, LogitAdjustmentsEditTheRowsTheyConcern) {
   }
 }
 
+// Grammar masks travel packed (a shared mask once, a sparse one as an id list) and reach the
+// model's rows: every pick, host or device digest, is an allowed id, and an unmasked row of the
+// same plan is free; a mask that allows nothing is refused before the step.
+TEST(StageRunner, TokenMasksLimitTheRowsTheyConcern) {
+  for (const bool device : {false, true}) {
+    auto model = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
+    model->digest_in_model = device;
+    StageRunner s(std::move(model), StageShape{0, FakeStage::kEmbd, FakeStage::kVocab});
+    SentSamplingMap sent;
+    SeqRequest a = request(1, 0, {3, 4, 5}, 0.5), b = request(2, 0, {8}, 0.5), c = request(3, 0, {6, 7}, 0.5);
+    SeqRequest free = request(5, 0, {8}, 0.5);  // b's tokens, unmasked
+    for (SeqRequest* r : {&a, &b, &c, &free}) {
+      r->sampling = SamplingRule{0.0f, 0, 1.0f};
+      r->return_full_logits = !device;
+    }
+    const auto run = [&](const v1::StepPlan& p) {
+      const StageOutputMessage m = s.run(p, {}, kNoTimings);
+      return decode_result(p, m.env.step_result(), m.bulk);
+    };
+    const int32_t free_pick = run(encode_plan({free}, 1, 1, &sent)).rows[0].token;
+    // a: only ids 9 and 30; b: every id but the one it picks unmasked; c: a's mask.
+    const uint32_t only_9_30 = (1u << 9) | (1u << 30);
+    a.mask_words = b.mask_words = c.mask_words = 1;
+    a.mask_rows = b.mask_rows = c.mask_rows = {0};
+    a.mask_bits = {only_9_30};
+    b.mask_bits = {~(1u << free_pick)};
+    c.mask_bits = {only_9_30};
+    const v1::StepPlan plan = encode_plan({a, b, c}, 2, 1, &sent);
+    EXPECT_EQ(plan.mask_sizes_size(), 2) << "a and c share one mask";
+    const StepOutcome o = run(plan);
+    ASSERT_EQ(o.rows.size(), 3u);
+    EXPECT_TRUE(o.rows[0].token == 9 || o.rows[0].token == 30) << o.rows[0].token;
+    EXPECT_NE(o.rows[1].token, free_pick);
+    EXPECT_TRUE(o.rows[2].token == 9 || o.rows[2].token == 30) << o.rows[2].token;
+    SeqRequest none = request(4, 0, {1}, 0.5);
+    none.mask_words = 1;
+    none.mask_rows = {0};
+    none.mask_bits = {0};
+    const v1::StepPlan bad = encode_plan({none}, 3, 1, &sent);
+    EXPECT_THROW(s.run(bad, {}, kNoTimings), FormatError);
+  }
+}
+
 // The scheduler's placement travels column-wise and reaches the model unchanged; releases are
 // applied before the step.
 TEST(StageRunner, PlacementAndReleasesReachTheModel) {

@@ -59,6 +59,32 @@ TEST_F(ParamsTest, StopTokenIdsReachTheEngine) {
   EXPECT_EQ(engine_.submitted().back().sampling.stop_token_ids, (std::vector<int32_t>{last}));
 }
 
+// Structured outputs reach the engine as a constraint: one compiled grammar shared by equal
+// requests (the cache), none without a constraint, the reasoning block's end with thinking on.
+TEST_F(ParamsTest, OutputConstraintsReachTheEngine) {
+  script("ok");
+  ASSERT_EQ(post("/v1/chat/completions", chat(R"("response_format":{"type":"json_object"})"))->status(), 200);
+  const auto first = engine_.submitted().back().constraint;
+  ASSERT_TRUE(first.has_value());
+  EXPECT_NE(first->grammar, nullptr);
+  EXPECT_NE(first->vocab, nullptr);
+  ASSERT_EQ(post("/v1/chat/completions", chat(R"("response_format":{"type":"json_object"})"))->status(), 200);
+  EXPECT_EQ(engine_.submitted().back().constraint->grammar, first->grammar);  // cached
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"x","structured_outputs":{"regex":"[0-9]+"}})")->status(), 200);
+  ASSERT_TRUE(engine_.submitted().back().constraint.has_value());
+  EXPECT_EQ(engine_.submitted().back().constraint->starts_after, -1);
+  EXPECT_NE(engine_.submitted().back().constraint->grammar, first->grammar);
+  ASSERT_EQ(post("/v1/chat/completions", chat(R"("temperature":0)"))->status(), 200);
+  EXPECT_FALSE(engine_.submitted().back().constraint.has_value());
+  ASSERT_EQ(
+      post("/v1/chat/completions", chat(R"("chat_template_kwargs":{"enable_thinking":true},"guided_choice":["a","b"])"))
+          ->status(),
+      200);
+  const auto think = engine_.submitted().back().constraint;
+  ASSERT_TRUE(think.has_value());
+  EXPECT_EQ(think->starts_after, tok().find_token("</think>").value_or(-2));
+}
+
 TEST_F(ParamsTest, TokenIdsOutsideTheVocabularyAre400) {
   script("unused");
   const std::string n = std::to_string(tok().n_vocab());
