@@ -221,7 +221,7 @@ TEST_F(StructuredE2E, SixtyFourConcurrentConstrainedStreams) {
       std::string body =
           chat_body(schema_format(kSchemas[static_cast<size_t>(i) % kSchemas.size()]), 1.0, 100 + i, 150);
       body.insert(body.size() - 1, R"(,"stream":false)");
-      got[static_cast<size_t>(i)] = post_chat(spec_->port(), body);
+      got[static_cast<size_t>(i)] = post_chat(plain_->port(), body);
     });
   }
   for (std::thread& t : threads) t.join();
