@@ -154,11 +154,31 @@ Frag build(Nfa& n, const Expr& e) {
 int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
   cls.fill(0);
   int ncls = 1;
-  std::vector<ByteSet> seen;
-  for (const auto& s : n.st) {
-    for (const auto& [bs, t] : s.bytes) {
-      if (std::find(seen.begin(), seen.end(), bs) != seen.end()) continue;
-      seen.push_back(bs);
+  // Distinct byte sets (open addressing on a hash of the words).
+  std::vector<ByteSet> all;
+  std::vector<int32_t> slot(256, -1);
+  auto hash = [](const ByteSet& b) {
+    return (b.w[0] * 0x9E3779B97F4A7C15ull) ^ (b.w[1] * 0xC2B2AE3D27D4EB4Full) ^ (b.w[2] * 0x165667B19E3779F9ull) ^
+           (b.w[3] * 0x27D4EB2F165667C5ull);
+  };
+  for (const auto& s : n.st)
+    for (const auto& e : s.bytes) {
+      size_t k = (hash(e.first) >> 20) & (slot.size() - 1);
+      while (slot[k] >= 0 && !(all[slot[k]] == e.first)) k = (k + 1) & (slot.size() - 1);
+      if (slot[k] >= 0) continue;
+      slot[k] = static_cast<int32_t>(all.size());
+      all.push_back(e.first);
+      if (2 * all.size() > slot.size()) {
+        slot.assign(slot.size() * 2, -1);
+        for (size_t i = 0; i < all.size(); ++i) {
+          size_t j = (hash(all[i]) >> 20) & (slot.size() - 1);
+          while (slot[j] >= 0) j = (j + 1) & (slot.size() - 1);
+          slot[j] = static_cast<int32_t>(i);
+        }
+      }
+    }
+  {
+    for (const ByteSet& bs : all) {
       std::array<int, 512> remap;
       remap.fill(-1);
       int next = 0;
@@ -173,12 +193,54 @@ int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
   return ncls;
 }
 
-struct SetHash {
-  size_t operator()(const std::vector<int32_t>& v) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
-    return static_cast<size_t>(h ^ (h >> 29));
+uint64_t hash_ints(const int32_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(p[i])) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+// Sorted state sets -> ids, the sets stored back to back in one pool (open addressing), so
+// that interning allocates nothing per set. Entry i's set is set(i).
+class SetTable {
+ public:
+  SetTable() : slots_(1024, -1) {}
+  size_t size() const { return val_.size(); }
+  int32_t find(const std::vector<int32_t>& v, uint64_t h) const {
+    for (size_t k = h & (slots_.size() - 1);; k = (k + 1) & (slots_.size() - 1)) {
+      const int32_t e = slots_[k];
+      if (e < 0) return -1;
+      if (hash_[e] == h && off_[e + 1] - off_[e] == v.size() && std::equal(v.begin(), v.end(), pool_.begin() + off_[e]))
+        return val_[e];
+    }
   }
+  void insert(const std::vector<int32_t>& v, uint64_t h, int32_t val) {
+    if (2 * (val_.size() + 1) > slots_.size()) grow();
+    const int32_t e = static_cast<int32_t>(val_.size());
+    pool_.insert(pool_.end(), v.begin(), v.end());
+    off_.push_back(pool_.size());
+    hash_.push_back(h);
+    val_.push_back(val);
+    place(e);
+  }
+  void set(size_t e, std::vector<int32_t>& out) const {
+    out.assign(pool_.begin() + off_[e], pool_.begin() + off_[e + 1]);
+  }
+
+ private:
+  void place(int32_t e) {
+    size_t k = hash_[e] & (slots_.size() - 1);
+    while (slots_[k] >= 0) k = (k + 1) & (slots_.size() - 1);
+    slots_[k] = e;
+  }
+  void grow() {
+    slots_.assign(slots_.size() * 2, -1);
+    for (size_t e = 0; e < val_.size(); ++e) place(static_cast<int32_t>(e));
+  }
+  std::vector<int32_t> pool_;
+  std::vector<size_t> off_{0};
+  std::vector<uint64_t> hash_;
+  std::vector<int32_t> val_;
+  std::vector<int32_t> slots_;
 };
 
 void eps_closure(const Nfa& n, std::vector<int32_t>& set, std::vector<uint8_t>& mark) {
@@ -310,32 +372,31 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
   std::vector<uint8_t> mark(n.st.size(), 0);
   // States are looked up by their kernel (the move targets, before the epsilon closure) first:
   // kernels are small and most lookups hit, so the closure is computed once per new kernel.
-  std::unordered_map<std::vector<int32_t>, int32_t, SetHash> ids, by_kernel;
-  std::vector<std::vector<int32_t>> sets;
+  SetTable ids, by_kernel;  // ids: entry i is DFA state i
+  std::vector<int32_t> set;
   auto intern = [&](std::vector<int32_t>& kernel) {  // sorted in place; left for reuse
     std::sort(kernel.begin(), kernel.end());
     kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
-    if (auto k = by_kernel.find(kernel); k != by_kernel.end()) return k->second;
-    std::vector<int32_t> set = kernel;
+    const uint64_t hk = hash_ints(kernel.data(), kernel.size());
+    if (const int32_t k = by_kernel.find(kernel, hk); k >= 0) return k;
+    set = kernel;
     eps_closure(n, set, mark);
-    auto it = ids.find(set);
-    int32_t id;
-    if (it != ids.end()) {
-      id = it->second;
-    } else {
-      id = static_cast<int32_t>(sets.size());
-      ids.emplace(set, id);
-      sets.push_back(std::move(set));
-      if ((sets.size() & 255) == 0) budget.charge(256);
+    const uint64_t hs = hash_ints(set.data(), set.size());
+    int32_t id = ids.find(set, hs);
+    if (id < 0) {
+      id = static_cast<int32_t>(ids.size());
+      ids.insert(set, hs, id);
+      if ((ids.size() & 255) == 0) budget.charge(256);
     }
-    by_kernel.emplace(kernel, id);
+    by_kernel.insert(kernel, hk, id);
     return id;
   };
   std::vector<int32_t> start{f.in};
   intern(start);
   std::vector<std::vector<int32_t>> buckets(static_cast<size_t>(d->ncls));
-  for (size_t i = 0; i < sets.size(); ++i) {
-    const std::vector<int32_t> cur = std::move(sets[i]);  // only the maps need the sets later
+  std::vector<int32_t> cur;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids.set(i, cur);
     d->accept.push_back(std::binary_search(cur.begin(), cur.end(), f.out) ? 1 : 0);
     bool calls = false;
     for (int32_t s : cur) {

@@ -426,6 +426,8 @@ class Compiler {
   }
 
   ExprPtr object_for(const JValue& s);
+  std::vector<std::pair<std::shared_ptr<const Dfa>, const JValue*>> pattern_keys(const JValue& s);
+  const JValue& all_of(std::vector<const JValue*> parts, const char* kw);
   ExprPtr array_for(const JValue& s);
 
   // A rule defined once per grammar (generic strings, numbers).
@@ -473,6 +475,38 @@ class Compiler {
   int depth_ = 0;
 };
 
+// patternProperties: keys are matched on their JSON (canonical) spelling, with search semantics.
+// Returns the quoted-key DFA of each pattern.
+std::vector<std::pair<std::shared_ptr<const Dfa>, const JValue*>> Compiler::pattern_keys(const JValue& s) {
+  std::vector<std::pair<std::shared_ptr<const Dfa>, const JValue*>> out;
+  const JValue* pp = member(s, "patternProperties");
+  if (!pp) return out;
+  if (!pp->IsObject()) throw SchemaError("patternProperties", "must be an object");
+  for (const auto& m : pp->GetObject()) {
+    std::shared_ptr<const Dfa> content;
+    try {
+      content = json_content_dfa(sv(m.name), b_.budget());
+    } catch (const std::invalid_argument& e) {
+      throw SchemaError("patternProperties", e.what());
+    }
+    out.emplace_back(build_dfa(e_seq({e_byte('"'), e_embed(content), e_byte('"')}), b_.budget()), &m.value);
+  }
+  return out;
+}
+
+// allOf of `parts` (deduplicated; one part is returned as is). Refused naming `kw`.
+const JValue& Compiler::all_of(std::vector<const JValue*> parts, const char* kw) {
+  std::vector<const JValue*> uniq;
+  for (const JValue* p : parts)
+    if (std::none_of(uniq.begin(), uniq.end(), [&](const JValue* q) { return *q == *p; })) uniq.push_back(p);
+  if (uniq.size() == 1) return *uniq[0];
+  try {
+    return store_.merge(uniq);
+  } catch (const SchemaError& e) {
+    throw SchemaError(kw, e.what());
+  }
+}
+
 ExprPtr Compiler::object_for(const JValue& s) {
   std::vector<std::pair<std::string, const JValue*>> props;
   if (const JValue* p = member(s, "properties")) {
@@ -481,15 +515,38 @@ ExprPtr Compiler::object_for(const JValue& s) {
   }
   const JValue* addl = member(s, "additionalProperties");
   const bool addl_false = addl && addl->IsBool() && !addl->GetBool();
+  const auto pats = pattern_keys(s);
+  // The pattern schemas a literal key must also satisfy.
+  auto matching = [&](const std::string& name) {
+    const std::string q = json_quote(name);
+    std::vector<const JValue*> out;
+    for (const auto& [dfa, schema] : pats) {
+      int32_t st = dfa->size() ? 0 : -1;
+      for (size_t i = 0; i < q.size() && st >= 0; ++i) st = dfa->step(st, static_cast<uint8_t>(q[i]));
+      if (st >= 0 && dfa->accept[st]) out.push_back(schema);
+    }
+    return out;
+  };
   std::vector<std::string> required;
   if (const JValue* r = member(s, "required"); r && r->IsArray())
     for (const auto& x : r->GetArray())
       if (x.IsString() && std::find(required.begin(), required.end(), sv(x)) == required.end())
         required.emplace_back(sv(x));
+  for (auto& [name, schema] : props) {
+    std::vector<const JValue*> m = matching(name);
+    if (m.empty()) continue;
+    m.push_back(schema);
+    schema = &all_of(std::move(m), "patternProperties");
+  }
   for (const auto& r : required) {
     bool known = false;
     for (const auto& p : props) known = known || p.first == r;
     if (known) continue;
+    const std::vector<const JValue*> m = matching(r);
+    if (!m.empty()) {
+      props.emplace_back(r, &all_of(m, "patternProperties"));
+      continue;
+    }
     if (addl_false) return e_nothing();
     props.emplace_back(r, addl ? addl : &true_schema());
   }
@@ -503,14 +560,52 @@ ExprPtr Compiler::object_for(const JValue& s) {
       if (required[i] == name) ri = static_cast<int>(i);
     syms.emplace_back(member_rule(keys.back(), *schema), ri);
   }
-  if (!addl_false) {
-    // Any other key: a JSON string that is none of the property names.
-    ExprPtr key = e_embed(generic_string_dfa());
-    if (!keys.empty()) {
-      auto named = build_dfa(e_alt(keys), b_.budget());
-      key = e_embed(dfa_product(*generic_string_dfa(), *named, ProductMode::AndNot, b_.budget()));
+  std::shared_ptr<const Dfa> named;  // built on first use
+  auto minus_names = [&](std::shared_ptr<const Dfa> d) {
+    if (keys.empty()) return d;
+    if (!named) named = build_dfa(e_alt(keys), b_.budget());
+    return std::shared_ptr<const Dfa>(dfa_product(*d, *named, ProductMode::AndNot, b_.budget()));
+  };
+  if (!pats.empty()) {
+    // Patterns grouped by schema; a key in the patterns of the groups in S and of no other
+    // group is a member with the allOf of those schemas (every nonempty S, at most 2^4 - 1).
+    std::vector<const JValue*> gs;         // distinct pattern schemas
+    std::vector<std::vector<ExprPtr>> gk;  // their patterns' key DFAs
+    for (const auto& [dfa, schema] : pats) {
+      size_t g = 0;
+      while (g < gs.size() && !(*gs[g] == *schema)) ++g;
+      if (g == gs.size()) gs.push_back(schema), gk.emplace_back();
+      gk[g].push_back(e_embed(dfa));
     }
-    syms.emplace_back(member_rule(key, addl ? *addl : true_schema()), -1);
+    if (gs.size() > 4) throw SchemaError("patternProperties", "more than 4 distinct pattern schemas");
+    std::vector<std::shared_ptr<const Dfa>> gd;
+    for (auto& k : gk) gd.push_back(build_dfa(e_alt(std::move(k)), b_.budget()));
+    for (size_t S = 1; S < (size_t{1} << gs.size()); ++S) {
+      std::shared_ptr<const Dfa> k;
+      std::vector<const JValue*> schemas;
+      for (size_t i = 0; i < gs.size(); ++i) {
+        if (!(S >> i & 1)) continue;
+        schemas.push_back(gs[i]);
+        k = k ? std::shared_ptr<const Dfa>(dfa_product(*k, *gd[i], ProductMode::And, b_.budget())) : gd[i];
+      }
+      for (size_t i = 0; i < gs.size(); ++i)
+        if (!(S >> i & 1)) k = dfa_product(*k, *gd[i], ProductMode::AndNot, b_.budget());
+      k = minus_names(k);
+      if (k->empty_language()) continue;
+      syms.emplace_back(member_rule(e_embed(k), all_of(schemas, "patternProperties")), -1);
+    }
+  }
+  if (!addl_false) {
+    // Any other key: a JSON string that is none of the property names (nor matches a pattern;
+    // then only canonically escaped keys, the spelling patterns are matched on).
+    std::shared_ptr<const Dfa> key = generic_string_dfa();
+    if (!pats.empty()) {
+      std::vector<ExprPtr> ex;
+      for (const auto& p : pats) ex.push_back(e_embed(p.first));
+      auto any = build_dfa(e_seq({e_byte('"'), e_embed(json_content_dfa("", b_.budget())), e_byte('"')}), b_.budget());
+      key = dfa_product(*any, *build_dfa(e_alt(ex), b_.budget()), ProductMode::AndNot, b_.budget());
+    }
+    syms.emplace_back(member_rule(e_embed(minus_names(key)), addl ? *addl : true_schema()), -1);
   }
   // With at most kMaxRequiredSet declared properties every one of them is tracked (a bit each:
   // none can repeat, so the object is bounded); otherwise the required ones (as a set, or

@@ -13,7 +13,12 @@
 // exponent; a fractional bound on a number is refused).
 // not: only `not {}` / `not true` (nothing matches) and `not {type: ...}` (those types removed;
 // not {type: integer} on numbers is refused).
-// Refused (SchemaError naming the keyword): other not forms, if/then/else, patternProperties, uniqueItems,
+// patternProperties: a key matching a pattern (search semantics, regex.h subset, matched on the
+// key's JSON spelling) has a value valid for that pattern's schema, and for every pattern it
+// matches (at most 4 distinct pattern schemas); a declared property matching patterns must
+// satisfy them too; additionalProperties applies to keys matching neither names nor patterns
+// (then only canonically escaped keys are admitted: the spelling patterns are matched on).
+// Refused (SchemaError naming the keyword): other not forms, if/then/else, uniqueItems,
 // multipleOf, min/maxProperties, dependencies, dependent*, propertyNames, contains,
 // unevaluated*, $dynamicRef, $recursiveRef, non-local $ref.
 // Ignored: annotations (title, description, examples, default, $schema, $id, $comment, ...)

@@ -15,6 +15,7 @@ constexpr std::string_view kSupported[] = {"type",
                                            "properties",
                                            "required",
                                            "additionalProperties",
+                                           "patternProperties",
                                            "items",
                                            "prefixItems",
                                            "additionalItems",
@@ -38,7 +39,6 @@ constexpr std::string_view kRefused[] = {"not",
                                          "if",
                                          "then",
                                          "else",
-                                         "patternProperties",
                                          "uniqueItems",
                                          "multipleOf",
                                          "minProperties",
@@ -110,6 +110,18 @@ bool same_json(const JValue& a, const JValue& b) {
   return a == b;
 }
 
+// A schema every value satisfies, in its simplest spellings.
+bool trivial(const JValue& v) {
+  return (v.IsBool() && v.GetBool()) || (v.IsObject() && v.MemberCount() == 0);
+}
+
+// A non-empty patternProperties, or null.
+const JValue* pp_of(const JValue& s) {
+  auto it = s.FindMember("patternProperties");
+  if (it == s.MemberEnd() || !it->value.IsObject() || it->value.MemberCount() == 0) return nullptr;
+  return &it->value;
+}
+
 }  // namespace
 
 bool is_supported_keyword(std::string_view k) {
@@ -121,8 +133,8 @@ bool is_refused_keyword(std::string_view k, const JValue& v) {
   // Forms that constrain nothing.
   if (k == "uniqueItems" && v.IsBool() && !v.GetBool()) return false;
   if (k == "minProperties" && v.IsNumber() && v.GetDouble() <= 0) return false;
-  if ((k == "patternProperties" || k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") &&
-      v.IsObject() && v.MemberCount() == 0)
+  if ((k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") && v.IsObject() &&
+      v.MemberCount() == 0)
     return false;
   return true;
 }
@@ -280,8 +292,9 @@ const JValue& SchemaStore::merge(const std::vector<const JValue*>& parts) {
         auto m = has_props ? p->value.FindMember(n.c_str()) : JValue::ConstMemberIterator();
         if (has_props && m != p->value.MemberEnd()) {
           vs.push_back(&m->value);
-        } else if (auto ap = s->FindMember("additionalProperties"); ap != s->MemberEnd()) {
-          if (s->HasMember("patternProperties")) throw SchemaError("allOf", "patternProperties in a merged branch");
+        } else if (auto ap = s->FindMember("additionalProperties"); ap != s->MemberEnd() && !trivial(ap->value)) {
+          if (pp_of(*s))
+            throw SchemaError("patternProperties", "additionalProperties with patternProperties in a merged branch");
           vs.push_back(&ap->value);
         }
       }
@@ -289,10 +302,41 @@ const JValue& SchemaStore::merge(const std::vector<const JValue*>& parts) {
     }
     add("properties", std::move(props));
   }
+  // patternProperties: the union (a pattern in several branches: allOf of its schemas). Exact
+  // unless another branch has a pattern that a branch with a constraining additionalProperties
+  // lacks (that branch's extra keys would then be judged by the other branch's pattern).
+  bool any_pp = false;
+  for (const JValue* s : ss) any_pp = any_pp || pp_of(*s);
+  if (any_pp) {
+    const JValue empty(rapidjson::kObjectType);
+    auto pats = [&](const JValue* s) -> const JValue& { return pp_of(*s) ? *pp_of(*s) : empty; };
+    for (const JValue* s : ss) {
+      auto ap = s->FindMember("additionalProperties");
+      if (ap == s->MemberEnd() || trivial(ap->value)) continue;
+      for (const JValue* o : ss)
+        for (const auto& m : pats(o).GetObject())
+          if (!pats(s).HasMember(m.name))
+            throw SchemaError("patternProperties",
+                              "additionalProperties of one branch with patternProperties of another");
+    }
+    std::vector<std::string> pnames;
+    for (const JValue* s : ss)
+      for (const auto& m : pats(s).GetObject())
+        if (std::find(pnames.begin(), pnames.end(), sv(m.name)) == pnames.end()) pnames.emplace_back(sv(m.name));
+    JValue pp(rapidjson::kObjectType);
+    for (const auto& n : pnames) {
+      std::vector<const JValue*> vs;
+      for (const JValue* s : ss)
+        if (auto m = pats(s).FindMember(n.c_str()); m != pats(s).MemberEnd()) vs.push_back(&m->value);
+      pp.AddMember(JValue(n.c_str(), a), all_of(vs), a);
+    }
+    add("patternProperties", std::move(pp));
+  }
   std::vector<const JValue*> addl;
   std::vector<std::string> required;
   for (const JValue* s : ss) {
-    if (auto ap = s->FindMember("additionalProperties"); ap != s->MemberEnd()) addl.push_back(&ap->value);
+    if (auto ap = s->FindMember("additionalProperties"); ap != s->MemberEnd() && !trivial(ap->value))
+      addl.push_back(&ap->value);
     if (auto rq = s->FindMember("required"); rq != s->MemberEnd() && rq->value.IsArray())
       for (const auto& r : rq->value.GetArray())
         if (r.IsString() && std::find(required.begin(), required.end(), sv(r)) == required.end())

@@ -137,12 +137,12 @@ TEST(JsonSchema, Annotations) {
 }
 
 TEST(JsonSchema, RefusedKeywordsAreNamed) {
-  for (const char* kw : {"not", "if", "patternProperties", "uniqueItems", "multipleOf", "minProperties", "contains",
-                         "propertyNames", "dependentRequired"}) {
+  for (const char* kw :
+       {"not", "if", "uniqueItems", "multipleOf", "minProperties", "contains", "propertyNames", "dependentRequired"}) {
     std::string value = R"({"type":"integer"})";
     if (std::string(kw) == "uniqueItems") value = "true";
     if (std::string(kw) == "multipleOf" || std::string(kw) == "minProperties") value = "2";
-    if (std::string(kw) == "patternProperties" || std::string(kw) == "dependentRequired") value = R"({"a":{}})";
+    if (std::string(kw) == "dependentRequired") value = R"({"a":{}})";
     const std::string s = std::string("{\"") + kw + "\":" + value + "}";
     try {
       schema(s);
@@ -167,7 +167,53 @@ TEST(JsonSchema, RefusedKeywordsAreNamed) {
   expect_kw(R"({"type":"number","minimum":0.5})", "minimum");
   expect_kw(R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", "allOf");
   expect_kw(R"({"type":"integer","enum":["a"]})", "$unsatisfiable");
-  expect_kw(R"({"properties":{"not":{"not":{}}}})", "not");
+  expect_kw(R"({"properties":{"not":{"not":{"required":["a"]}}}})", "not");
+  expect_kw(R"({"type":"number","not":{"type":"integer"}})", "not");
+}
+
+TEST(JsonSchema, PatternProperties) {
+  // Anchored and search patterns; keys matching no pattern are unconstrained.
+  check(R"({"type":"object","patternProperties":{"^x-":{"type":"integer"}}})",
+        {"{}", R"({"x-a":1})", R"({"y":"s"})", R"({"ax-":"s","x-":2})"}, {R"({"x-a":"1"})", R"({"y":1,"x-b":[]})"});
+  check(R"({"type":"object","patternProperties":{"id":{"type":"string"}}})", {R"({"my_id_1":"a","x":1})"},
+        {R"({"my_id_1":1})", R"({"id":null})"});
+  // With properties and additionalProperties false: declared names, pattern keys, nothing else.
+  check(R"({"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^[0-9]+$":{"type":"boolean"}},
+            "additionalProperties":false})",
+        {R"({"name":"a","12":true})", R"({"1":false,"2":true})", "{}"},
+        {R"({"x":1})", R"({"12":1})", R"({"name":1})", R"({"1a":true})", R"({"name":"a","name":"b"})"});
+  // A declared name matching a pattern satisfies both.
+  check(R"({"type":"object","properties":{"ab":{"type":"integer"}},"patternProperties":{"^a":{"minimum":5}}})",
+        {R"({"ab":7})", R"({"ac":"x","ab":5})", R"({"b":1})"}, {R"({"ab":3})", R"({"ab":"x"})", R"({"ac":2})"});
+  // A key matching several patterns satisfies all of them.
+  check(R"({"type":"object","patternProperties":{"^a":{"type":"integer"},"b$":{"minimum":10}}})",
+        {R"({"ab":12})", R"({"a":5})", R"({"b":"s"})", R"({"b":11,"a":1})"},
+        {R"({"ab":5})", R"({"ab":"s"})", R"({"b":5})", R"({"a":"s"})"});
+  // additionalProperties applies to keys matching neither names nor patterns.
+  check(R"({"type":"object","patternProperties":{"^s_":{"type":"string"},"^t_":{"type":"string"}},
+            "additionalProperties":{"type":"integer"}})",
+        {R"({"s_a":"x","n":1,"t_":"y"})", "{}"}, {R"({"s_a":1})", R"({"t_b":1})", R"({"n":"x"})"});
+  // A required name that only a pattern admits.
+  check(
+      R"({"type":"object","required":["x1"],"patternProperties":{"^x":{"type":"integer"}},"additionalProperties":false})",
+      {R"({"x1":1})", R"({"x2":2,"x1":1})"}, {"{}", R"({"x1":"a"})", R"({"x2":1})", R"({"x1":1,"y":1})"});
+  // allOf: a pattern of one branch applies to a name declared in another.
+  check(
+      R"({"type":"object","allOf":[{"patternProperties":{"^a":{"type":"integer"}}},{"properties":{"ab":{"minimum":3}}}]})",
+      {R"({"ab":4})", R"({"b":"x"})"}, {R"({"ab":2})", R"({"ab":"x"})", R"({"ac":"x"})"});
+  check(R"({"allOf":[{"patternProperties":{"^a":{"type":"integer"}}},{"patternProperties":{"^a":{"minimum":3}}}]})",
+        {R"({"ab":4})"}, {R"({"ab":2})", R"({"ab":"x"})"});
+  for (const char* s :
+       {R"({"allOf":[{"additionalProperties":false},{"patternProperties":{"^a":{}}}]})",
+        R"({"allOf":[{"patternProperties":{"^a":{}},"additionalProperties":false},{"properties":{"b":{}}}]})",
+        R"j({"type":"object","patternProperties":{"(?=a)":{}}})j"}) {
+    try {
+      schema(s);
+      ADD_FAILURE() << "no SchemaError for " << s;
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword, "patternProperties") << e.what();
+    }
+  }
 }
 
 TEST(JsonSchema, BudgetFailsClosed) {

@@ -118,5 +118,21 @@ TEST(MaskSharing, ConcurrentMatchersAgreeWithSingleThreaded) {
   EXPECT_TRUE(want[0].back().second);
 }
 
+// not {} forbids a property; not {type: ...} removes types (also merged through allOf).
+TEST(MaskSharing, SimpleNotFormsAreExact) {
+  const auto forbid = schema(R"({"type":"object","properties":{"secret":{"not":{}}}})");
+  EXPECT_TRUE(accepts_bytes(forbid, R"({"a":1})"));
+  EXPECT_FALSE(accepts_bytes(forbid, R"({"secret":1})"));
+  const auto no_str = schema(R"({"allOf":[{"not":{"type":"string"}},{"not":{"type":["null","array"]}}]})");
+  EXPECT_TRUE(accepts_bytes(no_str, "12"));
+  EXPECT_TRUE(accepts_bytes(no_str, "{}"));
+  EXPECT_FALSE(accepts_bytes(no_str, "\"x\""));
+  EXPECT_FALSE(accepts_bytes(no_str, "null"));
+  EXPECT_FALSE(accepts_bytes(no_str, "[]"));
+  const auto no_num = schema(R"({"type":["integer","boolean"],"not":{"type":"number"}})");
+  EXPECT_TRUE(accepts_bytes(no_num, "true"));
+  EXPECT_FALSE(accepts_bytes(no_num, "3"));
+}
+
 }  // namespace
 }  // namespace ds::structured::test
