@@ -53,6 +53,27 @@ wait_listening() {  # $1 = log file; up to 120 s (a 27B load takes a while)
   return 1
 }
 
+# Three tiny-fixture servers for the CPU-vs-CUDA checks, on ports $2, $2+1, $2+2: CPU, CUDA (f32
+# prefill), CUDA with --spec-k 3 and the worker flags $3.. (e.g. "--workers 2 --devices 0,0").
+# Started from this shell (not a subshell) so `wait $TRIO_PIDS` works; 0 when all three listen.
+tiny_trio() {
+  local tag=$1 port=$2
+  shift 2
+  TRIO_PIDS=""
+  local i flags
+  for i in 0 1 2; do
+    case $i in
+      0) flags=(--backend cpu --workers 1) ;;
+      1) flags=(--backend cuda --workers 1 --devices 0 --prefill-precision f32) ;;
+      2) flags=(--backend cuda --prefill-precision f32 --spec-k 3 "$@") ;;
+    esac
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port $((port + i)) --max-seqs 8 "${flags[@]}" \
+      > "$O/serve_${tag}_$((port + i)).log" 2>&1 &
+    TRIO_PIDS="$TRIO_PIDS $!"
+  done
+  for i in 0 1 2; do wait_listening "$O/serve_${tag}_$((port + i)).log" || return 1; done
+}
+
 # An MPS control daemon of this script's own (the runs under it share one GPU context); mps_start
 # fails when this machine has none or it does not start.
 mps_start() {
@@ -498,16 +519,7 @@ fi
 
 if want penalties; then
   echo "==== penalties, logit_bias, min_tokens, n on CUDA workers (device digest, --spec-k 0 and 3) vs CPU workers"
-  pen_serve() {  # $1 = port, $2.. = serve flags
-    local port=$1; shift
-    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port "$port" --max-seqs 8 "$@" \
-      > "$O/serve_pen_$port.log" 2>&1 &
-    echo $!
-  }
-  p_cpu=$(pen_serve 18084 --backend cpu --workers 1)
-  p_cuda=$(pen_serve 18085 --backend cuda --workers 1 --devices 0 --prefill-precision f32)
-  p_spec=$(pen_serve 18086 --backend cuda --workers 2 --devices 0,0 --prefill-precision f32 --spec-k 3)
-  if wait_listening "$O/serve_pen_18084.log" && wait_listening "$O/serve_pen_18085.log" && wait_listening "$O/serve_pen_18086.log"; then
+  if tiny_trio pen 18084 --workers 2 --devices 0,0; then
     r=$(timeout 120 python3 - <<'PY'
 import json, urllib.request
 ids = [151644,872,198,9707,0,3555,374,279,6722,315,11862,30,151645,198,151644,77091,198,151667,198] * 9
@@ -545,7 +557,7 @@ PY
   else
     note "penalties: a tiny server did not start"
   fi
-  kill -TERM $p_cpu $p_cuda $p_spec; wait $p_cpu $p_cuda $p_spec
+  kill -TERM $TRIO_PIDS; wait $TRIO_PIDS
   echo "==== 9B through HTTP: 16 streams with penalties and logit_bias vs without (alternated, twice each)"
   "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 1 --devices 0 --port 18083 --max-seqs 32 \
     > "$O/serve9_pen.log" 2>&1 &
@@ -579,16 +591,7 @@ fi
 
 if want structured; then
   echo "==== structured outputs: tiny CPU vs CUDA vs CUDA spec-k 3 under schemas; 9B HTTP constrained vs free"
-  st_serve() {  # $1 = port, $2.. = serve flags
-    local port=$1; shift
-    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port "$port" --max-seqs 8 "$@" \
-      > "$O/serve_st_$port.log" 2>&1 &
-    echo $!
-  }
-  s_cpu=$(st_serve 18094 --backend cpu --workers 1)
-  s_cuda=$(st_serve 18095 --backend cuda --workers 1 --devices 0 --prefill-precision f32)
-  s_spec=$(st_serve 18096 --backend cuda --workers 1 --devices 0 --prefill-precision f32 --spec-k 3)
-  if wait_listening "$O/serve_st_18094.log" && wait_listening "$O/serve_st_18095.log" && wait_listening "$O/serve_st_18096.log"; then
+  if tiny_trio st 18094 --workers 1 --devices 0; then
     r=$(timeout 180 python3 - <<'PY'
 import json, urllib.request
 schemas = [{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "n": {"type": "integer"}},
@@ -618,7 +621,7 @@ PY
   else
     note "structured: a tiny server did not start"
   fi
-  kill -TERM $s_cpu $s_cuda $s_spec; wait $s_cpu $s_cuda $s_spec
+  kill -TERM $TRIO_PIDS; wait $TRIO_PIDS
   echo "==== 9B through HTTP: constrained (JSON schema, regex) vs free, 64 and 1 streams (alternated)"
   "$B/bin/deltaserve" serve --model $M9 --backend cuda --workers 1 --devices 0 --port 18093 --max-seqs 64 \
     > "$O/serve9_st.log" 2>&1 &
