@@ -101,7 +101,12 @@ class StructuredE2E : public ::testing::Test {
     const std::vector<std::string> common{
         "--model", tiny_model_path(),    "--workers", "1", "--port", "0", "--threads", "2", "--max-seqs",
         "64",      "--max-batch-tokens", "512"};
-    plain_ = new ServerProcess(common);
+    // The plain server is a two-stage pipeline (the masks ride the plan to the last stage); the
+    // speculating one a single worker.
+    std::vector<std::string> pipeline = common;
+    pipeline[3] = "2";
+    pipeline[7] = "1";
+    plain_ = new ServerProcess(pipeline);
     std::vector<std::string> spec = common;
     spec.insert(spec.end(), {"--spec-k", "3"});
     spec_ = new ServerProcess(spec);
