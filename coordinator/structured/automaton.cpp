@@ -151,11 +151,13 @@ Frag build(Nfa& n, const Expr& e) {
 }
 
 // Byte classes: bytes that no byte set of the NFA tells apart share a class.
-int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
+// `all` receives the distinct byte sets, `edge_set` each byte edge's index in it (edges in
+// state order).
+int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls, std::vector<ByteSet>& all,
+                 std::vector<int32_t>& edge_set) {
   cls.fill(0);
   int ncls = 1;
   // Distinct byte sets (open addressing on a hash of the words).
-  std::vector<ByteSet> all;
   std::vector<int32_t> slot(256, -1);
   auto hash = [](const ByteSet& b) {
     return (b.w[0] * 0x9E3779B97F4A7C15ull) ^ (b.w[1] * 0xC2B2AE3D27D4EB4Full) ^ (b.w[2] * 0x165667B19E3779F9ull) ^
@@ -165,8 +167,12 @@ int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls) {
     for (const auto& e : s.bytes) {
       size_t k = (hash(e.first) >> 20) & (slot.size() - 1);
       while (slot[k] >= 0 && !(all[slot[k]] == e.first)) k = (k + 1) & (slot.size() - 1);
-      if (slot[k] >= 0) continue;
+      if (slot[k] >= 0) {
+        edge_set.push_back(slot[k]);
+        continue;
+      }
       slot[k] = static_cast<int32_t>(all.size());
+      edge_set.push_back(slot[k]);
       all.push_back(e.first);
       if (2 * all.size() > slot.size()) {
         slot.assign(slot.size() * 2, -1);
@@ -354,21 +360,36 @@ bool Dfa::empty_language() const {
 }
 
 std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
+  if (e->kind == Expr::Kind::Embed) {  // already deterministic
+    budget.charge(e->dfa->size());
+    return std::make_shared<Dfa>(*e->dfa);
+  }
   Nfa n;
   n.budget = &budget;
   const Frag f = build(n, *e);
   auto d = std::make_shared<Dfa>();
-  d->ncls = byte_classes(n, d->cls);
+  std::vector<ByteSet> sets_of_bytes;
+  std::vector<int32_t> edge_set;
+  d->ncls = byte_classes(n, d->cls, sets_of_bytes, edge_set);
   std::array<uint8_t, 256> rep{};
   for (int b = 255; b >= 0; --b) rep[d->cls[b]] = static_cast<uint8_t>(b);
+  // The classes of each distinct byte set.
+  std::vector<std::vector<int32_t>> set_cls(sets_of_bytes.size());
+  for (size_t i = 0; i < sets_of_bytes.size(); ++i)
+    for (int c = 0; c < d->ncls; ++c)
+      if (sets_of_bytes[i].test(rep[c])) set_cls[i].push_back(c);
 
   // Byte edges as (class, target) moves, expanded once per NFA state rather than tested per
   // class in every DFA state that contains it.
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> moves(n.st.size());
-  for (size_t s = 0; s < n.st.size(); ++s)
-    for (const auto& [bs, t] : n.st[s].bytes)
-      for (int c = 0; c < d->ncls; ++c)
-        if (bs.test(rep[c])) moves[s].emplace_back(c, t);
+  // NFA state s's moves: moves[move_row[s] .. move_row[s + 1]).
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  std::vector<uint32_t> move_row(n.st.size() + 1, 0);
+  size_t edge = 0;
+  for (size_t s = 0; s < n.st.size(); ++s) {
+    for (const auto& bt : n.st[s].bytes)
+      for (int32_t c : set_cls[edge_set[edge++]]) moves.emplace_back(c, bt.second);
+    move_row[s + 1] = static_cast<uint32_t>(moves.size());
+  }
   std::vector<uint8_t> mark(n.st.size(), 0);
   // States are looked up by their kernel (the move targets, before the epsilon closure) first:
   // kernels are small and most lookups hit, so the closure is computed once per new kernel.
@@ -400,7 +421,7 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
     d->accept.push_back(std::binary_search(cur.begin(), cur.end(), f.out) ? 1 : 0);
     bool calls = false;
     for (int32_t s : cur) {
-      for (auto [c, t] : moves[s]) buckets[c].push_back(t);
+      for (uint32_t k = move_row[s]; k < move_row[s + 1]; ++k) buckets[moves[k].first].push_back(moves[k].second);
       calls = calls || !n.st[s].calls.empty();
     }
     for (int c = 0; c < d->ncls; ++c) {
@@ -418,6 +439,40 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
     }
   }
   return d;
+}
+
+std::shared_ptr<Dfa> dfa_wrap(const Dfa& d, uint8_t open, uint8_t close, Budget& budget) {
+  if (d.has_calls()) return nullptr;
+  for (size_t s = 0; s < d.size(); ++s)
+    if (d.accept[s] && d.step(static_cast<int32_t>(s), close) >= 0) return nullptr;
+  auto out = std::make_shared<Dfa>();
+  // d's classes with `open` and `close` split off.
+  std::map<std::pair<int, int>, int> cls;
+  for (int b = 0; b < 256; ++b) {
+    const int tag = (b == open ? 1 : 0) + (b == close ? 2 : 0);
+    auto it = cls.emplace(std::make_pair(int{d.cls[b]}, tag), static_cast<int>(cls.size())).first;
+    out->cls[b] = static_cast<uint8_t>(it->second);
+  }
+  const int nc = out->ncls = static_cast<int>(cls.size());
+  std::array<uint8_t, 256> rep{};
+  for (int b = 255; b >= 0; --b) rep[out->cls[b]] = static_cast<uint8_t>(b);
+  // 0: start, 1 + s: d's state s, n - 1: after `close`.
+  const size_t n = d.size() + 2;
+  budget.charge(n);
+  out->next.assign(n * nc, -1);
+  out->accept.assign(n, 0);
+  out->calls.assign(n, {});
+  out->next[out->cls[open]] = 1;
+  for (size_t s = 0; s < d.size(); ++s) {
+    for (int c = 0; c < nc; ++c) {
+      const int32_t t = d.step(static_cast<int32_t>(s), rep[c]);
+      if (t >= 0) out->next[(s + 1) * nc + c] = t + 1;
+    }
+    if (d.accept[s]) out->next[(s + 1) * nc + out->cls[close]] = static_cast<int32_t>(n - 1);
+  }
+  out->accept[n - 1] = 1;
+  out->trimmed = d.trimmed;  // every state of d still reaches `close`
+  return out;
 }
 
 std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, Budget& budget) {
@@ -463,25 +518,26 @@ std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, B
 }
 
 bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
+  if (d.trimmed) return true;
   const size_t n = d.size();
   auto passable = [&](int32_t r) { return productive.empty() || productive[r]; };
-  // Reverse edges in compressed rows: (target, source) pairs sorted by target.
-  std::vector<std::pair<int32_t, int32_t>> edges;
-  for (size_t s = 0; s < n; ++s) {
-    for (int c = 0; c < d.ncls; ++c) {
-      const int32_t t = d.next[s * d.ncls + c];
-      if (t >= 0) edges.emplace_back(t, static_cast<int32_t>(s));
-    }
-    for (auto [r, t] : d.calls[s])
-      if (passable(r)) edges.emplace_back(t, static_cast<int32_t>(s));
-  }
+  // Reverse edges in compressed rows (two passes: in-degrees, then sources).
   std::vector<uint32_t> row(n + 1, 0);
-  for (auto [t, s] : edges) ++row[t + 1];
+  auto each_edge = [&](auto&& f) {
+    for (size_t s = 0; s < n; ++s) {
+      const int32_t* r = d.next.data() + s * d.ncls;
+      for (int c = 0; c < d.ncls; ++c)
+        if (r[c] >= 0) f(r[c], static_cast<int32_t>(s));
+      for (auto [rl, t] : d.calls[s])
+        if (passable(rl)) f(t, static_cast<int32_t>(s));
+    }
+  };
+  each_edge([&](int32_t t, int32_t) { ++row[t + 1]; });
   for (size_t i = 0; i < n; ++i) row[i + 1] += row[i];
-  std::vector<int32_t> src(edges.size());
+  std::vector<int32_t> src(row[n]);
   {
     std::vector<uint32_t> fill(row.begin(), row.end() - 1);
-    for (auto [t, s] : edges) src[fill[t]++] = s;
+    each_edge([&](int32_t t, int32_t s) { src[fill[t]++] = s; });
   }
   std::vector<uint8_t> live(n, 0);
   std::vector<int32_t> work;
@@ -512,6 +568,14 @@ bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
     for (auto [r, t] : d.calls[s])
       if (passable(r)) visit(t);
   }
+  bool identity = order.size() == n;
+  for (size_t i = 0; identity && i < n; ++i) identity = order[i] == static_cast<int32_t>(i);
+  if (identity) {  // every state live and reached in index order: nothing to renumber
+    for (auto& cs : d.calls)
+      cs.erase(std::remove_if(cs.begin(), cs.end(), [&](const auto& rt) { return !passable(rt.first); }), cs.end());
+    d.trimmed = !d.has_calls();
+    return true;
+  }
   Dfa out;
   out.cls = d.cls;
   out.ncls = d.ncls;
@@ -525,6 +589,7 @@ bool trim_dfa(Dfa& d, const std::vector<uint8_t>& productive) {
     for (auto [r, t] : d.calls[s])
       if (passable(r) && id[t] >= 0) out.calls.back().emplace_back(r, id[t]);
   }
+  out.trimmed = !out.has_calls();
   d = std::move(out);
   return true;
 }

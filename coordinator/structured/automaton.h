@@ -82,6 +82,7 @@ struct Dfa {
   std::vector<int32_t> next;
   std::vector<uint8_t> accept;
   std::vector<std::vector<std::pair<int32_t, int32_t>>> calls;  // per state: (rule, target)
+  bool trimmed = false;  // call-free, every state reachable and live (trim_dfa: nothing to do)
 
   size_t size() const { return accept.size(); }
   int32_t step(int32_t s, uint8_t b) const { return next[static_cast<size_t>(s) * ncls + cls[b]]; }
@@ -103,6 +104,10 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget);
 // Product of two call-free DFAs: AND (both accept) or AND_NOT (a accepts, b does not).
 enum class ProductMode { And, AndNot };
 std::shared_ptr<Dfa> dfa_product(const Dfa& a, const Dfa& b, ProductMode mode, Budget& budget);
+
+// DFA of open w close for the words w of call-free `d`; nullptr when `close` is a byte `d` may
+// read after accepting (the result would not be deterministic) or `d` has calls.
+std::shared_ptr<Dfa> dfa_wrap(const Dfa& d, uint8_t open, uint8_t close, Budget& budget);
 
 // Removes states that cannot reach an accepting state (call edges count as passable only to
 // rules flagged in `productive`; empty = all). Returns false when the start state is removed.

@@ -413,7 +413,8 @@ class Compiler {
     // A rule of its own: every position inside the string is one grammar state, whatever
     // property it belongs to, so its mask is computed once.
     const int32_t r = b_.new_rule();
-    b_.define(r, e_seq({e_byte('"'), e_embed(d), e_byte('"')}));
+    auto quoted = dfa_wrap(*d, '"', '"', b_.budget());
+    b_.define(r, quoted ? e_embed(std::move(quoted)) : e_seq({e_byte('"'), e_embed(d), e_byte('"')}));
     string_rules_.emplace(std::move(key), r);
     return e_call(r);
   }

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "coordinator/structured/json_lexemes.h"
+
 namespace ds::structured {
 
 namespace {
@@ -188,8 +190,9 @@ class Parser {
         break;
       }
       if (peek() == '^') throw RegexError("'^' not at the start");
+      const bool one_char = peek() != '(';  // every other atom is one character
       ExprPtr atom = parse_atom();
-      items.push_back(parse_quant(std::move(atom)));
+      items.push_back(parse_quant(std::move(atom), one_char));
     }
     return items.empty() ? e_empty() : e_seq(std::move(items));
   }
@@ -206,7 +209,7 @@ class Parser {
     return pos_ > start;
   }
 
-  ExprPtr parse_quant(ExprPtr atom) {
+  ExprPtr parse_quant(ExprPtr atom, bool one_char) {
     for (;;) {
       uint32_t lo = 0, hi = 0;
       const uint32_t c = peek();
@@ -236,7 +239,14 @@ class Parser {
       }
       eat('?');  // lazy: same language
       if (peek() == '+') throw RegexError("possessive quantifier");
-      atom = e_rep(std::move(atom), lo, hi);
+      if (one_char && (hi == kUnbounded ? lo : hi) >= 16) {
+        // c{m,n} of one character: a counter automaton, not n NFA copies to determinise.
+        Budget b;
+        atom = e_embed(length_dfa(*build_dfa(atom, b), lo, hi, b));
+      } else {
+        atom = e_rep(std::move(atom), lo, hi);
+      }
+      one_char = false;
     }
   }
 
