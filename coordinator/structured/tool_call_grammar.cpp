@@ -114,8 +114,7 @@ ExprPtr converts_as(const Types& others) {
 // ending with "\r" (the parser drops "\r\n" before </parameter>), or text the parser would
 // read as one of the other declared types.
 ExprPtr raw_exclusions(const Types& others) {
-  std::vector<ExprPtr> alts = {e_seq({any_text(), e_lit(kParamClose), any_text()}),
-                               e_seq({any_text(), e_byte('\r')})};
+  std::vector<ExprPtr> alts = {e_seq({any_text(), e_lit(kParamClose), any_text()}), e_seq({any_text(), e_byte('\r')})};
   if (!others.empty()) alts.push_back(converts_as(others));
   return e_alt(std::move(alts));
 }
@@ -179,8 +178,8 @@ std::shared_ptr<Dfa> raw_string_branch(const JValue& s, Budget& budget) {
   if (mn > mx) return build_dfa(e_nothing(), budget);
   if (mn > 0 || mx != UINT64_MAX) {
     auto one = build_dfa(any_char(), budget);
-    parts.push_back(length_dfa(*one, static_cast<uint32_t>(mn),
-                               mx == UINT64_MAX ? kUnbounded : static_cast<uint32_t>(mx), budget));
+    parts.push_back(
+        length_dfa(*one, static_cast<uint32_t>(mn), mx == UINT64_MAX ? kUnbounded : static_cast<uint32_t>(mx), budget));
   }
   std::shared_ptr<Dfa> d = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) d = dfa_product(*d, *parts[i], ProductMode::And, budget);

@@ -1,8 +1,6 @@
 // Tool-call grammars (tool_choice "required" / named function): the Qwen3.5 XML form is
 // accepted byte by byte, malformed or mistyped calls are not, and whatever the grammar accepts
 // the server's own output parser reads back as a call whose arguments satisfy the schema.
-#include "coordinator/structured/tool_call_grammar.h"
-
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 
@@ -11,6 +9,7 @@
 
 #include "coordinator/output_parser/output_parser.h"
 #include "coordinator/output_parser/tool_schema.h"
+#include "coordinator/structured/tool_call_grammar.h"
 #include "tests/coordinator/structured/structured_test_util.h"
 
 namespace ds::structured::test {
@@ -123,8 +122,10 @@ bool valid(const rapidjson::Value& v, const rapidjson::Value& s, const rapidjson
     if (auto m = s.FindMember("maximum"); m != s.MemberEnd() && v.GetDouble() > m->value.GetDouble()) return false;
   }
   if (v.IsString()) {  // kTools' strings are ASCII: bytes = code points
-    if (auto m = s.FindMember("minLength"); m != s.MemberEnd() && v.GetStringLength() < m->value.GetUint()) return false;
-    if (auto m = s.FindMember("maxLength"); m != s.MemberEnd() && v.GetStringLength() > m->value.GetUint()) return false;
+    if (auto m = s.FindMember("minLength"); m != s.MemberEnd() && v.GetStringLength() < m->value.GetUint())
+      return false;
+    if (auto m = s.FindMember("maxLength"); m != s.MemberEnd() && v.GetStringLength() > m->value.GetUint())
+      return false;
   }
   if (v.IsArray() && s.HasMember("items"))
     for (const auto& x : v.GetArray())
@@ -170,8 +171,8 @@ TEST(ToolCallGrammar, AcceptsTemplateFormAndParserReadsTypedArguments) {
       {call("get_weather", {{"city", " <b>3</b> "}, {"days", "1"}, {"detailed", "false"}}), "get_weather",
        R"({"city":" <b>3</b> ","days":1,"detailed":false})"},
       {call("search", {{"query", "cats"}}), "search", R"({"query":"cats"})"},
-      {call("search", {{"query", "q"}, {"filters", R"({"lang": "en", "max": 5})"}, {"tags", R"(["a","b"])"}}),
-       "search", R"({"query":"q","filters":{"lang":"en","max":5},"tags":["a","b"]})"},
+      {call("search", {{"query", "q"}, {"filters", R"({"lang": "en", "max": 5})"}, {"tags", R"(["a","b"])"}}), "search",
+       R"({"query":"q","filters":{"lang":"en","max":5},"tags":["a","b"]})"},
       {call("search", {{"query", "q"}, {"note", "null"}, {"score", "2.5"}}), "search",
        R"({"query":"q","note":null,"score":2.5})"},
       {call("search", {{"query", "q"}, {"note", "hello"}, {"score", "null"}}), "search",
@@ -298,10 +299,31 @@ TEST(ToolCallGrammar, MixedStringTypesNeverReadBackAsTheWrongType) {
 // accepts, the parser must read back valid; and both outcomes must occur.
 TEST(ToolCallGrammar, EveryAcceptedVariantParsesToValidArguments) {
   auto g = tool_grammar(kTools);
-  const std::vector<std::string> values = {
-      "3",    "three", "3.5",  "-1", "1e2",  "true", "false", "TRUE",       "null",     "NULL",          "",
-      " 3",   "\"a\"", "[\"a\",\"b\"]", "[]", "{}",   "{\"lang\":\"en\"}",  "celsius",  "a\nb",          "x\r",
-      "<b>",  "a</parameter>b", "{\"lang\":\"en\",\"max\":2}",   "0",       "12345678901234"};
+  const std::vector<std::string> values = {"3",
+                                           "three",
+                                           "3.5",
+                                           "-1",
+                                           "1e2",
+                                           "true",
+                                           "false",
+                                           "TRUE",
+                                           "null",
+                                           "NULL",
+                                           "",
+                                           " 3",
+                                           "\"a\"",
+                                           "[\"a\",\"b\"]",
+                                           "[]",
+                                           "{}",
+                                           "{\"lang\":\"en\"}",
+                                           "celsius",
+                                           "a\nb",
+                                           "x\r",
+                                           "<b>",
+                                           "a</parameter>b",
+                                           "{\"lang\":\"en\",\"max\":2}",
+                                           "0",
+                                           "12345678901234"};
   const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> bases = {
       {"get_weather", {{"city", "Paris"}, {"days", "3"}, {"unit", "celsius"}, {"detailed", "true"}}},
       {"search", {{"query", "q"}, {"filters", "{\"lang\":\"en\"}"}, {"tags", "[]"}, {"note", "n"}, {"score", "1"}}},
@@ -340,12 +362,14 @@ TEST(ToolCallGrammar, ErrorsNameWhatCannotBeHonoured) {
   EXPECT_EQ(keyword(R"({"name":"f"})", {}), "tools");
   EXPECT_EQ(keyword(R"([{"type":"function","function":{"name":"a>b"}}])", {}), "tools");
   EXPECT_EQ(keyword(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
-      "properties":{"n":{"type":"integer","multipleOf":2}}}}}])", {}),
+      "properties":{"n":{"type":"integer","multipleOf":2}}}}}])",
+                    {}),
             "multipleOf");
   EXPECT_EQ(keyword(R"([{"type":"function","function":{"name":"f","parameters":{"anyOf":[{"type":"object"}]}}}])", {}),
             "anyOf");
   EXPECT_EQ(keyword(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
-      "properties":{"s":{"type":"string","pattern":"(?=a)b"}}}}}])", {}),
+      "properties":{"s":{"type":"string","pattern":"(?=a)b"}}}}}])",
+                    {}),
             "pattern");
   EXPECT_EQ(keyword(kTools, {"ping"}), "(none)");
 }
