@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/gguf.h"
+#include "common/utf8.h"
 
 namespace ds {
 namespace {
@@ -107,6 +108,59 @@ void read_hparams(const GgufFile& g, ModelConfig& c) {
   }
 }
 
+// GPT-2 byte-level BPE spelling of `text`: printable bytes stand for themselves, the others
+// (space, controls, ...) for U+0100 + their rank among those bytes, as vocabularies store them.
+std::string byte_level_spelling(const std::string& text) {
+  const auto direct = [](unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
+  std::string out;
+  for (const unsigned char b : text) {
+    uint32_t cp = b;
+    if (!direct(b)) {
+      cp = 256;
+      for (unsigned x = 0; x < b; ++x) cp += direct(x) ? 0 : 1;
+    }
+    utf8::append(out, cp);
+  }
+  return out;
+}
+
+// A label's token id: its literal text, else its byte-level spelling; -1 when neither is a token.
+int32_t label_token(const std::vector<std::string_view>& tokens, const std::string& label) {
+  for (const std::string& spelling : {label, byte_level_spelling(label)}) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] == spelling) return static_cast<int32_t>(i);
+    }
+  }
+  return -1;
+}
+
+// qwen3's pooling, classifier labels and cls head (embedding models, rerankers).
+void read_qwen3_heads(const GgufFile& g, ModelConfig& c) {
+  if (c.pooling_type != 0 && c.pooling_type != 3 && c.pooling_type != 4) {
+    throw ConfigError(key(c, "pooling_type") + " " + std::to_string(c.pooling_type) +
+                      " is not supported (0 none, 3 last token: embedding, 4 rank: reranker)");
+  }
+  const std::string lk = key(c, "classifier.output_labels");
+  if (g.has(lk)) {
+    for (std::string_view l : g.get_string_array(lk)) c.classifier_labels.emplace_back(l);
+    const char* tk = "tokenizer.ggml.tokens";
+    const std::vector<std::string_view> none;
+    const std::vector<std::string_view>& tokens = g.has(tk) ? g.get_string_array(tk) : none;
+    for (const std::string& l : c.classifier_labels) c.classifier_label_tokens.push_back(label_token(tokens, l));
+  }
+  if (const GgufTensor* cls = g.find_tensor("cls.output.weight")) {
+    if (g.find_tensor("cls.output.bias") != nullptr) throw ConfigError("cls.output.bias is not supported");
+    if (cls->n_dims != 2 || cls->ne[1] == 0)
+      throw ConfigError("cls.output.weight must be 2-D, has shape " + cls->shape_string());
+    c.has_cls_head = true;
+    c.n_cls_out = static_cast<uint32_t>(cls->ne[1]);
+  }
+  const std::string sk = key(c, "rope.scaling.type");
+  if (g.has(sk) && g.get_string(sk) != "none") {
+    throw ConfigError(sk + " '" + g.get_string(sk) + "' is not supported (deltaserve runs plain RoPE for qwen3)");
+  }
+}
+
 void check_divisibility(const ModelConfig& c) {
   auto fail = [](const std::string& m) { throw ConfigError("inconsistent model config: " + m); };
   if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 || c.n_ff == 0)
@@ -161,6 +215,10 @@ void check_tensors(const GgufFile& g, const ModelConfig& c) {
   expect_shape(g, "token_embd.weight", {c.n_embd, c.n_vocab});
   expect_shape(g, "output_norm.weight", {c.n_embd});
   if (!c.tied_embeddings) expect_shape(g, "output.weight", {c.n_embd, c.n_vocab});
+  if (c.has_cls_head) {
+    const uint64_t n_out = c.classifier_labels.empty() ? c.n_cls_out : c.classifier_labels.size();
+    expect_shape(g, "cls.output.weight", {c.n_embd, n_out});  // one row per label
+  }
   const bool qwen35 = c.arch == "qwen35";
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -208,9 +266,41 @@ std::string ModelConfig::describe() const {
       << ", dv " << ssm_head_v_dim() << ", conv kernel " << ssm_conv_kernel << " (value head n reads key head n mod "
       << ssm_n_group << ")\n";
   }
+  if (arch == "qwen3") {
+    o << "output head: " << output_head_name(default_head(*this)) << " (pooling type " << pooling_type << ")";
+    if (has_cls_head) o << ", cls.output " << n_cls_out << " rows";
+    for (size_t i = 0; i < classifier_labels.size(); ++i) o << (i ? ", " : ", labels: ") << classifier_labels[i];
+    o << "\n";
+  }
   o << "rms eps: " << rms_eps << ", context: " << context_length << "\n"
     << "embeddings: " << (tied_embeddings ? "tied (LM head = token_embd)" : "untied (output.weight)") << "\n";
   return o.str();
+}
+
+OutputHead default_head(const ModelConfig& c) {
+  if (c.arch != "qwen3") return OutputHead::kLanguageModel;
+  if (c.pooling_type == 3) return OutputHead::kEmbedding;
+  if (c.pooling_type == 4) return OutputHead::kRankClassifier;
+  return OutputHead::kLanguageModel;
+}
+
+std::string output_head_problem(const ModelConfig& c, OutputHead head) {
+  if (head == OutputHead::kLanguageModel) return "";
+  const std::string what = std::string("the ") + output_head_name(head) + " head";
+  if (c.arch != "qwen3") return "architecture '" + c.arch + "' serves only the language-model head, not " + what;
+  if (head == OutputHead::kEmbedding || c.has_cls_head) return "";
+  if (c.classifier_labels.empty()) {
+    return what +
+           " needs cls.output.weight or qwen3.classifier.output_labels (with an LM head), and the GGUF "
+           "has neither";
+  }
+  for (size_t i = 0; i < c.classifier_labels.size(); ++i) {
+    if (c.classifier_label_tokens[i] < 0) {
+      return what + " has no cls.output.weight, and its label '" + c.classifier_labels[i] +
+             "' is no token of tokenizer.ggml.tokens to take an LM-head row from";
+    }
+  }
+  return "";
 }
 
 ModelConfig load_model_config(const GgufFile& g) {
@@ -228,6 +318,7 @@ ModelConfig load_model_config(const GgufFile& g) {
   if (embd.n_dims != 2) throw ConfigError("token_embd.weight must be 2-D, has shape " + embd.shape_string());
   c.n_vocab = static_cast<uint32_t>(embd.ne[1]);
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  if (c.arch == "qwen3") read_qwen3_heads(g, c);
   check_tensors(g, c);
   return c;
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/stage_types.h"  // OutputHead
+
 namespace ds {
 
 class GgufFile;
@@ -47,8 +49,16 @@ struct ModelConfig {
   bool attn_output_gate = true;             // qwen35: attn_q carries [query | gate] per head
   bool norm_weights_plus_one_baked = true;  // informational: +1 folded by the converter
 
-  // Qwen3 embedding / reranker extras.
+  // Qwen3 embedding / reranker extras (read for qwen3 only).
+  // `qwen3.pooling_type` (llama.cpp's numbering): 0 none, 3 last token (an embedding model),
+  // 4 rank (a reranker); mean (1) and cls (2) pooling are refused at load.
   uint32_t pooling_type = 0;
+  std::vector<std::string> classifier_labels;  // `qwen3.classifier.output_labels`, e.g. ["yes", "no"]
+  // Each label's id in tokenizer.ggml.tokens (its literal text, else its byte-level BPE form), -1
+  // when the vocabulary lacks it: the LM-head rows a rank head is built from without cls.output.
+  std::vector<int32_t> classifier_label_tokens;
+  bool has_cls_head = false;  // cls.output.weight: [n_embd -> n_cls_out], rows in label order
+  uint32_t n_cls_out = 0;     // its rows (== classifier_labels.size() when labels are given)
 
   uint32_t n_attention_layers() const;
   // Index of the first MTP block (blk.N.nextn.*), valid when n_nextn > 0.
@@ -60,6 +70,15 @@ struct ModelConfig {
 
   std::string describe() const;  // multi-line human-readable summary
 };
+
+// The head a model is made for: qwen3 pooling last -> kEmbedding, rank -> kRankClassifier;
+// anything else kLanguageModel.
+OutputHead default_head(const ModelConfig& config);
+
+// Why `config` cannot serve `head` (a sentence naming what the GGUF lacks), or "" when it can:
+// kEmbedding and kRankClassifier are qwen3 only; kRankClassifier needs cls.output.weight, or
+// labels that are all tokens of the vocabulary (the head is then the LM-head rows of those tokens).
+std::string output_head_problem(const ModelConfig& config, OutputHead head);
 
 // Reads and validates the config. Throws ds::ConfigError / ds::FormatError with a message
 // naming the offending key or tensor.

@@ -18,12 +18,14 @@ TensorPlace tensor_place(const std::string& name, const ModelConfig& cfg) {
   if (name.rfind("token_embd.", 0) == 0) return {TensorRole::kEmbedding, 0};
   if (name.rfind("output_norm.", 0) == 0) return {TensorRole::kFinalNorm, 0};
   if (name.rfind("output.", 0) == 0) return {TensorRole::kHead, 0};
+  if (name.rfind("cls.", 0) == 0) return {TensorRole::kClassifier, 0};
   return {};
 }
 
-bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, StageRange range, bool as_matrix) {
+bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, StageRange range, bool as_matrix, OutputHead head) {
   const bool first = range.first_layer == 0;
   const bool last = range.last_layer == cfg.n_layer;
+  const bool lm_head = head == OutputHead::kLanguageModel;
   const TensorPlace p = tensor_place(t.name, cfg);
   switch (p.role) {
     case TensorRole::kLayer:
@@ -31,20 +33,23 @@ bool stage_reads(const GgufTensor& t, const ModelConfig& cfg, StageRange range, 
     case TensorRole::kMtp:
       return last;
     case TensorRole::kEmbedding:
-      return (first && !as_matrix) || (last && cfg.tied_embeddings);
+      return (first && !as_matrix) || (last && cfg.tied_embeddings && lm_head);
     case TensorRole::kHead:
+      return last && lm_head;
     case TensorRole::kFinalNorm:
       return last;
+    case TensorRole::kClassifier:
+      return last && head == OutputHead::kRankClassifier;
     case TensorRole::kOther:
       return last;  // as before: unknown top-level tensors go with the head
   }
   return false;
 }
 
-uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, StageRange range) {
+uint64_t stage_weight_bytes(const GgufFile& gguf, const ModelConfig& cfg, StageRange range, OutputHead head) {
   uint64_t total = 0;
   for (const GgufTensor& t : gguf.tensors()) {
-    if (stage_reads(t, cfg, range, false)) total += t.nbytes;
+    if (stage_reads(t, cfg, range, false, head)) total += t.nbytes;
   }
   return total;
 }

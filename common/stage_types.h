@@ -21,6 +21,25 @@ struct SeqCache {
   std::vector<uint32_t> block_ids;        // is_new: the whole block table; else blocks appended since
 };
 
+// What the last stage computes from its final-normed rows (StageOptions::head; a model's
+// default_head() in common/model_config.h):
+//  - kLanguageModel: the LM head's logits (or their digests), the usual generation;
+//  - kEmbedding: no head, the final-normed hidden rows themselves (StepOutput::final_hidden);
+//  - kRankClassifier: the classifier head's scores, one per label (a reranker's [yes, no]).
+enum class OutputHead : uint8_t { kLanguageModel, kEmbedding, kRankClassifier };
+
+inline const char* output_head_name(OutputHead head) {
+  switch (head) {
+    case OutputHead::kLanguageModel:
+      return "language model";
+    case OutputHead::kEmbedding:
+      return "embedding";
+    case OutputHead::kRankClassifier:
+      return "rank classifier";
+  }
+  return "?";
+}
+
 struct StageRange {
   uint32_t first_layer = 0;
   uint32_t last_layer = 0;  // exclusive

@@ -22,7 +22,7 @@
 
 #include "common/logit_adjust.h"
 #include "common/sampling.h"     // DigestRequest, LogitDigest
-#include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry
+#include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry, OutputHead
 #include "common/token_mask.h"
 
 namespace ds {
@@ -95,6 +95,13 @@ struct StageOptions {
   // 0 or the vocabulary size or more: every id. forward_mtp always gives the whole vocabulary.
   uint32_t draft_vocab = 0;
   BlockTap tap;  // debugging: named intermediates (slow: each is downloaded)
+  // What the last stage returns for the logit rows (common/stage_types.h): kLanguageModel the
+  // logits [n_rows, n_vocab] (or digests); kEmbedding no head at all, StepOutput::final_hidden
+  // [n_rows, n_embd] (final-normed, not L2-normalised) and no logits or digests; kRankClassifier
+  // logits [n_rows, n_labels] from the classifier head, no digests. Digest requests, logit edits
+  // and grammar masks apply to kLanguageModel only. A model that cannot serve the head fails its
+  // load with ConfigError (common/model_config.h: output_head_problem).
+  OutputHead head = OutputHead::kLanguageModel;
 };
 
 class StageModel {

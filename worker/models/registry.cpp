@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/model_config.h"
 #include "worker/backend.h"
+#include "worker/models/qwen3.h"
 #include "worker/models/qwen35.h"
 
 namespace ds {
@@ -11,6 +12,7 @@ namespace {
 
 constexpr ModelArch kArchs[] = {
     {"qwen35", &load_qwen35_stage},
+    {"qwen3", &load_qwen3_stage},
 };
 
 }  // namespace
@@ -37,6 +39,11 @@ std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, con
     for (const std::string& n : model_arch_names()) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError("load_stage: no worker model for architecture '" + config.arch + "' (this build runs: " + known +
                       ")");
+  }
+  // Every architecture serves the LM head; the others only where the model says so (qwen35
+  // has no embedding or classifier mode: its last stage always ends in the LM head and MTP).
+  if (const std::string why = output_head_problem(config, options.head); !why.empty()) {
+    throw ConfigError("load_stage: " + why);
   }
   return arch->load(std::move(gguf), config, range, options, std::move(backend));
 }
