@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ds {
@@ -38,6 +39,23 @@ inline const char* output_head_name(OutputHead head) {
       return "rank classifier";
   }
   return "?";
+}
+
+// Assign.output_head's wire names: "lm" (also ""), "embedding", "rank".
+inline const char* output_head_wire_name(OutputHead head) {
+  return head == OutputHead::kEmbedding ? "embedding" : head == OutputHead::kRankClassifier ? "rank" : "lm";
+}
+inline bool output_head_from_wire_name(const std::string& name, OutputHead* head) {
+  if (name.empty() || name == "lm") {
+    *head = OutputHead::kLanguageModel;
+  } else if (name == "embedding") {
+    *head = OutputHead::kEmbedding;
+  } else if (name == "rank") {
+    *head = OutputHead::kRankClassifier;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 struct StageRange {

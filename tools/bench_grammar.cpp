@@ -44,7 +44,10 @@ namespace {
 const ds::cli::Usage kUsage{
     "deltaserve-bench-grammar",
     "--maskbench PATH(.tar.xz|dir) --model GGUF [--vocab-size N] [--extend-vocab N] [--limit K] [--compile-only] "
-    "[--verbose]"};
+    "[--shard I/N] [--times FILE] [--verbose]\n"
+    "  --shard I/N: only the schemas whose index is I modulo N (run N processes side by side);\n"
+    "  --times FILE: also write every compile and mask time and the counts there, for\n"
+    "  tools/merge_grammar_shards.py to add the shards up"};
 
 double now_us() {
   using clock = std::chrono::steady_clock;
@@ -116,11 +119,24 @@ bool run_instance(const std::shared_ptr<const Grammar>& g, const std::shared_ptr
   return m.accepting();
 }
 
+// Raw figures of this run, one per line ("c" compile us, "m" mask us, then the counts), so
+// shards run side by side add up to exactly the figures one run over all schemas gives.
+void write_times(const std::string& path, const Stats& st) {
+  std::ofstream out(path);
+  for (double t : st.compile_us) out << "c " << t << "\n";
+  for (double t : st.mask_us) out << "m " << t << "\n";
+  out << "n schemas " << st.schemas << "\nn accepted " << st.accepted << "\nn right " << st.right << "\nn wrong "
+      << st.wrong << "\nn mismatch " << st.mask_mismatch << "\n";
+  for (const auto& [k, n] : st.refused) out << "r " << k << " " << n << "\n";
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string maskbench, model;
-  size_t vocab_size = 0, extend = 0, limit = SIZE_MAX;
+  size_t vocab_size = 0, extend = 0, limit = SIZE_MAX, shard = 0, n_shards = 1;
+  std::string times_path;
   bool verbose = false, compile_only = false;
   ds::cli::ArgReader args(kUsage, argc, argv);
   for (std::string a; args.next(a);) {
@@ -138,7 +154,16 @@ int main(int argc, char** argv) {
       compile_only = true;
     else if (a == "--verbose")
       verbose = true;
-    else
+    else if (a == "--times")
+      times_path = args.value();
+    else if (a == "--shard") {
+      const std::string v = args.value();
+      const size_t slash = v.find('/');
+      if (slash == std::string::npos) kUsage.fail("--shard takes I/N");
+      shard = ds::cli::parse_number<size_t>(kUsage, a, v.substr(0, slash), 0);
+      n_shards = ds::cli::parse_number<size_t>(kUsage, a, v.substr(slash + 1), 1);
+      if (shard >= n_shards) kUsage.fail("--shard I/N needs I < N");
+    } else
       args.unknown();
   }
   if (maskbench.empty() || model.empty()) kUsage.fail("--maskbench and --model are required");
@@ -161,8 +186,10 @@ int main(int argc, char** argv) {
     const auto files = record_files(maskbench, tmpdir);
     Stats st;
     std::vector<uint32_t> mask(vocab->n_words());
+    size_t index = 0;
     for (const auto& f : files) {
       if (st.schemas >= limit) break;
+      if (index++ % n_shards != shard) continue;
       std::ifstream in(f);
       std::stringstream ss;
       ss << in.rdbuf();
@@ -212,6 +239,7 @@ int main(int argc, char** argv) {
                 pct(st.compile_us, 99), pct(st.compile_us, 100));
     std::printf("mask us (%zu masks): avg %.1f p50 %.1f p99 %.1f p99.9 %.1f max %.1f\n", st.mask_us.size(),
                 avg(st.mask_us), pct(st.mask_us, 50), pct(st.mask_us, 99), pct(st.mask_us, 99.9), pct(st.mask_us, 100));
+    if (!times_path.empty()) write_times(times_path, st);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deltaserve-bench-grammar: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 # --draft-vocab 0 / 65536 / 32768; "verify_profile": ncu per-kernel sums of 8 verify 1+3 steps and 8 decode steps (extra bench flags: VP_FLAGS);
 # "penalties": 16 HTTP streams with presence/frequency/repetition penalties and logit_bias vs none;
 # "structured": tiny fixture CPU vs CUDA vs CUDA spec-k 3 under JSON schemas, 9B HTTP constrained vs free at 64 and 1;
+# "grammar": MaskBench (deltaserve-bench-grammar) in GR_SHARDS single-threaded shards at 151,936 and 248,320 tokens;
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
@@ -653,6 +654,28 @@ PY
     note "structured: server did not start"; tail -5 "$O/serve9_st.log"
   fi
   kill -TERM $spid; wait $spid
+fi
+
+if want grammar; then
+  # MaskBench on the device host's quiet cores (a CPU benchmark: one thread per process, GR_SHARDS
+  # processes side by side over disjoint schemas, added up by tools/merge_grammar_shards.py), with
+  # the tokenizer's 151,936 ids and with a synthetic 248,320-token vocabulary. GR_MASKBENCH: the
+  # record tarball (../shared/fixtures/jsonschema/maskbench-public.tar.xz, carried in build/).
+  echo "==== grammar engine: MaskBench over all records, 151,936 and 248,320 tokens"
+  GR=${GR_MASKBENCH:-build/maskbench-public.tar.xz} NS=${GR_SHARDS:-7}
+  timeout 60 "$B/bin/deltaserve-synth" --shape tiny --vocab 248320 --tokenizer-from "$DATA/tiny-qwen35-q8_0.gguf" \
+    --out /tmp/synth-248k.gguf > "$O/synth248.log" 2>&1 || tail -3 "$O/synth248.log"
+  for v in 151936:$DATA/tiny-qwen35-q8_0.gguf 248320:/tmp/synth-248k.gguf; do
+    name=${v%%:*} model=${v#*:} pids=()
+    for i in $(seq 0 $((NS - 1))); do
+      timeout 500 "$B/bin/deltaserve-bench-grammar" --maskbench "$GR" --model "$model" --shard $i/$NS \
+        --times "$O/gr_${name}_$i.txt" > "$O/gr_${name}_$i.log" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    python3 tools/merge_grammar_shards.py "$O"/gr_${name}_*.txt > "$O/grammar_$name.log" 2>&1
+    note "grammar $name: $(grep -E '^(schemas|instance|compile|mask us)' "$O/grammar_$name.log" | tr '\n' ';')"
+  done
 fi
 
 if want 27b_spec; then

@@ -52,6 +52,29 @@ struct SeqStep {
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
 };
 
+// Grammar masks of a step's logit rows that may still be on their way when the step starts
+// (StepPlan.masks_follow: the coordinator computes them while the step runs). get() waits for
+// them the first time it is called, which the LM head does only once the device has the rest
+// of the step queued; it throws what the fetch throws (a timeout, masks the coordinator gave up on).
+class PendingTokenMasks {
+ public:
+  PendingTokenMasks() = default;
+  PendingTokenMasks(TokenMasks ready) : masks_(std::move(ready)) {}  // NOLINT: a ready value converts
+  explicit PendingTokenMasks(std::function<TokenMasks()> fetch) : fetch_(std::move(fetch)), fetched_(false) {}
+  const TokenMasks& get() const {
+    if (!fetched_) {
+      fetched_ = true;
+      masks_ = fetch_();
+    }
+    return masks_;
+  }
+
+ private:
+  std::function<TokenMasks()> fetch_;
+  mutable TokenMasks masks_;
+  mutable bool fetched_ = true;
+};
+
 struct StepInput {
   std::vector<SeqStep> seqs;  // token rows are concatenated in this order
   // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
@@ -67,7 +90,7 @@ struct StepInput {
   std::vector<LogitEdit> logit_edits;
   // Last stage, optional: grammar masks of logit rows (TokenMasks::rows index them likewise),
   // applied after the edits.
-  TokenMasks token_masks;
+  PendingTokenMasks token_masks;
 };
 
 struct StepOutput {

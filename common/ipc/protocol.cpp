@@ -57,6 +57,8 @@ const char* body_name(const v1::Envelope& env) {
       return "step_result";
     case v1::Envelope::kStepError:
       return "step_error";
+    case v1::Envelope::kStepMasks:
+      return "step_masks";
     case v1::Envelope::BODY_NOT_SET:
       break;
   }

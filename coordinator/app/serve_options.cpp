@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <charconv>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "common/byte_size.h"
 #include "common/options.h"
+#include "coordinator/http/upstream_proxy.h"
 
 namespace ds {
 namespace {
@@ -49,6 +51,17 @@ bool parse_bool(const std::string& s, bool* out) {
   if (s.empty() || s == "1" || s == "true" || s == "yes") return *out = true, true;
   if (s == "0" || s == "false" || s == "no") return *out = false, true;
   return false;
+}
+
+bool parse_devices(const std::string& v, std::vector<int>* out) {
+  out->clear();
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, ',');) {
+    int d = -1;
+    if (!parse_number(item, &d) || d < 0) return false;
+    out->push_back(d);
+  }
+  return !out->empty();
 }
 
 template <typename T>
@@ -96,11 +109,57 @@ OptionSpec worker_choice(const std::string& name, std::optional<std::string>* fi
           fallback};
 }
 
+bool parse_fraction(const std::string& v, std::optional<double>* out) {
+  double f = 0;
+  if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
+  *out = f;
+  return true;
+}
+
+// The options of one side model (--embed-*, --rerank-*).
+std::vector<OptionSpec> side_model_specs(const std::string& kind, const std::string& what, SideModelOptions* m) {
+  return {
+      {kind + "-model", "F.gguf", "also serve " + what + " model (its routes, its own workers); chat servers only",
+       [m](const std::string& v) {
+         m->model_path = v;
+         return !v.empty();
+       },
+       [m] { return m->model_path.empty() ? std::string("(none)") : m->model_path; }, "none"},
+      {kind + "-workers", "N", "pipeline stages of the " + kind + " model",
+       [m](const std::string& v) { return parse_positive(v, &m->n_workers); }, [m] { return shown(m->n_workers); }},
+      {kind + "-devices", "a,b,...", "cuda: GPU of each " + kind + " worker",
+       [m](const std::string& v) { return parse_devices(v, &m->devices); }, [m] { return joined(m->devices, "auto"); },
+       "worker r on GPU r"},
+      {kind + "-gpu-memory-fraction", "F", "cuda: the " + kind + " workers' share of their GPUs, in (0, 1]",
+       [m](const std::string& v) { return parse_fraction(v, &m->gpu_memory_fraction); },
+       [m] { return m->gpu_memory_fraction ? shown(*m->gpu_memory_fraction) : std::string("auto"); }, "0.9"},
+      {kind + "-model-name", "S", "the " + kind + " model's id in the API",
+       [m](const std::string& v) {
+         m->served_model_name = v;
+         return !v.empty();
+       },
+       [m] { return m->served_model_name.empty() ? std::string("(file name)") : m->served_model_name; },
+       "its GGUF file name"},
+  };
+}
+
+OptionSpec upstream_spec(const std::string& kind, const std::string& routes, std::string* url) {
+  return {kind + "-upstream",
+          "URL",
+          "forward " + routes + " to the server at URL (http://host:port[/base])",
+          [url](const std::string& v) {
+            *url = v;
+            return !v.empty();
+          },
+          [url] { return url->empty() ? std::string("(none)") : *url; },
+          "none"};
+}
+
 // Every option of `deltaserve serve`, bound to `o`. The order is the help's and describe()'s.
 OptionTable serve_table(ServeOptions* o) {
   EngineOptions* e = &o->engine;
   ServerOptions* h = &o->http;
-  return {
+  OptionTable table = {
       {"model", "F.gguf", "the GGUF model (qwen35; required)",
        [e](const std::string& v) {
          e->model_path = v;
@@ -117,17 +176,8 @@ OptionTable serve_table(ServeOptions* o) {
        [e](const std::string& v) { return parse_counts(v, &e->layer_split); },
        [e] { return joined(e->layer_split, "balanced"); }, "balanced by weight bytes"},
       {"devices", "a,b,...", "cuda: GPU of each local worker (0,0: two workers sharing GPU 0)",
-       [e](const std::string& v) {
-         e->devices.clear();
-         std::stringstream in(v);
-         for (std::string item; std::getline(in, item, ',');) {
-           int d = -1;
-           if (!parse_number(item, &d) || d < 0) return false;
-           e->devices.push_back(d);
-         }
-         return !e->devices.empty();
-       },
-       [e] { return joined(e->devices, "auto"); }, "worker r on GPU r"},
+       [e](const std::string& v) { return parse_devices(v, &e->devices); }, [e] { return joined(e->devices, "auto"); },
+       "worker r on GPU r"},
       {"external-workers", "", "do not start workers (systemd starts them); needs --control-endpoint",
        [e](const std::string& v) { return parse_bool(v, &e->external_workers); },
        [e] { return std::string(e->external_workers ? "yes" : "no"); }},
@@ -213,10 +263,7 @@ OptionTable serve_table(ServeOptions* o) {
        "cuda workers: share of GPU memory for weights + pools, in (0, 1], split by layer count\n"
        "among workers on one GPU (--devices 0,0)",
        [e](const std::string& v) {
-         double f = 0;
-         if (!parse_number(v, &f) || f <= 0 || f > 1) return false;
-         e->gpu_memory_fraction = f;  // the engine splits it among workers sharing a GPU (gpu_share.h)
-         return true;
+         return parse_fraction(v, &e->gpu_memory_fraction);  // split among workers sharing a GPU (gpu_share.h)
        },
        [e] { return e->gpu_memory_fraction ? shown(*e->gpu_memory_fraction) : std::string("auto"); }, "0.9"},
       {"memory-budget", "SIZE", "each worker's KV/state pools at most SIZE, e.g. 8G",
@@ -277,7 +324,27 @@ OptionTable serve_table(ServeOptions* o) {
                     "faster, 9B ~6% slower); auto: mma when --spec-k > 0 or the model is wider than 4096,\n"
                     "else dp4a (sent in Assign)"),
       choice("log-format", &o->log_format, {"text", "json"}, "log lines as text or one JSON object each"),
+      choice("mode", &o->mode, {"auto", "chat", "embed", "rerank"},
+             "what the model serves: chat (the generation routes), embed (/v1/embeddings), rerank\n"
+             "(/v1/rerank, /rerank, /v2/rerank, /v1/score); auto: the GGUF's pooling type says"),
   };
+  for (OptionSpec& spec : side_model_specs("embed", "an embedding", &o->embed_model)) table.push_back(std::move(spec));
+  for (OptionSpec& spec : side_model_specs("rerank", "a reranker", &o->rerank_model)) table.push_back(std::move(spec));
+  table.push_back(upstream_spec("embed", "/v1/embeddings", &o->embed_upstream));
+  table.push_back(upstream_spec("rerank", "/v1/rerank, /rerank, /v2/rerank and /v1/score", &o->rerank_upstream));
+  table.push_back({"upstream-api-key", "KEY", "the key sent to the upstreams (empty: the client's is forwarded)",
+                   [o](const std::string& v) {
+                     o->upstream_api_key = v;
+                     return true;
+                   },
+                   [o] { return o->upstream_api_key.empty() ? std::string("(forwarded)") : o->upstream_api_key; },
+                   "the client's", /*secret=*/true});
+  table.push_back({"upstream-timeout", "S", "seconds an upstream may stay silent before the client gets a 504",
+                   [o](const std::string& v) {
+                     return parse_positive(v, &o->upstream_timeout_s) && o->upstream_timeout_s <= 86400;
+                   },
+                   [o] { return shown(o->upstream_timeout_s); }});
+  return table;
 }
 
 OptionParser serve_parser() {
@@ -295,6 +362,24 @@ std::string help_text() {
   return options_help(serve_parser(), serve_table(&defaults));
 }
 
+bool check_side_model(const std::string& kind, const SideModelOptions& m, const std::string& upstream,
+                      std::string* error) {
+  if (!m.model_path.empty() && !upstream.empty()) {
+    *error = "--" + kind + "-model and --" + kind + "-upstream both name the " + kind + " model: give one";
+  } else if (!m.devices.empty() && m.devices.size() != m.n_workers) {
+    *error = "--" + kind + "-devices must name one GPU per --" + kind + "-workers worker";
+  } else {
+    if (upstream.empty()) return true;
+    try {
+      parse_upstream_url(upstream);
+      return true;
+    } catch (const std::invalid_argument& e) {
+      *error = "--" + kind + "-upstream: " + e.what();
+    }
+  }
+  return false;
+}
+
 bool check_consistency(const ServeOptions& o, std::string* error) {
   if (o.engine.model_path.empty()) {
     *error = "--model is required\n" + help_text();
@@ -304,6 +389,9 @@ bool check_consistency(const ServeOptions& o, std::string* error) {
     *error = "--devices must name one GPU per worker";
   } else if (o.engine.external_workers && o.engine.control_endpoint.empty()) {
     *error = "--external-workers needs --control-endpoint (the address the workers connect to)";
+  } else if (!check_side_model("embed", o.embed_model, o.embed_upstream, error) ||
+             !check_side_model("rerank", o.rerank_model, o.rerank_upstream, error)) {
+    return false;
   } else {
     return true;
   }

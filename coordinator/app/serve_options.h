@@ -8,11 +8,22 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coordinator/engine/engine.h"
 #include "coordinator/http/server_options.h"
 
 namespace ds {
+
+// A model served beside the main one by the same coordinator (--embed-model, --rerank-model):
+// its own workers, on their own devices; everything else as the main model's.
+struct SideModelOptions {
+  std::string model_path;  // empty: none
+  uint32_t n_workers = 1;
+  std::vector<int> devices;                   // cuda: GPU of each of its workers; empty = 0, 1, ...
+  std::optional<double> gpu_memory_fraction;  // its workers' share of their GPUs; unset: the default
+  std::string served_model_name;              // empty: the GGUF file name
+};
 
 struct ServeOptions {
   EngineOptions engine;
@@ -51,6 +62,15 @@ struct ServeOptions {
   // cuda decode / verify GEMV ("auto" | "dp4a" | "mma"; worker/decode_gemv.h); unset: auto.
   std::optional<std::string> decode_gemv;
   std::string log_format = "text";  // text | json
+  // What the model serves: "chat", "embed" (/v1/embeddings), "rerank" (/v1/rerank), or "auto":
+  // the GGUF's (qwen3.pooling_type last: embed, rank: rerank, else chat).
+  std::string mode = "auto";
+  // A chat server's embedding and reranker models (issue 29): hosted here, each with its own
+  // workers, or another server's (the routes are forwarded). At most one of the two per kind.
+  SideModelOptions embed_model, rerank_model;
+  std::string embed_upstream, rerank_upstream;  // http://host:port[/base]
+  std::string upstream_api_key;                 // replaces the client's Authorization upstream; empty: forwarded
+  uint32_t upstream_timeout_s = 600;            // the longest silence of an upstream
 };
 
 // Parses argv (the arguments after "serve") plus `env` (normally the process environment,

@@ -226,6 +226,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   }
   a.set_memory_budget_bytes(opt.memory_budget_bytes);
   a.set_prefill_precision(opt.prefill_precision);
+  a.set_output_head(output_head_wire_name(opt.output_head));
   a.set_decode_gemv(opt.decode_gemv);
   a.set_bf16_weight_copy(opt.bf16_weight_copy);
   a.set_pool_budget_bytes(opt.pool_budget_bytes);
@@ -474,13 +475,8 @@ bool PipelineEngine::Impl::drop_everywhere(const std::vector<uint64_t>& ids, boo
 void PipelineEngine::Impl::submit_plan(v1::StepPlan plan) {
   if (flying.empty()) pending_error.clear();
   results[plan.plan_id()];
-  // The grammar masks (up to MBs) move into the message; the plan kept for decoding the result
-  // does not need them.
-  std::string masks = std::move(*plan.mutable_mask_data());
-  plan.clear_mask_data();
   v1::Envelope env;
   *env.mutable_step_plan() = plan;
-  env.mutable_step_plan()->set_mask_data(std::move(masks));
   flying.push_back(Submitted{std::move(plan), std::chrono::steady_clock::now()});
   send_to(0, env);  // an unreachable stage marks it lost: collect_oldest() throws WorkerLost
 }
@@ -567,6 +563,30 @@ void PipelineEngine::submit(const std::vector<SeqRequest>& seqs, const std::vect
   Impl& m = *impl_;
   if (m.needs_recovery) throw WorkerLost("a worker was lost; recover() and re-prefill first");
   m.submit_plan(encode_plan(seqs, released, m.opt.cache.managed(), m.next_plan_id++, m.epoch, &m.sent_sampling));
+  const bool later = std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.masks_follow; });
+  if (m.flying.back().plan.masks_follow() && !later) send_masks(seqs);
+}
+
+// The masks go to the last stage directly: it is the only one that needs them, and it waits for
+// them only at its LM head, so the plan's layers run while they are computed and travel.
+void PipelineEngine::send_masks(const std::vector<SeqRequest>& seqs) {
+  Impl& m = *impl_;
+  if (m.flying.empty() || !m.flying.back().plan.masks_follow()) {
+    throw std::logic_error("send_masks() without a submitted plan whose masks follow");
+  }
+  v1::Envelope env;
+  *env.mutable_step_masks() = encode_step_masks(seqs, m.flying.back().plan.plan_id(), m.epoch);
+  m.send_to(m.opt.n_workers - 1, env);
+}
+
+void PipelineEngine::abandon_masks(const std::string& why) {
+  Impl& m = *impl_;
+  if (m.flying.empty() || !m.flying.back().plan.masks_follow()) return;
+  v1::Envelope env;
+  env.mutable_step_masks()->set_plan_id(m.flying.back().plan.plan_id());
+  env.mutable_step_masks()->set_epoch(m.epoch);
+  env.mutable_step_masks()->set_abandoned(why.empty() ? "the coordinator could not compute the masks" : why);
+  m.send_to(m.opt.n_workers - 1, env);
 }
 
 StepOutcome PipelineEngine::collect() {

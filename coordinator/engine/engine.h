@@ -46,6 +46,9 @@ struct EngineOptions {
   // prefill precision, decode GEMV and bf16 weight copy, and the pools' budget (0: each
   // worker's own --memory-budget).
   std::string prefill_precision = "bf16";
+  // What the last stage returns (Assign.output_head): the LM head's tokens, or a pooling
+  // model's outputs (RowResult::pooled).
+  OutputHead output_head = OutputHead::kLanguageModel;
   std::string decode_gemv = "auto";
   std::string bf16_weight_copy = "off";
   uint64_t pool_budget_bytes = 0;
@@ -104,6 +107,10 @@ struct SeqRequest {
   std::vector<int32_t> forced_tokens;
   // Grammar masks (structured outputs): `mask_rows` index logit_rows (increasing); each has a
   // mask of mask_words words in mask_bits (common/token_mask.h). Empty: no row is limited.
+  // They travel after the plan (PipelineEngine::send_masks), so a caller may fill them once
+  // the plan is out: `masks_follow` says they will come (the plan then tells the last stage to
+  // wait for them), and masks already filled at submit() are sent with it.
+  bool masks_follow = false;
   std::vector<uint32_t> mask_rows;
   uint32_t mask_words = 0;
   std::vector<uint32_t> mask_bits;
@@ -134,6 +141,9 @@ struct RowResult {
   std::vector<int32_t> top_ids;  // best first
   std::vector<float> top_logprobs;
   std::vector<float> logits;  // full row, only with return_full_logits
+  // Pooling models (EngineOptions::output_head not the LM head): the row's pooled output, the
+  // final-normed hidden state (embedding) or the classifier logits (rank); `token` means nothing.
+  std::vector<float> pooled;
 };
 
 // A speculating sequence's verdict: `accepted` drafts of its row were kept (its RowResults
@@ -210,6 +220,12 @@ class PipelineEngine {
   // in flight (the workers' ring slots) makes a stage wait for a free slot. Throws WorkerLost
   // when a worker was lost before (recover() first).
   void submit(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released = {});
+  // The grammar masks of the step just submitted whose rows said masks_follow, now filled in
+  // `seqs` (the same rows, in the same order). Must follow that submit() before any other.
+  void send_masks(const std::vector<SeqRequest>& seqs);
+  // Tells the last stage that the masks of the step just submitted will not come (the step
+  // then fails there with `why`), so it does not wait for them.
+  void abandon_masks(const std::string& why);
   // The result of the oldest submitted step not yet collected (waits for it). Throws
   // std::logic_error when none is in flight, WorkerLost or StepFailed like step(); after
   // either, every step in flight is forgotten and its sequences are in an unknown state.

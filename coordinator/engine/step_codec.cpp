@@ -56,6 +56,9 @@ void check_request(const SeqRequest& s, bool managed) {
     throw StepFailed("sequence " + std::to_string(s.seq_id) + ": forced tokens need one per logit row, no speculation");
   }
   check_speculation(s);
+}
+
+void check_masks(const SeqRequest& s) {
   if (s.mask_bits.size() != s.mask_rows.size() * s.mask_words || (!s.mask_rows.empty() && s.mask_words == 0)) {
     throw StepFailed("sequence " + std::to_string(s.seq_id) + ": mask_bits do not fit mask_rows x mask_words");
   }
@@ -68,6 +71,7 @@ void check_request(const SeqRequest& s, bool managed) {
 
 // The grammar masks of one sequence, whose logit rows start at flat index `first_row`.
 void add_masks(const SeqRequest& s, uint32_t first_row, std::optional<MaskPacker>& packer) {
+  check_masks(s);
   if (s.mask_rows.empty()) return;
   if (!packer) packer.emplace(s.mask_words);
   if (packer->n_words() != s.mask_words) {
@@ -76,14 +80,6 @@ void add_masks(const SeqRequest& s, uint32_t first_row, std::optional<MaskPacker
   for (size_t i = 0; i < s.mask_rows.size(); ++i) {
     packer->add(first_row + s.mask_rows[i], s.mask_bits.data() + i * s.mask_words);
   }
-}
-
-void encode_masks(const MaskPacker& p, v1::StepPlan* plan) {
-  plan->set_mask_words(p.n_words());
-  plan->mutable_mask_rows()->Add(p.rows.begin(), p.rows.end());
-  plan->mutable_mask_of_row()->Add(p.mask_of_row.begin(), p.mask_of_row.end());
-  plan->mutable_mask_sizes()->Add(p.sizes.begin(), p.sizes.end());
-  plan->mutable_mask_data()->assign(reinterpret_cast<const char*>(p.data.data()), p.data.size() * sizeof(uint32_t));
 }
 
 // The placement columns of one row (see StepPlan in step.proto).
@@ -148,16 +144,15 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
   const bool forces =
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return !s.forced_tokens.empty(); });
-  std::optional<MaskPacker> masks;
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
+    if (s.masks_follow || !s.mask_rows.empty()) plan.set_masks_follow(true);
     if (speculative) encode_speculation(s, &plan);
     if (s.cache) encode_placement(*s.cache, &plan);
     plan.add_seq_ids(s.seq_id);
     plan.add_start_positions(s.start_pos);
     plan.add_n_tokens(static_cast<uint32_t>(s.tokens.size()));
     plan.mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
-    add_masks(s, static_cast<uint32_t>(plan.logit_rows_size()), masks);
     plan.add_n_logit_rows(static_cast<uint32_t>(s.logit_rows.size()));
     plan.mutable_logit_rows()->Add(s.logit_rows.begin(), s.logit_rows.end());
     for (size_t i = 0; i < s.logit_rows.size(); ++i) plan.add_random_u(s.random_u.empty() ? 0.0 : s.random_u[i]);
@@ -196,8 +191,27 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       (*sent)[s.seq_id] = SentSampling{s.sampling, s.return_full_logits, s.adjust};
     }
   }
-  if (masks) encode_masks(*masks, &plan);
   return plan;
+}
+
+v1::StepMasks encode_step_masks(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch) {
+  v1::StepMasks out;
+  out.set_plan_id(plan_id);
+  out.set_epoch(epoch);
+  std::optional<MaskPacker> packer;
+  uint32_t first_row = 0;
+  for (const SeqRequest& s : seqs) {
+    add_masks(s, first_row, packer);
+    first_row += static_cast<uint32_t>(s.logit_rows.size());
+  }
+  if (!packer) return out;
+  v1::TokenMaskSet* m = out.mutable_masks();
+  m->set_words(packer->n_words());
+  m->mutable_rows()->Add(packer->rows.begin(), packer->rows.end());
+  m->mutable_mask_of_row()->Add(packer->mask_of_row.begin(), packer->mask_of_row.end());
+  m->mutable_sizes()->Add(packer->sizes.begin(), packer->sizes.end());
+  m->mutable_data()->assign(reinterpret_cast<const char*>(packer->data.data()), packer->data.size() * sizeof(uint32_t));
+  return out;
 }
 
 StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result, const std::vector<uint8_t>& bulk) {
@@ -233,6 +247,14 @@ StepOutcome decode_result(const v1::StepPlan& plan, const v1::StepResult& result
     std::vector<float>& dst = out.rows[row].logits;
     dst.resize(n_vocab);
     std::memcpy(dst.data(), bulk.data() + f * n_vocab * sizeof(float), n_vocab * sizeof(float));
+  }
+  const uint64_t width = result.pooled_width();
+  if (static_cast<uint64_t>(result.pooled_size()) != width * static_cast<uint64_t>(n_rows)) {
+    throw StepFailed("step result: pooled rows size mismatch");
+  }
+  for (int i = 0; width > 0 && i < n_rows; ++i) {
+    const auto first = result.pooled().begin() + static_cast<int64_t>(width) * i;
+    out.rows[static_cast<size_t>(i)].pooled.assign(first, first + static_cast<int64_t>(width));
   }
   decode_speculation(plan, result, &out);
   for (const v1::StageTiming& t : result.timings())

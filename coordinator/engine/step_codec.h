@@ -19,8 +19,8 @@ struct SentSampling {
 };
 using SentSamplingMap = std::unordered_map<uint64_t, SentSampling>;
 
-// Builds the plan; `released` sequences are forgotten (also in `sent`) before its rows. Records
-// in `sent` the sampling inputs it includes. `managed`: every row must carry its placement
+// Builds the plan (the masks go separately: encode_step_masks); `released` sequences are forgotten (also in `sent`)
+// before its rows. Records in `sent` the sampling inputs it includes. `managed`: every row must carry its placement
 // (SeqRequest::cache), else none may. Throws StepFailed when the request is inconsistent (no
 // tokens, random_u count != logit row count, placement missing, ...).
 ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released, bool managed,
@@ -30,6 +30,10 @@ inline ipc::v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, uint64
                                      SentSamplingMap* sent) {
   return encode_plan(seqs, {}, false, plan_id, epoch, sent);
 }
+
+// The masks of a plan's rows (SeqRequest::mask_*), each distinct one once, for the last stage.
+// Throws StepFailed when a row's masks do not fit its logit rows.
+ipc::v1::StepMasks encode_step_masks(const std::vector<SeqRequest>& seqs, uint64_t plan_id, uint64_t epoch);
 
 // Unpacks a StepResult (full logits from `bulk`). Throws StepFailed when it does not answer
 // `plan` consistently.

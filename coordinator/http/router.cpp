@@ -49,6 +49,13 @@ void Router::add(std::string method, std::string path, RouteHandler handler, boo
   routes_.push_back({std::move(method), std::move(path), std::move(handler), is_public});
 }
 
+RouteHandler Router::find(const std::string& method, const std::string& path) const {
+  for (const Route& r : routes_) {
+    if (r.method == method && r.path == path) return r.handler;
+  }
+  return {};
+}
+
 DisconnectHook Router::handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) {
   auto tracked = std::make_shared<TrackingChannel>(std::move(channel), metrics_);
   const Route* match = nullptr;

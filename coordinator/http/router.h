@@ -26,6 +26,10 @@ class Router : public RequestHandler {
 
   DisconnectHook handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) override;
 
+  // The handler of (method, path), without the cross-cutting rules (another router that already
+  // applied them hands a request on: an in-process peer model's routes); empty when none.
+  RouteHandler find(const std::string& method, const std::string& path) const;
+
  private:
   struct Route {
     std::string method;

@@ -34,6 +34,11 @@ struct ServerOptions {
   // The model id clients send and see in /v1/models; the GGUF file name is accepted too.
   std::string served_model_name = "deltaserve";
   std::string model_file_name;
+  // What the served model answers: "chat" (the generation routes), "embed" (/v1/embeddings) or
+  // "rerank" (/v1/rerank, /rerank, /v2/rerank, /v1/score); the other model kinds' routes say
+  // which kind this server serves.
+  std::string model_kind = "chat";
+  uint32_t embedding_size = 0;  // "embed": the pooled vector's size (the model's hidden size)
 };
 
 }  // namespace ds

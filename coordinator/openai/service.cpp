@@ -133,6 +133,7 @@ void OpenAIService::add_routes() {
       return DisconnectHook{};
     });
   });
+  add_pooling_routes();
 }
 
 DisconnectHook OpenAIService::offload(HttpRequest& request, Channel channel, bool admitted, Work work) {
@@ -312,6 +313,7 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
 }
 
 DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Channel channel, Clock::time_point arrival) {
+  if (options_.model_kind != "chat") wrong_model_kind("chat");
   rapidjson::Document doc = parse_request(request);
   ChatParams params = parse_chat_params(doc);
   check_model(params.model);
@@ -329,6 +331,7 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
 }
 
 DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel, Clock::time_point arrival) {
+  if (options_.model_kind != "chat") wrong_model_kind("chat");
   rapidjson::Document doc = parse_request(request);
   CompletionParams params = parse_completion_params(doc);
   check_model(params.model);

@@ -4,12 +4,17 @@
 // ResponseChannel and a fake Engine.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health
-// (liveness, no API key), GET /ready, GET /metrics, POST /tokenize, POST /detokenize.
+// (liveness, no API key), GET /ready, GET /metrics, POST /tokenize, POST /detokenize; with a
+// pooling model POST /v1/embeddings, or POST /v1/rerank, /rerank, /v2/rerank and /v1/score; a
+// chat server hands those to its peers (PeerModel), if it has them.
 //
 // tool_choice: "none" disables tool-call parsing; "auto" parses tool calls the model chooses
 // to make; "required" and a named function constrain the output to a tool call
 // (structured_request.h), as response_format / structured_outputs constrain it to a schema.
 #pragma once
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <atomic>
 #include <chrono>
@@ -27,7 +32,9 @@
 #include "coordinator/http/router.h"
 #include "coordinator/http/server_options.h"
 #include "coordinator/openai/admission.h"
+#include "coordinator/openai/pooled_fan_in.h"
 #include "coordinator/openai/request.h"
+#include "coordinator/openai/rerank_request.h"
 #include "coordinator/openai/structured_request.h"
 #include "coordinator/openai/task_thread.h"
 #include "coordinator/output_parser/output_parser.h"
@@ -35,6 +42,19 @@
 #include "coordinator/tokenizer/tokenizer.h"
 
 namespace ds::openai {
+
+class OpenAIService;
+
+// Another model this server answers for: an embedding or reranker model hosted by this process
+// (--embed-model: an OpenAIService of its own, with its own engine and workers) or an upstream
+// server (--embed-upstream: UpstreamProxy::forward). The routes of its kind go to `handle`.
+struct PeerModel {
+  std::string kind;     // "embed" | "rerank"
+  RouteHandler handle;  // takes the request as the router checked it (API key, media type)
+  // A hosted peer (listed by /v1/models, part of /ready); null for an upstream, whose models
+  // are the upstream's to list.
+  const OpenAIService* hosted = nullptr;
+};
 
 class OpenAIService {
  public:
@@ -49,6 +69,13 @@ class OpenAIService {
   RequestHandler& handler() { return router_; }
   ServerMetrics& metrics() { return metrics_; }
 
+  // Hands the routes of `peer.kind` to the peer (when this service serves another kind). Call
+  // before serving (not thread-safe against requests).
+  void add_peer(PeerModel peer);
+  // Runs this service's handler of the request's route as a peer of another service, whose
+  // router already applied the cross-cutting rules; 404 when it has none.
+  DisconnectHook handle_as_peer(HttpRequest& request, std::shared_ptr<ResponseChannel> channel);
+
  private:
   using Channel = std::shared_ptr<ResponseChannel>;
   using Clock = std::chrono::steady_clock;
@@ -61,10 +88,24 @@ class OpenAIService {
   DisconnectHook chat_completions(const HttpRequest& request, Channel channel, Clock::time_point arrival);
   DisconnectHook completions(const HttpRequest& request, Channel channel, Clock::time_point arrival);
   void list_models(Channel channel);
+  // This service's /v1/models entry (one object).
+  void write_model_card(rapidjson::Writer<rapidjson::StringBuffer>& w) const;
+  // The peer serving `kind`, or null.
+  const PeerModel* peer(const std::string& kind) const;
   void ready(Channel channel);
   void prometheus(Channel channel);
   void tokenize(const HttpRequest& request, Channel channel);
   void detokenize(const HttpRequest& request, Channel channel);
+
+  // Pooling models (pooling_routes.cpp): every input or document is an engine request of its
+  // own (GenerationRequest::pooled), so the scheduler batches them by tokens, across requests.
+  void add_pooling_routes();
+  DisconnectHook embeddings(const HttpRequest& request, Channel channel);
+  DisconnectHook rerank(const HttpRequest& request, Channel channel, bool score_api);
+  DisconnectHook submit_pooled(const char* id_prefix, const std::vector<std::vector<int32_t>>& prompts, Channel channel,
+                               PooledFanIn::Answer answer);
+  // A route of another model kind than the one served: what to tell the client.
+  [[noreturn]] void wrong_model_kind(const char* wanted) const;
 
   // Shared by both generation routes.
   void check_model(const std::string& model) const;
@@ -101,6 +142,8 @@ class OpenAIService {
   GrammarCache grammars_;
   std::once_flag vocab_once_;  // the tokenizer's vocabulary as byte strings, made on first use
   std::shared_ptr<const structured::TokenVocab> vocab_;
+  std::optional<RerankTemplate> rerank_template_;  // model_kind "rerank"
+  std::vector<PeerModel> peers_;
   // Engine cancels requested from engine callbacks. Shared (weakly) with in-flight responders
   // so a callback arriving after the service is gone does nothing.
   std::shared_ptr<TaskThread> deferred_ = std::make_shared<TaskThread>();

@@ -31,6 +31,16 @@ void OpenAIService::list_models(Channel channel) {
   key_str(w, "object", "list");
   w.Key("data");
   w.StartArray();
+  write_model_card(w);
+  for (const PeerModel& p : peers_) {
+    if (p.hosted != nullptr) p.hosted->write_model_card(w);
+  }
+  w.EndArray();
+  w.EndObject();
+  channel->respond(json_reply(sb));
+}
+
+void OpenAIService::write_model_card(Writer& w) const {
   w.StartObject();
   key_str(w, "id", options_.served_model_name);
   key_str(w, "object", "model");
@@ -42,20 +52,31 @@ void OpenAIService::list_models(Channel channel) {
   w.Null();
   w.Key("max_model_len");
   w.Uint(engine_.health().max_context);
+  key_str(w, "task",
+          options_.model_kind == "embed"    ? "embed"
+          : options_.model_kind == "rerank" ? "rerank"
+                                            : "generate");
   w.EndObject();
-  w.EndArray();
-  w.EndObject();
-  channel->respond(json_reply(sb));
 }
 
 void OpenAIService::ready(Channel channel) {
-  const EngineHealth h = engine_.health();
+  EngineHealth h = engine_.health();
+  std::string not_ready;
   if (!h.ready) {
-    throw ApiError(503,
-                   "Not ready: " + std::to_string(h.workers_ready) + " of " + std::to_string(h.workers_total) +
-                       " workers are ready",
-                   {}, "not_ready");
+    not_ready = std::to_string(h.workers_ready) + " of " + std::to_string(h.workers_total) + " workers are ready";
   }
+  // Hosted peers count: the server is ready when every model it answers for is.
+  for (const PeerModel& p : peers_) {
+    if (p.hosted == nullptr) continue;
+    const EngineHealth ph = p.hosted->engine_.health();
+    if (!ph.ready && not_ready.empty()) {
+      not_ready = std::to_string(ph.workers_ready) + " of " + std::to_string(ph.workers_total) + " workers of '" +
+                  p.hosted->options_.served_model_name + "' are ready";
+    }
+    h.workers_ready += ph.workers_ready;
+    h.workers_total += ph.workers_total;
+  }
+  if (!not_ready.empty()) throw ApiError(503, "Not ready: " + not_ready, {}, "not_ready");
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();

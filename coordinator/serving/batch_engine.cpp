@@ -121,6 +121,13 @@ void BatchEngine::submit(GenerationRequest request, std::shared_ptr<GenerationSi
     throw std::invalid_argument("the prompt has " + std::to_string(request.prompt_ids.size()) +
                                 " tokens; the context limit is " + std::to_string(limit));
   }
+  if (request.pooled) {  // one row, the last prompt position's: nothing sampled, nothing to limit
+    request.sampling = SamplingParams{};
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = 1;
+    request.sampling.ignore_eos = true;
+    request.constraint.reset();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw std::runtime_error("the server is shutting down");
@@ -222,6 +229,7 @@ void BatchEngine::take_inbox() {
       a.prompt_logprobs.resize(req.prompt_ids.size() - 1);
     }
     if (req.constraint) a.constraint.emplace(*req.constraint);
+    a.pooled = req.pooled;
     active_.emplace(req.request_id, std::move(a));
   }
   for (const std::string& id : cancels) {
@@ -285,6 +293,10 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
       if (!a->second.prompt.empty()) a->second.sink->on_prompt_logprobs(a->second.prompt_logprobs);
       a->second.sink->on_started(a->second.prompt_tokens);
     }
+    if (a->second.pooled) {  // its one row is the answer: the scheduler ends it (one token at most)
+      a->second.sink->on_pooled(row.pooled);
+      continue;
+    }
     const bool more = !a->second.constraint || constraint_allows_more(a->second, t.request_id, t.token, ends);
     if (!more && !ends.back().second.empty()) continue;  // a refused token is not emitted
     GeneratedToken g = generated_token(a->second, row);
@@ -295,7 +307,8 @@ void BatchEngine::deliver(const StepOutcome& outcome, const StepPlan& plan) {
     auto a = active_.find(f.request_id);
     if (a != active_.end()) a->second.sink->on_cached(f.cached_tokens);
     if (a != active_.end() && opt_.scheduler.spec_k > 0) a->second.sink->on_speculation(f.spec);
-    finish(f.request_id, f.reason, "");
+    const bool pooled = a != active_.end() && a->second.pooled;
+    finish(f.request_id, pooled ? FinishReason::kStop : f.reason, "");
   }
   // A complete grammar ends its request as a stop (only the end of generation could follow);
   // a refused token is an error (a mask that was not applied: never expected).
@@ -317,24 +330,32 @@ bool BatchEngine::constraint_allows_more(Active& a, const std::string& id, int32
   return false;
 }
 
-// The grammar masks of the plan's constrained rows that sample, computed in parallel (each
-// request's matcher is used by one task).
-void BatchEngine::fill_constraint_masks(const StepPlan& plan, std::vector<SeqRequest>& reqs) {
-  std::vector<std::pair<size_t, OutputConstraintState*>> jobs;
+// The rows of the plan that sample under a grammar; their masks will follow the plan.
+std::vector<BatchEngine::ConstrainedRow> BatchEngine::constrained_rows(const StepPlan& plan,
+                                                                       std::vector<SeqRequest>* reqs) {
+  std::vector<ConstrainedRow> rows;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
     if (!s.needs_logits) continue;
     Active& a = active_.at(s.request_id);
-    if (a.constraint) jobs.emplace_back(i, &*a.constraint);
+    if (!a.constraint) continue;
+    rows.push_back(ConstrainedRow{i, &*a.constraint});
+    (*reqs)[i].masks_follow = true;
   }
-  if (jobs.empty()) return;
-  if (!mask_pool_ && jobs.size() > 1) mask_pool_ = std::make_unique<ParallelFor>(ParallelFor::default_helpers());
+  return rows;
+}
+
+// The grammar masks of the constrained rows, computed in parallel (each request's matcher is
+// used by one task).
+void BatchEngine::fill_constraint_masks(const std::vector<ConstrainedRow>& rows, const StepPlan& plan,
+                                        std::vector<SeqRequest>& reqs) {
+  if (!mask_pool_ && rows.size() > 1) mask_pool_ = std::make_unique<ParallelFor>(ParallelFor::default_helpers());
   const auto fill = [&](size_t j) {
-    const size_t i = jobs[j].first;
-    jobs[j].second->fill_masks(plan.seqs[i].n_draft, &reqs[i]);
+    const size_t i = rows[j].seq;
+    rows[j].state->fill_masks(plan.seqs[i].n_draft, &reqs[i]);
   };
   if (mask_pool_) {
-    mask_pool_->run(jobs.size(), fill);
+    mask_pool_->run(rows.size(), fill);
   } else {
     fill(0);
   }
@@ -428,9 +449,20 @@ bool BatchEngine::send_next_plan() {
   if (plan.empty()) return false;  // the releases ride on the next step
   std::vector<SeqRequest> reqs;
   for (const ScheduledSeq& s : plan.seqs) reqs.push_back(request_of(s));
-  fill_constraint_masks(plan, reqs);
+  const std::vector<ConstrainedRow> constrained = constrained_rows(plan, &reqs);
   flying_.push_back(Flying{std::move(plan), std::exchange(to_release_, {}), false});
   pipeline_.submit(reqs, flying_.back().released);
+  if (!constrained.empty()) {
+    // The workers run the step while the masks are computed; the last stage waits for them at
+    // its LM head only.
+    try {
+      fill_constraint_masks(constrained, flying_.back().plan, reqs);
+    } catch (const std::exception& e) {
+      pipeline_.abandon_masks(e.what());
+      throw;
+    }
+    pipeline_.send_masks(reqs);
+  }
   if (samples_nothing(flying_.back().plan)) {
     deliver(StepOutcome{}, flying_.back().plan);  // no tokens: only the scheduler's bookkeeping
     flying_.back().delivered = true;

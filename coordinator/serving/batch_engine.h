@@ -86,6 +86,7 @@ class BatchEngine final : public Engine {
     std::vector<int32_t> prompt;
     std::vector<GeneratedToken> prompt_logprobs;
     std::optional<OutputConstraintState> constraint;  // structured outputs
+    bool pooled = false;                              // GenerationRequest::pooled
   };
 
   // A plan sent to the workers whose result is not collected yet.
@@ -108,7 +109,13 @@ class BatchEngine final : public Engine {
   void fail_all(const std::string& error, FinishReason reason = FinishReason::kError);
   void note_released(const StepPlan& plan);
   SeqRequest request_of(const ScheduledSeq& s);
-  void fill_constraint_masks(const StepPlan& plan, std::vector<SeqRequest>& reqs);
+  struct ConstrainedRow {
+    size_t seq;                    // index in the plan
+    OutputConstraintState* state;  // its request's matcher
+  };
+  std::vector<ConstrainedRow> constrained_rows(const StepPlan& plan, std::vector<SeqRequest>* reqs);
+  void fill_constraint_masks(const std::vector<ConstrainedRow>& rows, const StepPlan& plan,
+                             std::vector<SeqRequest>& reqs);
   // Advances a constrained request over an emitted token; false (and `ends` set) when the
   // request must end after it: the grammar refused the token, or is complete.
   bool constraint_allows_more(Active& a, const std::string& id, int32_t token,

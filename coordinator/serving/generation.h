@@ -57,6 +57,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   std::optional<OutputConstraint> constraint;
+  // Pooling models (embedding, reranker): the prompt is computed and its last position's pooled
+  // output comes back through GenerationSink::on_pooled, then the request finishes as a stop;
+  // nothing is generated (sampling is ignored).
+  bool pooled = false;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -103,6 +107,10 @@ class GenerationSink {
   // SamplingParams::prompt_logprobs: prompt tokens 1..n-1 (the first has no logprob), in order;
   // at most once, before on_started.
   virtual void on_prompt_logprobs(const std::vector<GeneratedToken>& tokens) { (void)tokens; }
+  // GenerationRequest::pooled: the model's pooled output of the last prompt position (the final
+  // hidden state of an embedding model, the classifier logits of a reranker), once, before
+  // on_finished.
+  virtual void on_pooled(const std::vector<float>& values) { (void)values; }
 };
 
 struct EngineHealth {

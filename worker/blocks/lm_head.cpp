@@ -20,7 +20,7 @@ std::vector<LogitEdit> pass_edits(const std::vector<LogitEdit>& edits, size_t fi
 
 void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* rows, size_t n_rows, size_t dim,
              const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out,
-             const TokenMasks* masks) {
+             const PendingTokenMasks* masks) {
   const size_t V = w.head.rows;
   const bool single = n_rows <= kHeadRowsPerPass;
   const bool want_digests = digest_rows != nullptr && out.digests != nullptr;
@@ -39,10 +39,10 @@ void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* ro
       const std::vector<LogitEdit>& e = single ? *edits : mine;
       if (!e.empty()) be.edit_logits(logits, n, V, e.data(), e.size());
     }
-    if (masks != nullptr && !masks->empty()) {
+    if (const TokenMasks* all = masks != nullptr ? &masks->get() : nullptr; all != nullptr && !all->empty()) {
       if (single) {
-        be.mask_logits(logits, n, V, *masks);
-      } else if (const TokenMasks mine = slice_token_masks(*masks, first, n); !mine.empty()) {
+        be.mask_logits(logits, n, V, *all);
+      } else if (const TokenMasks mine = slice_token_masks(*all, first, n); !mine.empty()) {
         be.mask_logits(logits, n, V, mine);
       }
     }

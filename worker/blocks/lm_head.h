@@ -14,6 +14,7 @@
 #include "common/token_mask.h"
 #include "worker/backend.h"
 #include "worker/blocks/workspace.h"
+#include "worker/stage_model.h"  // PendingTokenMasks
 
 namespace ds {
 
@@ -32,10 +33,12 @@ struct LmHeadOutput {
 };
 
 // `rows` [n_rows, D] (device). `digest_rows` (one per row, or null: full logits), `edits`
-// (row indices into these rows, in row order; may be null) and `masks` (likewise). With more rows than one pass, a
-// pass the backend cannot digest is digested on the host, so every row gets a digest.
+// (row indices into these rows, in row order; may be null) and `masks` (likewise; waited for
+// only after the first head product is queued, so masks still on their way overlap the step).
+// With more rows than one pass, a pass the backend cannot digest is digested on the host, so
+// every row gets a digest.
 void lm_head(Backend& be, Workspace& ws, const LmHeadWeights& w, const float* rows, size_t n_rows, size_t dim,
              const DigestRequest* digest_rows, const std::vector<LogitEdit>* edits, const LmHeadOutput& out,
-             const TokenMasks* masks = nullptr);
+             const PendingTokenMasks* masks = nullptr);
 
 }  // namespace ds

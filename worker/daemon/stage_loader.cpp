@@ -191,14 +191,20 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   if (assign.is_first() != (assign.first_layer() == 0) || assign.is_last() != (assign.last_layer() == config.n_layer)) {
     throw std::runtime_error("is_first / is_last do not match the layer range");
   }
+  OutputHead head = OutputHead::kLanguageModel;
+  if (!output_head_from_wire_name(assign.output_head(), &head)) {
+    throw std::runtime_error("Assign.output_head = '" + assign.output_head() + "' is not a head this worker knows");
+  }
   LoadedStage out;
   out.shape.n_embd = config.n_embd;
   out.shape.n_vocab = config.n_vocab;
-  out.weight_bytes = stage_weight_bytes(*gguf, config, StageRange{assign.first_layer(), assign.last_layer()});
+  out.shape.head = head;
+  out.weight_bytes = stage_weight_bytes(*gguf, config, StageRange{assign.first_layer(), assign.last_layer()}, head);
   StageOptions options;
   options.n_threads = n_threads;
   options.max_context = assign.max_context();
   options.draft_vocab = assign.draft_vocab();
+  options.head = head;
   const StageRange range{assign.first_layer(), assign.last_layer()};
   const PoolRequest request = pool_request(assign, config);
   // Pools are sized here, once per worker start: from the budget (FIT_BUDGET, reported in

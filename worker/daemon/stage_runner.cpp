@@ -122,25 +122,6 @@ void validate_forced(const v1::StepPlan& plan, uint64_t rows, uint32_t head_voca
 
 }  // namespace
 
-// The grammar masks' shape (their content is checked where they are unpacked, on the last stage).
-void validate_masks(const v1::StepPlan& plan, uint64_t n_rows) {
-  const int n_masked = plan.mask_rows_size();
-  if (n_masked == 0) {
-    if (!plan.mask_data().empty() || plan.mask_sizes_size() != 0)
-      throw FormatError("plan: mask data without mask_rows");
-    return;
-  }
-  if (plan.mask_words() == 0 || plan.mask_of_row_size() != n_masked ||
-      plan.mask_data().size() % sizeof(uint32_t) != 0) {
-    throw FormatError("plan: mask_rows, mask_of_row, mask_words and mask_data do not fit together");
-  }
-  for (int i = 0; i < n_masked; ++i) {
-    if (plan.mask_rows(i) >= n_rows || (i > 0 && plan.mask_rows(i) <= plan.mask_rows(i - 1))) {
-      throw FormatError("plan: mask_rows must be increasing logit-row indices");
-    }
-  }
-}
-
 void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_vocab) {
   const int n = plan.seq_ids_size();
   if (n == 0) throw FormatError("plan " + std::to_string(plan.plan_id()) + " has no sequences");
@@ -168,7 +149,6 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_voc
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
   validate_forced(plan, rows, head_vocab);
-  validate_masks(plan, rows);
   for (int32_t t : plan.token_ids()) {
     if (t < 0 || (n_vocab != 0 && static_cast<uint32_t>(t) >= n_vocab)) {
       throw FormatError("plan: token id " + std::to_string(t) + " outside the vocabulary");
@@ -272,7 +252,8 @@ HostRows StageRunner::host_rows(const v1::StepPlan& plan, std::span<const uint8_
 
 StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                                     const google::protobuf::RepeatedPtrField<v1::StageTiming>& timings,
-                                    const HiddenBuffer& hidden_out, HostSignal hidden_ready) {
+                                    const HiddenBuffer& hidden_out, HostSignal hidden_ready,
+                                    const MaskFetch& fetch_masks) {
   const uint64_t received = now_us();
   validate_plan(plan, model_->is_first() ? shape_.n_vocab : 0, shape_.n_vocab);
   // Releases come first: a released sequence's slot may be reused by a new row of this plan.
@@ -280,16 +261,25 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   StepInput in = build_input(plan);
   std::vector<float> hidden_storage, hidden;
   const HostRows rows = host_rows(plan, hidden_bytes, &hidden_storage, hidden_out, hidden_ready);
-  if (model_->is_last()) {
+  const bool pooling = model_->is_last() && shape_.head != OutputHead::kLanguageModel;
+  if (pooling && (plan_speculates(plan) || plan.masks_follow() || plan.forced_tokens_size() != 0)) {
+    throw FormatError(std::string("plan: a ") + output_head_name(shape_.head) +
+                      " model neither samples, speculates nor takes grammar masks");
+  }
+  if (model_->is_last() && !pooling) {
     remember_sampling(plan);  // the digest requests need this plan's rules
     in.digest_rows = digest_requests(plan);
     in.logit_edits = logit_edits(plan);
-    in.token_masks = token_masks(plan);
+    if (plan.masks_follow()) {
+      if (!fetch_masks) throw FormatError("plan: its masks follow, but this stage has no way to receive them");
+      in.token_masks = PendingTokenMasks([this, &plan, &fetch_masks] { return token_masks(plan, fetch_masks(plan)); });
+    }
   }
   const size_t out_bytes = total_tokens(plan) * shape_.n_embd * sizeof(float);
   StepOutput out;
   const auto t0 = std::chrono::steady_clock::now();
   const bool deferred = handoff_.step(*model_, in, rows, &out, &hidden);
+  in.token_masks.get();  // masks the model did not ask for are still taken off the wire
   const auto compute_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
   for (const SeqStep& s : in.seqs) live_[s.seq_id] = s.start_pos + s.n_tokens();
 
@@ -311,6 +301,12 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
     return msg;
   }
   v1::StepResult* result = msg.env.mutable_step_result();
+  if (pooling) {
+    pack_pooled(plan, out, result);
+    *result->mutable_timings() = timings;
+    *result->add_timings() = mine;
+    return msg;
+  }
   pack_result(plan, out, result, &msg.bulk);
   if (plan_speculates(plan)) {
     if (!spec_) spec_ = std::make_unique<SpecDecoder>(*model_, shape_.n_embd, shape_.n_vocab);
@@ -355,20 +351,33 @@ std::vector<LogitEdit> StageRunner::logit_edits(const v1::StepPlan& plan) {
   return edits;
 }
 
-// The plan's grammar masks, rows indexed as the logit edits' (validate_masks checked the shape).
-TokenMasks StageRunner::token_masks(const v1::StepPlan& plan) const {
-  if (plan.mask_rows_size() == 0) return {};
+// The plan's grammar masks, rows indexed as the logit edits' (checked against the plan's rows
+// and the vocabulary before any is applied).
+TokenMasks StageRunner::token_masks(const v1::StepPlan& plan, const v1::StepMasks& masks) const {
+  if (!masks.abandoned().empty()) throw std::runtime_error("grammar masks abandoned: " + masks.abandoned());
+  if (masks.plan_id() != plan.plan_id()) {
+    throw FormatError("masks of plan " + std::to_string(masks.plan_id()) + " for plan " +
+                      std::to_string(plan.plan_id()));
+  }
+  const v1::TokenMaskSet& set = masks.masks();
+  if (set.rows_size() == 0) {
+    if (!set.data().empty() || set.sizes_size() != 0) throw FormatError("masks: data without rows");
+    return {};
+  }
+  if (set.words() == 0 || set.data().size() % sizeof(uint32_t) != 0) {
+    throw FormatError("masks: words and data do not fit together");
+  }
   try {
     // The data's bytes are not 4-aligned in general: copied into words first.
-    std::vector<uint32_t> data(plan.mask_data().size() / sizeof(uint32_t));
-    std::memcpy(data.data(), plan.mask_data().data(), data.size() * sizeof(uint32_t));
-    TokenMasks m = unpack_token_masks(plan.mask_words(), {plan.mask_rows().begin(), plan.mask_rows().end()},
-                                      {plan.mask_of_row().begin(), plan.mask_of_row().end()},
-                                      {plan.mask_sizes().begin(), plan.mask_sizes().end()}, data.data(), data.size());
+    std::vector<uint32_t> data(set.data().size() / sizeof(uint32_t));
+    std::memcpy(data.data(), set.data().data(), data.size() * sizeof(uint32_t));
+    TokenMasks m = unpack_token_masks(set.words(), {set.rows().begin(), set.rows().end()},
+                                      {set.mask_of_row().begin(), set.mask_of_row().end()},
+                                      {set.sizes().begin(), set.sizes().end()}, data.data(), data.size());
     check_token_masks(m, static_cast<size_t>(plan.logit_rows_size()), shape_.n_vocab);
     return m;
   } catch (const std::invalid_argument& e) {
-    throw FormatError(std::string("plan: ") + e.what());
+    throw FormatError(std::string("masks: ") + e.what());
   }
 }
 
@@ -445,6 +454,31 @@ void StageRunner::pack_result(const v1::StepPlan& plan, const StepOutput& out, v
     *bulk = float_bytes(full);
     describe_chunk(plan.plan_id(), static_cast<uint64_t>(result->full_logit_rows_size()), n_vocab, bulk->size(),
                    result->mutable_full_logits());
+  }
+}
+
+// A pooling model's rows: its pooled output per requested row (the embedding model's final
+// hidden states, the reranker's classifier logits), nothing sampled.
+void StageRunner::pack_pooled(const v1::StepPlan& plan, const StepOutput& out, v1::StepResult* result) const {
+  const size_t n_rows = static_cast<size_t>(plan.logit_rows_size());
+  const std::vector<float>& pooled = shape_.head == OutputHead::kEmbedding ? out.final_hidden : out.logits;
+  if (n_rows != 0 && (pooled.empty() || pooled.size() % n_rows != 0)) {
+    throw FormatError("model returned " + std::to_string(pooled.size()) + " pooled values for " +
+                      std::to_string(n_rows) + " rows");
+  }
+  result->set_plan_id(plan.plan_id());
+  result->set_epoch(plan.epoch());
+  result->set_pooled_width(n_rows == 0 ? 0 : static_cast<uint32_t>(pooled.size() / n_rows));
+  result->mutable_pooled()->Add(pooled.begin(), pooled.end());
+  int row = 0;
+  for (int i = 0; i < plan.seq_ids_size(); ++i) {
+    for (uint32_t r = 0; r < plan.n_logit_rows(i); ++r, ++row) {
+      result->add_seq_ids(plan.seq_ids(i));
+      result->add_rows(plan.logit_rows(row));
+      result->add_tokens(0);
+      result->add_logsumexp(0.0);
+      result->add_token_logprobs(0.0f);
+    }
   }
 }
 

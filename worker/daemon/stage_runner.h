@@ -16,7 +16,8 @@
 
 #include "common/ipc/protocol.h"  // v1 messages
 #include "common/logit_adjust.h"
-#include "common/sampling.h"              // SamplingRule, digest_logits
+#include "common/sampling.h"  // SamplingRule, digest_logits
+#include "common/stage_types.h"
 #include "worker/daemon/stage_handoff.h"  // StageHandoff, HostRows
 #include "worker/speculation.h"           // SpecDecoder (last stage, speculating plans)
 #include "worker/stage_model.h"           // StageModel, StepInput, StepOutput
@@ -27,6 +28,8 @@ struct StageShape {
   uint32_t rank = 0;
   uint32_t n_embd = 0;   // hidden size (validates incoming chunks)
   uint32_t n_vocab = 0;  // validates token ids on stage 0
+  // Last stage: what its rows return (a pooling head returns StepResult.pooled, never samples).
+  OutputHead head = OutputHead::kLanguageModel;
 };
 
 // What one step produced: the envelope to send on and its bulk bytes.
@@ -47,6 +50,10 @@ struct HiddenDestination {
 };
 using HiddenBuffer = std::function<HiddenDestination(size_t nbytes)>;
 
+// Last stage: the StepMasks of a plan sent with masks_follow (waits for it; throws when it does
+// not come in time or was abandoned).
+using MaskFetch = std::function<ipc::v1::StepMasks(const ipc::v1::StepPlan& plan)>;
+
 class StageRunner {
  public:
   StageRunner(std::unique_ptr<StageModel> model, StageShape shape);
@@ -55,11 +62,14 @@ class StageRunner {
   // in place when float-aligned, e.g. a shared-memory ring slot, so they must stay valid until
   // run() returns).
   // `hidden_ready`, when set: the bytes may still be landing (HiddenReceiver::landing).
-  // `timings` are the earlier stages' timings. Throws ds::FormatError when the plan or the
-  // chunk is inconsistent, or whatever the model throws on invalid input.
+  // `timings` are the earlier stages' timings. `fetch_masks` (last stage, plans with
+  // masks_follow) brings the plan's grammar masks, called once the step's layers are queued.
+  // Throws ds::FormatError when the plan, the chunk or the masks are inconsistent, or whatever
+  // the model throws on invalid input.
   StageOutputMessage run(const ipc::v1::StepPlan& plan, std::span<const uint8_t> hidden_bytes,
                          const google::protobuf::RepeatedPtrField<ipc::v1::StageTiming>& timings,
-                         const HiddenBuffer& hidden_out = {}, HostSignal hidden_ready = {});
+                         const HiddenBuffer& hidden_out = {}, HostSignal hidden_ready = {},
+                         const MaskFetch& fetch_masks = {});
 
   // A landing input is waited for by this host, not queued behind a device-side wait.
   void wait_for_landing_on_host(bool on_host) { ready_on_host_ = on_host; }
@@ -83,7 +93,8 @@ class StageRunner {
                      std::vector<float>* hidden_storage, const HiddenBuffer& hidden_out, HostSignal hidden_ready) const;
   std::vector<DigestRequest> digest_requests(const ipc::v1::StepPlan& plan) const;
   std::vector<LogitEdit> logit_edits(const ipc::v1::StepPlan& plan);  // advances the histories
-  TokenMasks token_masks(const ipc::v1::StepPlan& plan) const;
+  TokenMasks token_masks(const ipc::v1::StepPlan& plan, const ipc::v1::StepMasks& masks) const;
+  void pack_pooled(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result) const;
   void pack_result(const ipc::v1::StepPlan& plan, const StepOutput& out, ipc::v1::StepResult* result,
                    std::vector<uint8_t>* bulk) const;
 

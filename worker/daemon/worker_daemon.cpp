@@ -18,6 +18,9 @@ namespace {
 constexpr int kHelloRetryMs = 1000;                // Hello is repeated until Assign arrives
 constexpr int kPollMs = 50;                        // bounds the reaction time to a stop request
 constexpr int64_t kBusyPollAfterTrafficMs = 1000;  // busy polling only within this long of a message
+// A plan's grammar masks come milliseconds after it; this long without them means the
+// coordinator is gone or wedged, and the step fails rather than hangs.
+constexpr int64_t kMaskWaitMs = 30000;
 
 uint64_t random_instance_id() {
   std::random_device rd;
@@ -97,6 +100,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       send_hello();
       next_hello = steady_now_ms() + kHelloRetryMs;
     }
+    if (handle_deferred_control()) continue;
     std::vector<ipc::ZmqChannel*> channels{control_.get()};
     if (data_in_) channels.push_back(data_in_.get());
     // Busy polling only right after traffic: an idle worker sleeps in the poll.
@@ -115,6 +119,8 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
 bool WorkerDaemon::drain(ipc::ZmqChannel& channel, bool is_data) {
   bool any = false;
   for (;;) {
+    if (handle_deferred_control()) any = true;  // they came before anything still queued
+    if (shutdown_) return any;
     ipc::Received msg;
     std::string why;
     const ipc::RecvStatus st = channel.recv(&msg, 0, &why);
@@ -149,6 +155,9 @@ void WorkerDaemon::on_control(const ipc::Received& msg) {
       break;
     case v1::Envelope::kStepPlan:
       handle_step(env.step_plan(), msg.bulk, {});
+      break;
+    case v1::Envelope::kStepMasks:
+      keep_masks(env.step_masks());
       break;
     default:
       ds::log::warn("worker", ds::log::Msg() << "ignored unexpected control message " << ipc::body_name(env));
@@ -310,7 +319,10 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
     // A middle stage's output goes straight into the next stage's ring slot (no staging copy).
     HiddenBuffer in_place;
     if (hidden_out_) in_place = [this, may_land_later](size_t n) { return reserve_output(n, may_land_later); };
-    StageOutputMessage out = runner_->run(plan, hidden, timings, in_place, landing ? landing->ready : HostSignal{});
+    early_masks_.erase(early_masks_.begin(), early_masks_.lower_bound(plan.plan_id()));  // of plans done
+    const MaskFetch fetch = [this](const v1::StepPlan& p) { return await_masks(p); };
+    StageOutputMessage out =
+        runner_->run(plan, hidden, timings, in_place, landing ? landing->ready : HostSignal{}, fetch);
     // run() returned after its device consumed the input (this stage's output is in place):
     // had the watch to release the wait, the input was never written.
     if (landing && landing_watch_->disarm())
@@ -335,6 +347,48 @@ void WorkerDaemon::handle_step(const v1::StepPlan& plan, std::span<const uint8_t
   }
   stats_.busy_since_ms = 0;
   stats_.n_sequences = static_cast<uint32_t>(runner_->n_sequences());
+}
+
+v1::StepMasks WorkerDaemon::await_masks(const v1::StepPlan& plan) {
+  const int64_t deadline = steady_now_ms() + kMaskWaitMs;
+  for (;;) {
+    if (const auto it = early_masks_.find(plan.plan_id()); it != early_masks_.end()) {
+      v1::StepMasks masks = std::move(it->second);
+      early_masks_.erase(it);
+      return masks;
+    }
+    const int64_t left = deadline - steady_now_ms();
+    if (left <= 0) {
+      throw std::runtime_error("the grammar masks of plan " + std::to_string(plan.plan_id()) + " did not come within " +
+                               std::to_string(kMaskWaitMs) + " ms");
+    }
+    ipc::Received msg;
+    std::string why;
+    const ipc::RecvStatus st = control_->recv(&msg, static_cast<int>(left), &why);
+    if (st == ipc::RecvStatus::kTimeout) continue;
+    if (st == ipc::RecvStatus::kRejected) {
+      ds::log::warn("worker", ds::log::Msg() << "dropped a frame: " << why);
+    } else if (msg.env.body_case() == v1::Envelope::kStepMasks) {
+      keep_masks(msg.env.step_masks());
+    } else {
+      deferred_control_.push_back(std::move(msg));
+    }
+  }
+}
+
+void WorkerDaemon::keep_masks(const v1::StepMasks& masks) {
+  if (masks.epoch() < epoch_) return;  // of a plan from before a recovery: never run
+  early_masks_[masks.plan_id()] = masks;
+}
+
+bool WorkerDaemon::handle_deferred_control() {
+  if (deferred_control_.empty()) return false;
+  while (!deferred_control_.empty() && !shutdown_) {
+    const ipc::Received msg = std::move(deferred_control_.front());
+    deferred_control_.pop_front();
+    on_control(msg);
+  }
+  return true;
 }
 
 HiddenDestination WorkerDaemon::reserve_output(size_t nbytes, bool may_land_later) {

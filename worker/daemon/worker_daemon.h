@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +78,12 @@ class WorkerDaemon {
   // --early-handoff on (the rows may then land after the descriptor is sent).
   HiddenDestination reserve_output(size_t nbytes, bool may_land_later);
   void report_step_error(const ipc::v1::StepPlan& plan, const std::string& why);
+  // The grammar masks of a plan sent with masks_follow: already here, or received from the
+  // coordinator now (other control messages meanwhile wait in deferred_control_, in order).
+  ipc::v1::StepMasks await_masks(const ipc::v1::StepPlan& plan);
+  void keep_masks(const ipc::v1::StepMasks& masks);
+  // Handles the control messages put aside while waiting for masks; false when there were none.
+  bool handle_deferred_control();
   bool drain(ipc::ZmqChannel& channel, bool is_data);
 
   WorkerOptions options_;
@@ -93,6 +101,10 @@ class WorkerDaemon {
   ipc::HiddenReceiver hidden_in_;                  // resolves data_in_'s chunks (ring slot or inline)
   std::unique_ptr<LandingWatch> landing_watch_;    // made by the first chunk that lands later
   std::unique_ptr<StageRunner> runner_;
+  // Masks that came before their plan (a later stage gets its plans from the previous stage but
+  // its masks from the coordinator), by plan id; dropped once a later plan runs.
+  std::map<uint64_t, ipc::v1::StepMasks> early_masks_;
+  std::deque<ipc::Received> deferred_control_;
   std::optional<ipc::v1::Assign> assign_;
   WorkerStats stats_;
   std::unique_ptr<HeartbeatThread> heartbeat_;

@@ -97,7 +97,7 @@ class Qwen35Stage final : public StageModel {
   void lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head, std::vector<float>* logits,
                std::vector<float>* normed_out, const DigestRequest* digest_rows = nullptr,
                std::vector<LogitDigest>* digests = nullptr, const std::vector<LogitEdit>* edits = nullptr,
-               const TokenMasks* masks = nullptr);
+               const PendingTokenMasks* masks = nullptr);
 
   std::shared_ptr<const GgufFile> gguf_;
   ModelConfig cfg_;
@@ -321,7 +321,7 @@ void Qwen35Stage::run_layer(const StepContext& ctx, const LayerWeights& lw, uint
 void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, const WeightView& head,
                           std::vector<float>* logits, std::vector<float>* normed_out, const DigestRequest* digest_rows,
                           std::vector<LogitDigest>* digests, const std::vector<LogitEdit>* edits,
-                          const TokenMasks* masks) {
+                          const PendingTokenMasks* masks) {
   ds::lm_head(*be_, ws_, LmHeadWeights{norm, head, cfg_.rms_eps}, rows, n_rows, cfg_.n_embd, digest_rows, edits,
               LmHeadOutput{logits, normed_out, digests}, masks);
 }

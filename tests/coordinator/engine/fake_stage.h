@@ -58,8 +58,8 @@ class FakeStage : public StageModel {
       backend_->edit_logits(out->logits.data(), out->logits.size() / kVocab, kVocab, in.logit_edits.data(),
                             in.logit_edits.size());
     }
-    if (is_last() && !in.token_masks.empty()) {
-      backend_->mask_logits(out->logits.data(), out->logits.size() / kVocab, kVocab, in.token_masks);
+    if (is_last() && !in.token_masks.get().empty()) {
+      backend_->mask_logits(out->logits.data(), out->logits.size() / kVocab, kVocab, in.token_masks.get());
     }
     // The speculation tests read every row's final hidden (MTP catch-up input) from here.
     out->final_hidden = is_last() && in.all_final_hidden ? rows_ : std::vector<float>{};

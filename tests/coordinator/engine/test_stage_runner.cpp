@@ -192,7 +192,8 @@ TEST(StageRunner, LogitAdjustmentsEditTheRowsTheyConcern) {
 
 // Grammar masks travel packed (a shared mask once, a sparse one as an id list) and reach the
 // model's rows: every pick, host or device digest, is an allowed id, and an unmasked row of the
-// same plan is free; a mask that allows nothing is refused before the step.
+// same plan is free; a mask that allows nothing, masks of another plan and masks the coordinator
+// gave up on fail the step.
 TEST(StageRunner, TokenMasksLimitTheRowsTheyConcern) {
   for (const bool device : {false, true}) {
     auto model = std::make_unique<FakeStage>(StageRange{0, 8}, 8);
@@ -205,8 +206,15 @@ TEST(StageRunner, TokenMasksLimitTheRowsTheyConcern) {
       r->sampling = SamplingRule{0.0f, 0, 1.0f};
       r->return_full_logits = !device;
     }
+    // The masks follow each plan in their own message, fetched when the LM head needs them.
+    std::vector<SeqRequest> in_plan;
+    int fetched = 0;
+    const MaskFetch fetch = [&](const v1::StepPlan& p) {
+      ++fetched;
+      return encode_step_masks(in_plan, p.plan_id(), p.epoch());
+    };
     const auto run = [&](const v1::StepPlan& p) {
-      const StageOutputMessage m = s.run(p, {}, kNoTimings);
+      const StageOutputMessage m = s.run(p, {}, kNoTimings, {}, {}, fetch);
       return decode_result(p, m.env.step_result(), m.bulk);
     };
     const int32_t free_pick = run(encode_plan({free}, 1, 1, &sent)).rows[0].token;
@@ -217,9 +225,12 @@ TEST(StageRunner, TokenMasksLimitTheRowsTheyConcern) {
     a.mask_bits = {only_9_30};
     b.mask_bits = {~(1u << free_pick)};
     c.mask_bits = {only_9_30};
-    const v1::StepPlan plan = encode_plan({a, b, c}, 2, 1, &sent);
-    EXPECT_EQ(plan.mask_sizes_size(), 2) << "a and c share one mask";
+    in_plan = {a, b, c};
+    const v1::StepPlan plan = encode_plan(in_plan, 2, 1, &sent);
+    EXPECT_TRUE(plan.masks_follow());
+    EXPECT_EQ(encode_step_masks(in_plan, 2, 1).masks().sizes_size(), 2) << "a and c share one mask";
     const StepOutcome o = run(plan);
+    EXPECT_EQ(fetched, 1);
     ASSERT_EQ(o.rows.size(), 3u);
     EXPECT_TRUE(o.rows[0].token == 9 || o.rows[0].token == 30) << o.rows[0].token;
     EXPECT_NE(o.rows[1].token, free_pick);
@@ -228,8 +239,22 @@ TEST(StageRunner, TokenMasksLimitTheRowsTheyConcern) {
     none.mask_words = 1;
     none.mask_rows = {0};
     none.mask_bits = {0};
-    const v1::StepPlan bad = encode_plan({none}, 3, 1, &sent);
-    EXPECT_THROW(s.run(bad, {}, kNoTimings), FormatError);
+    in_plan = {none};
+    const v1::StepPlan bad = encode_plan(in_plan, 3, 1, &sent);
+    EXPECT_THROW(s.run(bad, {}, kNoTimings, {}, {}, fetch), FormatError);
+    EXPECT_THROW(s.run(bad, {}, kNoTimings), FormatError) << "masks follow, but nothing brings them";
+    // Masks of another plan, or given up by the coordinator, fail the step.
+    in_plan = {a};
+    const v1::StepPlan next = encode_plan(in_plan, 4, 1, &sent);
+    const MaskFetch wrong = [&](const v1::StepPlan&) { return encode_step_masks(in_plan, 99, 1); };
+    EXPECT_THROW(s.run(next, {}, kNoTimings, {}, {}, wrong), FormatError);
+    const MaskFetch abandoned = [&](const v1::StepPlan& p) {
+      v1::StepMasks m;
+      m.set_plan_id(p.plan_id());
+      m.set_abandoned("matcher failed");
+      return m;
+    };
+    EXPECT_THROW(s.run(encode_plan(in_plan, 5, 1, &sent), {}, kNoTimings, {}, {}, abandoned), std::runtime_error);
   }
 }
 

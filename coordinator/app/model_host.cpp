@@ -1,0 +1,168 @@
+#include "coordinator/app/model_host.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include "common/log.h"
+#include "coordinator/engine/gpu_share.h"
+
+namespace ds {
+namespace {
+
+constexpr uint32_t kDefaultMaxContext = 32768;
+
+std::string file_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Context per sequence: the flag, else the model's, capped so the default KV budget stays sane.
+uint32_t resolve_max_context(const ServeOptions& o, const ModelConfig& cfg) {
+  if (o.engine.max_context) return o.engine.max_context;
+  const uint32_t model = cfg.context_length ? cfg.context_length : kDefaultMaxContext;
+  return model < kDefaultMaxContext ? model : kDefaultMaxContext;
+}
+
+SchedulerConfig scheduler_config(const ServeOptions& o, uint32_t max_context, const Tokenizer& tok) {
+  SchedulerConfig s;
+  s.block_size = o.block_size;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_seqs = o.max_seqs;
+  s.max_context = max_context;
+  const uint32_t blocks_per_seq = (max_context + o.block_size - 1) / o.block_size;
+  s.num_blocks = o.kv_blocks ? o.kv_blocks : blocks_per_seq * o.max_seqs;
+  s.eos_token_ids = tok.eog_ids();
+  s.num_snapshots = o.prefix_cache_snapshots.value_or(2 * o.max_seqs);  // 0: prefix cache off
+  s.spec_k = o.spec_k;
+  s.decode_groups = o.decode_groups ? o.decode_groups
+                                    : auto_decode_groups(o.engine.backend, o.engine.devices, o.engine.n_workers,
+                                                         static_cast<uint32_t>(o.engine.threads_per_worker),
+                                                         std::thread::hardware_concurrency());
+  return s;
+}
+
+// The scheduler plans with the pools every worker holds (the minimum they reported at Ready).
+void plan_with_worker_capacity(const std::string& model, const CacheGeometry& workers, SchedulerConfig* s) {
+  if (workers.max_seqs < s->max_seqs) {
+    log::warn("deltaserve", log::Msg() << model << ": the workers' memory budgets hold " << workers.max_seqs
+                                       << " of the " << s->max_seqs << " sequences --max-seqs asks for (each with one "
+                                       << s->max_context << "-token context)");
+  }
+  s->num_blocks = workers.num_blocks;
+  s->max_seqs = workers.max_seqs;
+  s->num_snapshots = workers.num_snapshots;
+  log::info("deltaserve", log::Msg() << model << ": KV capacity: " << s->num_blocks << " blocks of " << s->block_size
+                                     << " tokens (" << uint64_t{s->num_blocks} * s->block_size << " tokens in total), "
+                                     << s->max_seqs << " state slots, " << s->num_snapshots << " state snapshots"
+                                     << (s->num_snapshots ? "" : " (prefix cache off)"));
+}
+
+// --mode: what the model serves, from the GGUF unless the flag says; the workers' head follows.
+// A pooling model never samples, so it neither speculates nor has a chat template to need.
+void apply_mode(const ModelConfig& cfg, ServeOptions* o) {
+  const OutputHead head = o->mode == "auto"     ? default_head(cfg)
+                          : o->mode == "embed"  ? OutputHead::kEmbedding
+                          : o->mode == "rerank" ? OutputHead::kRankClassifier
+                                                : OutputHead::kLanguageModel;
+  if (const std::string problem = output_head_problem(cfg, head); !problem.empty()) {
+    throw std::runtime_error(o->engine.model_path + ": --mode " + o->mode + ": " + problem);
+  }
+  o->engine.output_head = head;
+  o->http.model_kind = head == OutputHead::kEmbedding        ? "embed"
+                       : head == OutputHead::kRankClassifier ? "rerank"
+                                                             : "chat";
+  o->http.embedding_size = cfg.n_embd;
+  if (head != OutputHead::kLanguageModel && o->spec_k > 0) {
+    throw std::runtime_error("--spec-k: a " + o->http.model_kind + " model generates nothing to speculate on");
+  }
+  log::info("deltaserve", log::Msg() << file_name(o->engine.model_path) << ": serving a " << o->http.model_kind
+                                     << " model (" << output_head_name(head) << " head"
+                                     << (o->mode == "auto" ? ", from the GGUF" : ", --mode") << ")");
+}
+
+}  // namespace
+
+ModelHost::ModelHost(ServeOptions options)
+    : o_(std::move(options)),
+      gguf_(GgufFile::open(o_.engine.model_path)),
+      cfg_(load_model_config(gguf_)),
+      tokenizer_(gguf_),
+      chat_template_(ChatTemplate::from_gguf(gguf_)) {
+  apply_mode(cfg_, &o_);
+  o_.engine.max_context = resolve_max_context(o_, cfg_);
+  if (o_.http.served_model_name.empty()) o_.http.served_model_name = file_name(o_.engine.model_path);
+  o_.http.model_file_name = file_name(o_.engine.model_path);
+}
+
+ModelHost::~ModelHost() {
+  stop();
+}
+
+void ModelHost::start() {
+  const std::string& name = o_.http.served_model_name;
+  // The scheduler's numbers are upper bounds for the workers' pools (sent in Assign): each
+  // worker allocates what fits its memory budget and reports it at Ready; the scheduler then
+  // plans with the minimum over the workers. An explicit --kv-blocks must fit every worker.
+  BatchEngineOptions bo;
+  bo.scheduler = scheduler_config(o_, o_.engine.max_context, tokenizer_);
+  bo.max_plans_in_flight = o_.pipeline_depth ? o_.pipeline_depth : std::min<uint32_t>(o_.engine.n_workers + 1, 4);
+  log::info("deltaserve", log::Msg() << name << ": decode groups: " << bo.scheduler.decode_groups
+                                     << (o_.decode_groups ? "" : " (auto)") << ", plans in flight up to "
+                                     << std::max(bo.max_plans_in_flight, bo.scheduler.decode_groups));
+  o_.engine.cache = worker_cache_geometry(bo.scheduler);
+  o_.engine.cache_sizing = CacheSizing::kFitBudget;
+  o_.engine.spec_k = bo.scheduler.spec_k;  // the workers budget each slot's rollback records
+  o_.engine.draft_vocab = o_.draft_vocab;
+  o_.engine.require_num_blocks = o_.kv_blocks != 0;
+  log::info("deltaserve", log::Msg() << name << ": worker memory: up to " << o_.engine.cache.num_blocks
+                                     << " KV blocks of " << o_.engine.cache.block_size << " tokens, "
+                                     << o_.engine.cache.max_seqs << " state slots, " << o_.engine.cache.num_snapshots
+                                     << " state snapshots, as far as each worker's memory budget allows");
+  pipeline_ = std::make_unique<PipelineEngine>(o_.engine);
+  pipeline_->start();
+  plan_with_worker_capacity(name, pipeline_->cache_geometry(), &bo.scheduler);
+  for (const WorkerInfo& w : pipeline_->workers()) {
+    log::info("deltaserve", log::Msg() << name << ": rank " << w.rank << " layers [" << w.layers.first_layer << ", "
+                                       << w.layers.last_layer << ") pid " << w.pid << " " << w.state);
+  }
+  engine_ = std::make_unique<BatchEngine>(*pipeline_, bo);
+  engine_->start();
+}
+
+void ModelHost::stop() {
+  if (engine_) engine_->stop();
+  if (pipeline_) pipeline_->shutdown();
+  engine_.reset();
+  pipeline_.reset();
+}
+
+ServedModel ModelHost::served() {
+  return {&o_.http, engine_.get(), &tokenizer_, &chat_template_};
+}
+
+ServeOptions side_model_options(const ServeOptions& main, const SideModelOptions& side, const std::string& mode) {
+  ServeOptions o = main;
+  o.engine.model_path = side.model_path;
+  o.engine.n_workers = side.n_workers;
+  o.engine.devices = side.devices;
+  o.engine.gpu_memory_fraction = side.gpu_memory_fraction;
+  o.engine.layer_split.clear();
+  o.engine.external_workers = false;
+  o.engine.control_endpoint.clear();  // a private ipc:// directory of its own
+  o.engine.max_context = 0;           // its own model's
+  // One MPS daemon per GPU at most: the main model's engine owns it, if any.
+  o.engine.mps = "off";
+  o.mode = mode;
+  o.spec_k = 0;
+  o.draft_vocab = 0;
+  o.kv_blocks = 0;
+  o.http.served_model_name = side.served_model_name;
+  o.embed_model = {};
+  o.rerank_model = {};
+  o.embed_upstream.clear();
+  o.rerank_upstream.clear();
+  return o;
+}
+
+}  // namespace ds
