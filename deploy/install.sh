@@ -46,7 +46,7 @@ install_binaries() {
 install_units() {
   unitdir=$destdir/etc/systemd/system
   run install -d -m 0755 "$unitdir"
-  for u in deltaserve.target deltaserve-coordinator.service deltaserve-worker@.service; do
+  for u in deltaserve.target deltaserve-coordinator.service deltaserve-worker@.service deltaserve-pooling@.service; do
     run install -m 0644 "$src/systemd/$u" "$unitdir/$u"
     [ "$prefix" = /usr/local ] || run sed -i "s|/usr/local/|$prefix/|g" "$unitdir/$u"
   done
@@ -57,6 +57,7 @@ install_settings() {
   etc=$destdir/etc/deltaserve
   run install -d -m 0750 "$etc"
   run install -m 0644 "$src/deltaserve.env.example" "$etc/deltaserve.env.example"
+  run install -m 0644 "$src/pooling.env.example" "$etc/pooling.env.example"
   if [ -e "$etc/deltaserve.env" ]; then
     echo "  keeping existing $etc/deltaserve.env"
   else

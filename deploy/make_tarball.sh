@@ -70,7 +70,7 @@ for f in "$root"/bin/*; do
 done
 
 mkdir -p "$root/deploy/systemd" "$root/docs"
-cp "$src/install.sh" "$src/deltaserve.env.example" "$root/deploy/"
+cp "$src/install.sh" "$src/deltaserve.env.example" "$src/pooling.env.example" "$root/deploy/"
 cp "$src"/systemd/* "$root/deploy/systemd/"
 if [ -f "$src/../docs/DEPLOYMENT.md" ]; then cp "$src/../docs/DEPLOYMENT.md" "$root/docs/"; fi
 

@@ -14,6 +14,8 @@
 # "penalties": 16 HTTP streams with presence/frequency/repetition penalties and logit_bias vs none;
 # "structured": tiny fixture CPU vs CUDA vs CUDA spec-k 3 under JSON schemas, 9B HTTP constrained vs free at 64 and 1;
 # "grammar": MaskBench (deltaserve-bench-grammar) in GR_SHARDS single-threaded shards at 151,936 and 248,320 tokens;
+# "pooling": synthetic Qwen3-Embedding-4B / Qwen3-Reranker-0.6B served on CUDA, tools/bench_pooling.py (embed tok/s at 512-token
+# inputs, 1 and 64 concurrent, per --max-batch-tokens POOL_BATCH_TOKENS; rerank 1 x 100 docs of 256 tokens p50);
 # "issue12": 2 workers on one GPU with the defaults vs 1 worker at 2K/8K/16K and 32 sequences, kill -9 of rank 1
 # under MPS, leftover daemon of a SIGKILLed server; "handoff_host": 2 workers on one GPU with
 # the hand-off waited on the device vs the host, and the in-process decode with / without dependent launches,
@@ -121,7 +123,7 @@ kill_rank_under_load() {
 
 if want tests; then
   echo "==== CUDA tests"
-  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_split test_cuda_dependent_launch test_cuda_model test_cuda_speculation}; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_matmul_gdn test_cuda_gemm_paths test_cuda_prefill_ops test_cuda_decode_ops test_cuda_gemv_split test_cuda_dependent_launch test_cuda_model test_cuda_speculation test_qwen3_cuda}; do
     timeout 150 "$B/bin/$t" > "$O/$t.log" 2>&1
     note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$O/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED" "$O/$t.log" | head -10
@@ -654,6 +656,44 @@ PY
     note "structured: server did not start"; tail -5 "$O/serve9_st.log"
   fi
   kill -TERM $spid; wait $spid
+fi
+
+if want pooling; then
+  # Issue 29 on the H200: synthetic Qwen3-Embedding-4B and Qwen3-Reranker-0.6B (deltaserve-synth,
+  # the tiny Qwen3 fixture's tokenizer), served on one CUDA worker; tools/bench_pooling.py.
+  echo "==== embeddings (4B) and rerank (0.6B) served on CUDA"
+  timeout 120 "$B/bin/deltaserve-synth" --shape qwen3-embed-4b --tokenizer-from "$DATA/tiny-qwen3-embed-q8_0.gguf" \
+    --out /tmp/qwen3-embed-4b.gguf > "$O/synth_embed.log" 2>&1 || tail -3 "$O/synth_embed.log"
+  timeout 60 "$B/bin/deltaserve-synth" --shape qwen3-rerank-0.6b --tokenizer-from "$DATA/tiny-qwen3-rerank-q8_0.gguf" \
+    --out /tmp/qwen3-rerank-0.6b.gguf > "$O/synth_rerank.log" 2>&1 || tail -3 "$O/synth_rerank.log"
+  for mbt in ${POOL_BATCH_TOKENS:-2048 8192 16384}; do
+    log="$O/serve_embed_$mbt.log"
+    "$B/bin/deltaserve" serve --model /tmp/qwen3-embed-4b.gguf --backend cuda --port 18120 --max-seqs 64 \
+      --max-context 1024 --max-batch-tokens $mbt > "$log" 2>&1 &
+    pid=$!
+    if wait_listening "$log"; then
+      timeout 120 python3 tools/bench_pooling.py embed --port 18120 --tokens 512 --concurrency 1,64 --seconds 12 \
+        > "$O/pool_embed_$mbt.log" 2>&1
+      note "embed 4B --max-batch-tokens $mbt: $(grep -E '^\| [0-9]' "$O/pool_embed_$mbt.log" | tr '\n' ' ')"
+    else
+      note "embed 4B: did not start"; tail -5 "$log"
+    fi
+    kill -TERM $pid; wait $pid
+  done
+  for mbt in ${RERANK_BATCH_TOKENS:-8192 32768}; do
+    log="$O/serve_rerank_$mbt.log"
+    "$B/bin/deltaserve" serve --model /tmp/qwen3-rerank-0.6b.gguf --backend cuda --port 18121 --max-seqs 128 \
+      --max-context 1024 --max-batch-tokens $mbt > "$log" 2>&1 &
+    pid=$!
+    if wait_listening "$log"; then
+      timeout 120 python3 tools/bench_pooling.py rerank --port 18121 --docs 100 --doc-tokens 256 --requests 20 \
+        > "$O/pool_rerank_$mbt.log" 2>&1
+      note "rerank 0.6B --max-batch-tokens $mbt: $(grep -E '^\| [0-9]' "$O/pool_rerank_$mbt.log" | tr '\n' ' ')"
+    else
+      note "rerank 0.6B: did not start"; tail -5 "$log"
+    fi
+    kill -TERM $pid; wait $pid
+  done
 fi
 
 if want grammar; then

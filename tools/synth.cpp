@@ -1,7 +1,9 @@
-// deltaserve-synth: writes a random-weight qwen35 GGUF with the real Qwen3.5 shapes, for
-// benchmarks and loading tests without downloading checkpoints.
+// deltaserve-synth: writes a random-weight qwen35 GGUF with the real Qwen3.5 shapes (or a
+// qwen3 one with a Qwen3-Embedding / Qwen3-Reranker shape), for benchmarks and loading tests
+// without downloading checkpoints.
 //
-//   deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] [--vocab N]
+//   deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny|qwen3-{embed,rerank}-{0.6b,4b,8b} --out F.gguf [--seed S] [--vocab
+//   N]
 //                    [--no-mtp] [--layers N] [--threads T] [--tokenizer-from G.gguf]
 //
 // The tokenizer is copied from G.gguf (every tokenizer.* key, the token table padded with
@@ -33,7 +35,8 @@ struct Options {
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-synth",
-                            "--shape 0.8b|2b|4b|9b|27b|tiny --out F.gguf [--seed S] [--vocab N] [--no-mtp] "
+                            "--shape 0.8b|2b|4b|9b|27b|tiny|qwen3-embed-4b|qwen3-rerank-0.6b|... --out F.gguf [--seed "
+                            "S] [--vocab N] [--no-mtp] "
                             "[--layers N] [--threads T] [--tokenizer-from G.gguf]"};
 
 Options parse(int argc, char** argv) {
@@ -74,8 +77,8 @@ int main(int argc, char** argv) {
     if (o.layers) shape.n_layer = o.layers;
     if (o.no_mtp) shape.n_nextn = 0;
     const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads, o.tokenizer_from);
-    std::printf("%s: qwen35 %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n",
-                o.out.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,
+    std::printf("%s: %s %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n", o.out.c_str(),
+                shape.arch.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,
                 static_cast<double>(s.n_params) * 1e-9, static_cast<double>(s.file_bytes) * 1e-9, s.seconds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deltaserve-synth: %s\n", e.what());

@@ -20,11 +20,13 @@ cp "$deploy"/systemd/deltaserve.target "$deploy"/systemd/*.service "$out"/
 sed -i "s|/usr/local/bin/|$bin/|g" "$out"/*.service
 # An instance as systemd would create it (checks %i in the template), next to the template.
 cp "$out/deltaserve-worker@.service" "$out/deltaserve-worker@0.service"
+cp "$out/deltaserve-pooling@.service" "$out/deltaserve-pooling@embed.service"
 
 cd "$out"
 status=0
 log=$(systemd-analyze verify --man=no deltaserve.target deltaserve-coordinator.service \
-        deltaserve-worker@.service deltaserve-worker@0.service 2>&1) || status=$?
+        deltaserve-worker@.service deltaserve-worker@0.service deltaserve-pooling@.service \
+        deltaserve-pooling@embed.service 2>&1) || status=$?
 if [ "$status" -ne 0 ] || [ -n "$log" ]; then
   echo "FAIL: systemd-analyze verify (exit $status):"
   echo "$log"
@@ -42,4 +44,7 @@ for u in deltaserve-coordinator.service deltaserve-worker@.service; do
   grep -q '^PartOf=deltaserve.target$' "$u" || fail "$u: PartOf=deltaserve.target"
 done
 grep -q '^WatchdogSec=' deltaserve-worker@.service || fail "worker: WatchdogSec="
+grep -q '^Type=notify$' deltaserve-pooling@.service || fail "pooling: Type=notify"
+grep -q -- '--mode %i ' deltaserve-pooling@.service || fail "pooling: the instance names the mode"
+grep -q '^PrivateDevices=' deltaserve-pooling@.service && fail "pooling: its workers need the GPUs (no PrivateDevices=)"
 echo "OK: units verified ($(systemd-analyze --version | head -n 1))"

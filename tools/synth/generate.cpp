@@ -97,7 +97,30 @@ std::vector<WorkItem> split_work(const std::vector<StreamTensor>& tensors) {
   return items;
 }
 
+void add_qwen3_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed) {
+  const std::string a = "qwen3.";
+  w.add_string("general.architecture", "qwen3");
+  w.add_string("general.type", "model");
+  w.add_string("general.name",
+               "deltaserve-synth qwen3 " + s.name + " (random weights, seed " + std::to_string(seed) + ")");
+  w.add_u32("general.file_type", 7);
+  w.add_u32("general.quantization_version", 2);
+  w.add_u32(a + "context_length", s.context_length);
+  w.add_u32(a + "embedding_length", s.n_embd);
+  w.add_u32(a + "block_count", s.n_layer);
+  w.add_u32(a + "feed_forward_length", s.n_ff);
+  w.add_u32(a + "attention.head_count", s.n_head);
+  w.add_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.add_u32(a + "attention.key_length", s.head_dim);
+  w.add_u32(a + "attention.value_length", s.head_dim);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.add_f32(a + "rope.freq_base", 1e6f);
+  w.add_u32(a + "pooling_type", s.pooling_type);
+  if (s.pooling_type == 4) w.add_string_array(a + "classifier.output_labels", {"yes", "no"});
+}
+
 void add_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed) {
+  if (s.arch == "qwen3") return add_qwen3_metadata(w, s, seed);
   const std::string a = "qwen35.";
   w.add_string("general.architecture", "qwen35");
   w.add_string("general.type", "model");

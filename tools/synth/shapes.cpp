@@ -49,6 +49,51 @@ SynthShape tiny() {
   return s;
 }
 
+// Qwen3-Embedding / Qwen3-Reranker (their config.json): head_dim 128, tied embeddings, the
+// Qwen3 vocabulary; kind "embed" pools the last token, "rerank" has the two-row cls head.
+SynthShape qwen3(const std::string& name, bool rerank, uint32_t D, uint32_t layers, uint32_t H, uint32_t F) {
+  SynthShape s;
+  s.name = name;
+  s.arch = "qwen3";
+  s.pooling_type = rerank ? 4 : 3;
+  s.n_embd = D;
+  s.n_layer = layers;
+  s.n_head = H;
+  s.n_head_kv = 8;
+  s.head_dim = 128;
+  s.n_rot = 128;
+  s.n_ff = F;
+  s.n_vocab = 151936;
+  s.context_length = 40960;
+  s.tied = true;
+  s.n_nextn = 0;
+  return s;
+}
+
+void add_qwen3_block(std::vector<TensorPlan>& out, const SynthShape& s, const std::string& p) {
+  const uint64_t D = s.n_embd, d = s.head_dim, F = s.n_ff;
+  out.push_back({p + "attn_norm.weight", GgmlType::F32, {D}, Init::kNorm});
+  out.push_back({p + "attn_q.weight", GgmlType::Q8_0, {D, s.n_head * d}, Init::kMatrix});
+  out.push_back({p + "attn_k.weight", GgmlType::Q8_0, {D, s.n_head_kv * d}, Init::kMatrix});
+  out.push_back({p + "attn_v.weight", GgmlType::Q8_0, {D, s.n_head_kv * d}, Init::kMatrix});
+  out.push_back({p + "attn_q_norm.weight", GgmlType::F32, {d}, Init::kNorm});
+  out.push_back({p + "attn_k_norm.weight", GgmlType::F32, {d}, Init::kNorm});
+  out.push_back({p + "attn_output.weight", GgmlType::Q8_0, {s.n_head * d, D}, Init::kMatrix});
+  out.push_back({p + "ffn_norm.weight", GgmlType::F32, {D}, Init::kNorm});
+  out.push_back({p + "ffn_gate.weight", GgmlType::Q8_0, {D, F}, Init::kMatrix});
+  out.push_back({p + "ffn_up.weight", GgmlType::Q8_0, {D, F}, Init::kMatrix});
+  out.push_back({p + "ffn_down.weight", GgmlType::Q8_0, {F, D}, Init::kMatrix});
+}
+
+std::vector<TensorPlan> plan_qwen3(const SynthShape& s) {
+  std::vector<TensorPlan> out;
+  out.push_back({"token_embd.weight", GgmlType::Q8_0, {s.n_embd, s.n_vocab}, Init::kMatrix});
+  out.push_back({"output_norm.weight", GgmlType::F32, {s.n_embd}, Init::kNorm});
+  if (s.pooling_type == 4) out.push_back({"cls.output.weight", GgmlType::Q8_0, {s.n_embd, 2}, Init::kMatrix});
+  for (uint32_t i = 0; i < s.n_layer; ++i) add_qwen3_block(out, s, "blk." + std::to_string(i) + ".");
+  return out;
+}
+
 void add_attention(std::vector<TensorPlan>& out, const SynthShape& s, const std::string& p) {
   const uint64_t D = s.n_embd, d = s.head_dim;
   out.push_back({p + "attn_q.weight", GgmlType::Q8_0, {D, 2 * s.n_head * d}, Init::kMatrix});  // [query | gate]
@@ -89,10 +134,18 @@ SynthShape shape_by_name(const std::string& name) {
   if (name == "9b") return real("9b", 4096, 32, 16, 4, 12288, 32, false);
   if (name == "27b") return real("27b", 5120, 64, 24, 4, 17408, 48, false);
   if (name == "tiny") return tiny();
-  throw ConfigError("unknown shape '" + name + "' (choose 0.8b, 2b, 4b, 9b, 27b or tiny)");
+  for (const bool rerank : {false, true}) {
+    const std::string kind = rerank ? "qwen3-rerank-" : "qwen3-embed-";
+    if (name == kind + "0.6b") return qwen3(name, rerank, 1024, 28, 16, 3072);
+    if (name == kind + "4b") return qwen3(name, rerank, 2560, 36, 32, 9728);
+    if (name == kind + "8b") return qwen3(name, rerank, 4096, 36, 32, 12288);
+  }
+  throw ConfigError("unknown shape '" + name +
+                    "' (choose 0.8b, 2b, 4b, 9b, 27b, tiny, or qwen3-embed-|qwen3-rerank- 0.6b|4b|8b)");
 }
 
 std::vector<TensorPlan> plan_tensors(const SynthShape& s) {
+  if (s.arch == "qwen3") return plan_qwen3(s);
   const uint64_t D = s.n_embd;
   std::vector<TensorPlan> out;
   out.push_back({"token_embd.weight", GgmlType::Q8_0, {D, s.n_vocab}, Init::kMatrix});

@@ -11,13 +11,15 @@
 namespace ds::synth {
 
 struct SynthShape {
-  std::string name;        // "9b", "tiny", ...
-  uint32_t n_embd = 0;     // D
-  uint32_t n_layer = 0;    // main stack
-  uint32_t n_head = 0;     // H
-  uint32_t n_head_kv = 0;  // Hkv
-  uint32_t head_dim = 0;   // d
-  uint32_t n_rot = 0;      // r
+  std::string name;             // "9b", "tiny", "qwen3-embed-4b", ...
+  std::string arch = "qwen35";  // or "qwen3": the dense Qwen3 stack of Qwen3-Embedding / -Reranker
+  uint32_t pooling_type = 0;    // qwen3: 3 = last token (embedding), 4 = rank (cls.output head)
+  uint32_t n_embd = 0;          // D
+  uint32_t n_layer = 0;         // main stack
+  uint32_t n_head = 0;          // H
+  uint32_t n_head_kv = 0;       // Hkv
+  uint32_t head_dim = 0;        // d
+  uint32_t n_rot = 0;           // r
   std::vector<int32_t> rope_sections{11, 11, 10, 0};
   uint32_t n_ff = 0;         // F
   uint32_t n_vocab = 0;      // V
@@ -32,7 +34,8 @@ struct SynthShape {
   uint32_t conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state; }
 };
 
-// "0.8b", "2b", "4b", "9b", "27b" or "tiny"; throws ds::ConfigError naming the choices otherwise.
+// "0.8b", "2b", "4b", "9b", "27b", "tiny", or a Qwen3 pooling model's shape
+// "qwen3-{embed,rerank}-{0.6b,4b,8b}"; throws ds::ConfigError naming the choices otherwise.
 SynthShape shape_by_name(const std::string& name);
 
 // How a tensor's values are drawn (the scales keep activations finite through a deep stack).
@@ -51,7 +54,8 @@ struct TensorPlan {
   Init init;
 };
 
-// Every tensor of the shape in file order: embeddings, blocks, MTP block(s).
+// Every tensor of the shape in file order: embeddings, blocks, MTP block(s) (qwen35), or
+// embeddings, dense blocks and the rank head (qwen3).
 std::vector<TensorPlan> plan_tensors(const SynthShape& s);
 
 }  // namespace ds::synth

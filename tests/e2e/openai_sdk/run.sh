@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ctest openai_sdk_e2e: `deltaserve serve` (tiny model, CPU worker) and the official openai SDK
-# against it (sdk_test.mjs). The SDK is installed by scripts/test.sh (npm ci into the build
+# ctest openai_sdk_e2e: `deltaserve serve` (tiny model, CPU worker, with the tiny embedding and
+# reranker models hosted beside it) and the official openai SDK against it (sdk_test.mjs). The SDK is installed by scripts/test.sh (npm ci into the build
 # tree); where it could not be installed (no node, no registry) the test is skipped (exit 77).
 #   run.sh DELTASERVE_BINARY MODEL_GGUF SDK_DIR
 set -u
@@ -11,7 +11,9 @@ if ! command -v node > /dev/null || [ ! -d "$SDK/node_modules/openai" ]; then
   exit 77
 fi
 LOG=$(mktemp)
-"$BIN" serve --model "$MODEL" --workers 1 --port 0 --threads 1 > "$LOG" 2>&1 &
+DATA=$(dirname "$MODEL")
+"$BIN" serve --model "$MODEL" --workers 1 --port 0 --threads 1 --embed-model "$DATA/tiny-qwen3-embed-q8_0.gguf" \
+  --rerank-model "$DATA/tiny-qwen3-rerank-q8_0.gguf" > "$LOG" 2>&1 &
 PID=$!
 trap 'kill -TERM $PID 2> /dev/null; wait $PID 2> /dev/null; rm -f "$LOG"' EXIT
 PORT=""

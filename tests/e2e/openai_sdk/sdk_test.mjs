@@ -67,6 +67,40 @@ for (const [body, param] of [[{ n: 17 }, 'n'], [{ presence_penalty: 3 }, 'presen
   }
 }
 
+// Embeddings and rerank (the server hosts them beside the chat model: run.sh's --embed-model and
+// --rerank-model). The SDK asks for base64 unless told otherwise and decodes it itself, so the
+// default call and encoding_format 'float' must give the same vectors.
+const models = (await client.models.list()).data;
+const embedModel = models.find((m) => m.task === 'embed')?.id;
+check(models.length === 3 && embedModel !== undefined, '/v1/models lists the chat, embedding and reranker models');
+const texts = ['The capital of France is Paris.', 'def add(a, b): return a + b', 'Grüße, 世界'];
+const viaBase64 = await client.embeddings.create({ model: embedModel, input: texts });
+const viaFloat = await client.embeddings.create({ model: embedModel, input: texts, encoding_format: 'float' });
+check(viaBase64.data.length === 3 && viaBase64.data.every((d, i) => d.index === i && d.object === 'embedding'),
+  'embeddings.create returns one embedding per input, in order');
+const close = (a, b) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) <= 1e-6);
+check(viaBase64.data.every((d, i) => close(d.embedding, viaFloat.data[i].embedding)),
+  'the SDK-decoded base64 vectors equal the float ones');
+const norm = Math.hypot(...viaFloat.data[0].embedding);
+check(Math.abs(norm - 1) < 1e-4 && viaFloat.usage.prompt_tokens > 0, 'embeddings are unit vectors with usage');
+const raw = await client.embeddings.create({ model: embedModel, input: 'x', encoding_format: 'base64' });
+check(typeof raw.data[0].embedding === 'string', "encoding_format 'base64' returns the base64 string");
+const short = await client.embeddings.create({ model: embedModel, input: texts[0], dimensions: 16, encoding_format: 'float' });
+check(short.data[0].embedding.length === 16 && Math.abs(Math.hypot(...short.data[0].embedding) - 1) < 1e-4,
+  'dimensions 16: the first 16 values, re-normalised');
+try {
+  await client.embeddings.create({ model: embedModel, input: 'x', dimensions: 100000 });
+  check(false, 'dimensions out of range is refused');
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.status === 400, 'dimensions out of range: 400');
+}
+// Rerank is no SDK method: the SDK's generic post, as RAG stacks call it.
+const ranked = await client.post('/rerank', {
+  body: { query: 'capital of France', documents: ['Paris is the capital of France.', 'Bananas are yellow.'], top_n: 1 },
+});
+check(ranked.results.length === 1 && ranked.results[0].index >= 0 && ranked.results[0].relevance_score >= 0,
+  'rerank through client.post: top_n 1 with index and relevance_score');
+
 if (failures > 0) {
   console.error(`${failures} check(s) failed`);
   process.exit(1);
