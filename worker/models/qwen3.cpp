@@ -30,6 +30,7 @@
 #include "worker/blocks/gated_attention.h"
 #include "worker/blocks/lm_head.h"
 #include "worker/blocks/spans.h"
+#include "worker/blocks/step_layout.h"
 #include "worker/blocks/swiglu_ffn.h"
 #include "worker/blocks/workspace.h"
 #include "worker/cache/stage_cache.h"
@@ -86,9 +87,6 @@ class Qwen3Stage final : public StageModel {
   WeightView stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const;
   const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
 
-  void check_batch(const StepInput& in) const;
-  std::vector<SeqSpan> prepare_batch(const StepInput& in);
-  void set_positions(const std::vector<SeqSpan>& spans, size_t T);
   StepContext context(const std::vector<SeqSpan>& spans, size_t T);
   void run_layer(const StepContext& ctx, const LayerWeights& lw, uint32_t layer, size_t kv_pool, bool normed,
                  const float* next_norm);
@@ -198,62 +196,6 @@ WeightView Qwen3Stage::label_rows_head() {
   return be_->weight(label_tensor_);
 }
 
-// ---- sequence state ------------------------------------------------------------------------------
-
-// Validates the whole step before touching any state.
-void Qwen3Stage::check_batch(const StepInput& in) const {
-  if (in.seqs.empty()) throw ConfigError("empty step");
-  for (size_t i = 0; i < in.seqs.size(); ++i) {
-    const SeqStep& s = in.seqs[i];
-    const std::string who = "sequence " + std::to_string(s.seq_id);
-    if (s.token_ids.empty()) throw ConfigError(who + ": no tokens");
-    for (size_t j = 0; j < i; ++j) {
-      if (in.seqs[j].seq_id == s.seq_id) throw ConfigError(who + " appears twice in one step");
-    }
-    for (int32_t id : s.token_ids) {
-      if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab)
-        throw ConfigError(who + ": token id " + std::to_string(id) + " out of range");
-    }
-    for (uint32_t r : s.logit_rows) {
-      if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
-    }
-    if (s.n_draft != 0 || s.rewind) throw ConfigError(who + ": qwen3 has no MTP block, so no drafts to verify");
-    if (opt_.max_context && size_t{s.start_pos} + s.n_tokens() > opt_.max_context) {
-      throw ConfigError(who + ": exceeds the context limit of " + std::to_string(opt_.max_context));
-    }
-  }
-  cache_->check_step(in);
-}
-
-// Checks the step, places its sequences (block tables) and lays out their rows.
-std::vector<SeqSpan> Qwen3Stage::prepare_batch(const StepInput& in) {
-  check_batch(in);
-  const std::vector<StageCache::Seq*> seqs = cache_->begin_step(in);
-  std::vector<SeqSpan> spans;
-  size_t offset = 0;
-  for (size_t i = 0; i < in.seqs.size(); ++i) {
-    spans.push_back({seqs[i], offset, in.seqs[i].n_tokens(), in.seqs[i].start_pos});
-    offset += in.seqs[i].n_tokens();
-  }
-  set_positions(spans, offset);
-  return spans;
-}
-
-// Rope positions and the pool row of every token's K/V. The attention op takes three position
-// streams (M-RoPE); with no sections every frequency reads the first, and all three hold the
-// token's position.
-void Qwen3Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
-  positions_.resize(3 * T);
-  kv_rows_.clear();
-  for (const SeqSpan& s : spans) {
-    for (size_t j = 0; j < s.n_tokens; ++j) {
-      const auto pos = static_cast<int32_t>(s.start_pos + j);
-      for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + s.offset + j] = pos;
-    }
-    cache_->append_pool_rows(*s.seq, s.start_pos, s.n_tokens, &kv_rows_);
-  }
-}
-
 // ---- layers ----------------------------------------------------------------------------------------
 
 StepContext Qwen3Stage::context(const std::vector<SeqSpan>& spans, size_t T) {
@@ -293,7 +235,8 @@ void Qwen3Stage::normed_rows(const float* rows, size_t n, std::vector<float>* ho
 }
 
 void Qwen3Stage::forward(const StepInput& in, StepOutput* out) {
-  const std::vector<SeqSpan> spans = prepare_batch(in);
+  check_step(in, StepLimits{cfg_.n_vocab, opt_.max_context, 0, "qwen3"}, *cache_);
+  const std::vector<SeqSpan> spans = lay_out_step(in, *cache_, &positions_, &kv_rows_);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
   float* x = input_rows(T);  // a later stage's input is already there (StageModel::input_rows)

@@ -25,6 +25,7 @@
 #include "worker/blocks/gated_delta_net.h"
 #include "worker/blocks/lm_head.h"
 #include "worker/blocks/spans.h"
+#include "worker/blocks/step_layout.h"
 #include "worker/blocks/swiglu_ffn.h"
 #include "worker/blocks/workspace.h"
 #include "worker/cache/stage_cache.h"
@@ -86,9 +87,6 @@ class Qwen35Stage final : public StageModel {
   const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
 
   CacheShapes cache_shapes();
-  void check_batch(const StepInput& in) const;
-  std::vector<SeqSpan> prepare_batch(const StepInput& in);
-  void set_positions(const std::vector<SeqSpan>& spans, size_t T);
   float* run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden);
 
   StepContext context(const std::vector<SeqSpan>& spans, size_t T);
@@ -229,59 +227,6 @@ CacheShapes Qwen35Stage::cache_shapes() {
   return c;
 }
 
-// Validates the whole step before touching any state.
-void Qwen35Stage::check_batch(const StepInput& in) const {
-  if (in.seqs.empty()) throw ConfigError("empty step");
-  for (size_t i = 0; i < in.seqs.size(); ++i) {
-    const SeqStep& s = in.seqs[i];
-    const std::string who = "sequence " + std::to_string(s.seq_id);
-    if (s.token_ids.empty()) throw ConfigError(who + ": no tokens");
-    for (size_t j = 0; j < i; ++j) {
-      if (in.seqs[j].seq_id == s.seq_id) throw ConfigError(who + " appears twice in one step");
-    }
-    for (int32_t id : s.token_ids) {
-      if (id < 0 || static_cast<uint32_t>(id) >= cfg_.n_vocab)
-        throw ConfigError(who + ": token id " + std::to_string(id) + " out of range");
-    }
-    for (uint32_t r : s.logit_rows) {
-      if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
-    }
-    if (s.n_draft > StatePool::kMaxCaptures || s.n_draft >= s.n_tokens()) throw ConfigError(who + ": too many drafts");
-    if (opt_.max_context && size_t{s.start_pos} + s.n_tokens() > opt_.max_context) {
-      throw ConfigError(who + ": exceeds the context limit of " + std::to_string(opt_.max_context));
-    }
-  }
-  cache_->check_step(in);
-}
-
-// Checks the step, places its sequences (slot set-up, block tables) and lays out their rows.
-std::vector<SeqSpan> Qwen35Stage::prepare_batch(const StepInput& in) {
-  check_batch(in);
-  const std::vector<StageCache::Seq*> seqs = cache_->begin_step(in);
-  std::vector<SeqSpan> spans;
-  size_t offset = 0;
-  for (size_t i = 0; i < in.seqs.size(); ++i) {
-    spans.push_back({seqs[i], offset, in.seqs[i].n_tokens(), in.seqs[i].start_pos, in.seqs[i].n_draft});
-    offset += in.seqs[i].n_tokens();
-  }
-  set_positions(spans, offset);
-  return spans;
-}
-
-// Rope positions (3 identical streams: text-only M-RoPE) and the pool row every token's K/V
-// goes to, for all attention layers of the step.
-void Qwen35Stage::set_positions(const std::vector<SeqSpan>& spans, size_t T) {
-  positions_.resize(3 * T);
-  kv_rows_.clear();
-  for (const SeqSpan& s : spans) {
-    for (size_t j = 0; j < s.n_tokens; ++j) {
-      const auto pos = static_cast<int32_t>(s.start_pos + j);
-      for (size_t stream = 0; stream < 3; ++stream) positions_[stream * T + s.offset + j] = pos;
-    }
-    cache_->append_pool_rows(*s.seq, s.start_pos, s.n_tokens, &kv_rows_);
-  }
-}
-
 // ---- layers ----------------------------------------------------------------------------------------
 
 StepContext Qwen35Stage::context(const std::vector<SeqSpan>& spans, size_t T) {
@@ -327,7 +272,8 @@ void Qwen35Stage::lm_head(const float* rows, size_t n_rows, const float* norm, c
 }
 
 void Qwen35Stage::forward(const StepInput& in, StepOutput* out) {
-  const std::vector<SeqSpan> spans = prepare_batch(in);
+  check_step(in, StepLimits{cfg_.n_vocab, opt_.max_context, StatePool::kMaxCaptures, "qwen35"}, *cache_);
+  const std::vector<SeqSpan> spans = lay_out_step(in, *cache_, &positions_, &kv_rows_);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
   float* x = input_rows(T);  // a later stage's input is already there (StageModel::input_rows)
@@ -411,7 +357,7 @@ float* Qwen35Stage::run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std
   StageCache::Seq& seq = cache_->begin_mtp(seq_id, start_pos, token_ids.size());
   const size_t D = cfg_.n_embd, T = token_ids.size();
   const std::vector<SeqSpan> spans{{&seq, 0, T, start_pos}};
-  set_positions(spans, T);
+  fill_positions(spans, T, *cache_, &positions_, &kv_rows_);
   float* e = ws_.get(Slot::kProjA, T * D);
   float* h = ws_.get(Slot::kProjB, T * D);
   float* cat = ws_.get(Slot::kConv, T * 2 * D);  // row t = [enorm(e_t) ; hnorm(h_t)]

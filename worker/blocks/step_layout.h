@@ -1,0 +1,39 @@
+// The start of every model's step: validate the whole step before any state changes, place its
+// sequences in the stage cache, lay out their rows (SeqSpan) and fill the rope positions and
+// the pool row of every token's K/V. Shared by every model file.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/blocks/spans.h"
+#include "worker/cache/stage_cache.h"
+#include "worker/stage_model.h"
+
+namespace ds {
+
+struct StepLimits {
+  uint32_t n_vocab = 0;
+  uint32_t max_context = 0;  // 0: none
+  // Drafts a sequence may verify in one step (the MTP captures); 0: the model has no MTP block,
+  // so a step with drafts or a rewind is refused.
+  uint32_t max_drafts = 0;
+  const char* arch = "";  // named in errors
+};
+
+// Throws ConfigError naming the sequence and the problem: no tokens, a sequence twice, a token
+// id outside the vocabulary, a logit row outside the step, drafts the model cannot verify, the
+// context limit; then the cache's own checks (StageCache::check_step).
+void check_step(const StepInput& in, const StepLimits& limits, const StageCache& cache);
+
+// Rope positions ([3][T]: three identical M-RoPE streams for text) and the pool row of every
+// token's K/V ([T]) for the spans' rows.
+void fill_positions(const std::vector<SeqSpan>& spans, size_t T, const StageCache& cache,
+                    std::vector<int32_t>* positions, std::vector<uint32_t>* kv_rows);
+
+// Places the (checked) step's sequences (StageCache::begin_step) and lays out their rows in
+// order, then fill_positions.
+std::vector<SeqSpan> lay_out_step(const StepInput& in, StageCache& cache, std::vector<int32_t>* positions,
+                                  std::vector<uint32_t>* kv_rows);
+
+}  // namespace ds
