@@ -254,9 +254,10 @@ class Backend {
   // Paged KV: `kv` holds device pool pointers and a HOST block table (uploaded by the backend).
   virtual void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                 float* out) = 0;
-  // A decode step's attention: b.n_seqs sequences of one query token each (HOST block tables, as
-  // above). Default: attention_causal per sequence (the CPU reference); the CUDA backend runs
-  // them all in one launch with the same bits per sequence.
+  // A step's attention: b.n_seqs sequences of n_q_tokens query tokens each, decode rows and
+  // prefill chunks mixed (HOST block tables, as above). Default: attention_causal per sequence
+  // (the CPU reference); the CUDA backend runs the prefill chunks in one tiled launch and the
+  // one-token rows in one launch pair, with the same bits per sequence as attention_causal.
   virtual void attention_decode_batch(const DecodeAttentionBatch& b) {
     for (size_t i = 0; i < b.n_seqs; ++i) {
       attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,

@@ -357,7 +357,9 @@ class CudaBackend final : public Backend {
   // writes K/V to the same pool rows) hit ControlBuffer's "same as last time" check.
   ControlBuffer ids_, positions_, rows_, kv_rows_, block_table_, slots_;
   cuda_buffers::PinnedUpload logit_edits_, forced_ids_, token_masks_;  // up to ~ (ids seen) x rows x 20 bytes per step
-  ControlBuffer decode_batch_;  // batched decode attention: descriptors + block tables, same for every layer of a step
+  ControlBuffer decode_batch_;   // batched decode attention: descriptors + block tables, same for every layer of a step
+  ControlBuffer prefill_batch_;  // batched prefill attention: tiles, gathers, block tables; likewise
+  std::vector<size_t> batch_rest_;  // a batch's sequences that run through attention_causal
   ControlBuffer prep_control_;  // attention_prep: positions then pool rows, same for every attention layer of a step
   std::vector<uint32_t> prep_host_;     // host staging of that upload
   std::vector<uint32_t> mask_staging_;  // mask_logits: rows then masks, one upload
@@ -687,17 +689,20 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
   DS_CUDA_CHECK(cuda::attention_causal(s, q, dev, scale, out, stream_));
 }
 
-// All one-token sequences of a decode step in one launch pair (kernels/cuda/attention_decode.h);
-// its upload is the same for every attention layer of the step, so only the first one copies.
+// A step's attention over many sequences (kernels/cuda/attention_prefill.h attention_batch: prefill
+// chunks in one tiled launch, one-token rows in one decode launch pair); each upload is the same
+// for every attention layer of the step, so only the first layer copies.
 void CudaBackend::attention_decode_batch(const DecodeAttentionBatch& b) {
-  if (!fused_ops_ || b.n_seqs < 2 || !cuda::attention_decode_batch_applies(b)) {
-    return Backend::attention_decode_batch(b);
-  }
+  if (b.n_seqs < 2) return Backend::attention_decode_batch(b);
   on_device();
-  const cuda::DeviceUpload upload = [this](const void* host, size_t bytes) {
-    return decode_batch_.put(host, bytes, stream_);
-  };
-  DS_CUDA_CHECK(cuda::attention_decode_batch(b, upload, stream_));
+  const cuda::DeviceUpload prefill = [this](const void* h, size_t n) { return prefill_batch_.put(h, n, stream_); };
+  const cuda::DeviceUpload decode = [this](const void* h, size_t n) { return decode_batch_.put(h, n, stream_); };
+  const bool tc = precision_ == cuda::MatmulPrecision::kBf16TensorCores;
+  DS_CUDA_CHECK(cuda::attention_batch(b, tc, fused_ops_, prefill, decode, &batch_rest_, stream_));
+  for (const size_t i : batch_rest_) {
+    attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,
+                     b.out + b.seqs[i].out_offset);
+  }
 }
 
 // An attention layer's q/k norm + rope and K/V cache write in one launch (kernels/cuda/

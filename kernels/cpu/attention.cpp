@@ -60,10 +60,10 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
 }
 
 AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i) {
-  // One query token: the token strides only need to be large enough to be valid.
-  const size_t row = b.n_heads == 0 ? 0 : (b.n_heads - 1) * b.q_head_stride + b.head_dim;
-  return AttentionShape{1,   b.seqs[i].kv_len, b.n_heads,       b.n_kv_heads,          b.head_dim,
-                        row, b.q_head_stride,  b.kv_row_stride, b.n_heads * b.head_dim};
+  const DecodeAttentionSeq& q = b.seqs[i];
+  return AttentionShape{q.n_q_tokens,    q.kv_len,        b.n_heads,
+                        b.n_kv_heads,    b.head_dim,      b.n_heads * b.q_head_stride,
+                        b.q_head_stride, b.kv_row_stride, b.n_heads * b.head_dim};
 }
 
 KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i) {

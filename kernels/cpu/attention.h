@@ -43,13 +43,19 @@ constexpr size_t kv_row_offset(const int32_t* block_table, size_t block_size, si
 void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out,
                       ThreadPool* pool);
 
-// ---- a decode step over many sequences ------------------------------------------------------------
-// One sequence of a decode batch: ONE query token (the last of its kv_len cache rows).
+// ---- one step's attention over many sequences ------------------------------------------------------
+// One sequence of a batch: n_q_tokens query tokens (1 for a decode row, a prefill chunk's length
+// otherwise), causal within the chunk: they are its cache rows kv_len-n_q_tokens .. kv_len-1.
+// Its query rows are consecutive (token t at q_offset + t * n_heads * q_head_stride), and so are
+// its output rows (token t at out_offset + t * n_heads * head_dim), as a step's rows are laid out.
+// (The names say "decode" for history: the op is a whole step's attention, decode rows and
+// prefill chunks mixed.)
 struct DecodeAttentionSeq {
-  size_t kv_len;               // cache rows, the new token's included (>= 1)
-  size_t q_offset;             // floats from DecodeAttentionBatch::q to its query row (head h at h*q_head_stride)
-  size_t out_offset;           // floats from DecodeAttentionBatch::out to its output row [H][d]
+  size_t kv_len;               // cache rows, the new tokens included (>= n_q_tokens)
+  size_t q_offset;             // floats from DecodeAttentionBatch::q to its first query row (head h at h*q_head_stride)
+  size_t out_offset;           // floats from DecodeAttentionBatch::out to its first output row [H][d]
   const int32_t* block_table;  // ceil(kv_len / block_size) pool block ids
+  size_t n_q_tokens = 1;       // its new query tokens (>= 1)
 };
 
 // N such sequences sharing the KV pools and the head layout: attention_causal once per sequence.

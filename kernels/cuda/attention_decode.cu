@@ -308,7 +308,8 @@ cudaError_t check_batch(const DecodeAttentionBatch& b, const DeviceUpload& uploa
     return cudaErrorInvalidValue;
   }
   for (size_t i = 0; i < b.n_seqs; ++i) {
-    if (b.seqs[i].block_table == nullptr || b.seqs[i].kv_len == 0 || b.seqs[i].kv_len > kMaxPacked) {
+    if (b.seqs[i].block_table == nullptr || b.seqs[i].kv_len == 0 || b.seqs[i].kv_len > kMaxPacked ||
+        b.seqs[i].n_q_tokens != 1) {
       return cudaErrorInvalidValue;
     }
   }

@@ -41,7 +41,8 @@ bool attention_decode_batch_applies(const DecodeAttentionBatch& b);
 // the batch passes 65535 sequences). Sequence i's output is bit-identical to
 // attention_causal(decode_seq_shape(b, i), ...) alone. n_seqs == 0: nothing to do. Errors
 // (before any work is queued): cudaErrorInvalidValue for null pointers, a shape the kernels do
-// not take, kv_len 0 or >= 2^32; cudaErrorMisalignedAddress for pointers not float-aligned.
+// not take, kv_len 0 or >= 2^32, a sequence with n_q_tokens != 1 (the backend sends longer ones
+// to attention_prefill_batch or attention_causal); cudaErrorMisalignedAddress for pointers not float-aligned.
 cudaError_t attention_decode_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream);
 
 }  // namespace ds::cuda

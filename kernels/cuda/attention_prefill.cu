@@ -7,6 +7,7 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kBq = 64;  // query rows per block
+static_assert(kBq == detail::kPrefillTileRows);
 constexpr int kBk = 32;  // key rows per tile
 constexpr int kThreads = 256;
 constexpr int kMaxD = static_cast<int>(kAttentionPrefillMaxHeadDim);
@@ -46,15 +47,17 @@ __device__ void load_tile(const float* pool, const size_t* rowoff, int kn, size_
 // cg + 8b (b < 4); output columns 4cg + 32j + (0..3) (j < 8). The 8 threads of a row pair
 // reduce the softmax max and sum with shuffles, so the running (max, sum) of a row live in the
 // same threads as its output accumulators.
-__global__ void __launch_bounds__(kThreads)
-    prefill_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
+// The query tile t0 .. t0+63 of one (sequence, head h): the body of both kernels below, so a
+// sequence's bits do not depend on whether it ran alone or in a batch.
+__device__ __forceinline__ void prefill_tile(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
+                                             float* out, size_t t0, size_t h) {
   extern __shared__ __align__(16) float smem[];
   __shared__ size_t rowoff[kBk];
   float* Qs = smem;             // [kBq][kLd] scaled queries
   float* KVs = Qs + kBq * kLd;  // [kBk][kLd] K tile, then V tile
   float* Ps = KVs + kBk * kLd;  // [kBq][kLdp] probabilities of the tile
-  const size_t d = s.head_dim, h = blockIdx.y, g = h / (s.n_heads / s.n_kv_heads);
-  const size_t t0 = size_t{blockIdx.x} * kBq, first_row = s.kv_len - s.n_q_tokens;
+  const size_t d = s.head_dim, g = h / (s.n_heads / s.n_kv_heads);
+  const size_t first_row = s.kv_len - s.n_q_tokens;
   const int rows = static_cast<int>(min_size(kBq, s.n_q_tokens - t0));
   const int tid = static_cast<int>(threadIdx.x), rp = tid / kGroup, cg = tid % kGroup;
   const int r0 = 2 * rp;
@@ -169,6 +172,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    prefill_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
+  prefill_tile(s, q, kv, scale, out, size_t{blockIdx.x} * kBq, blockIdx.y);
+}
+
+// Block (x, y) = (tile x of the flattened list, head y); `base` holds the batch's heads and strides.
+__global__ void __launch_bounds__(kThreads)
+    prefill_batch_kernel(AttentionShape base, const float* q, KvPages pools, const detail::PrefillTile* tiles,
+                         const int32_t* tables, float scale, float* out) {
+  const detail::PrefillTile t = tiles[blockIdx.x];
+  AttentionShape s = base;
+  s.n_q_tokens = t.n_q;
+  s.kv_len = t.kv_len;
+  KvPages kv = pools;
+  kv.block_table = tables + t.table;
+  prefill_tile(s, q + t.q_offset, kv, scale, out + t.out_offset, t.t0, blockIdx.y);
+}
+
 cudaError_t check(const AttentionShape& s, const float* q, const KvPages& kv, const float* out) {
   if (q == nullptr || kv.k_pool == nullptr || kv.v_pool == nullptr || kv.block_table == nullptr || out == nullptr) {
     return cudaErrorInvalidValue;
@@ -210,4 +231,18 @@ cudaError_t attention_prefill(const AttentionShape& s, const float* q, const KvP
   return detail::launch_status();
 }
 
+namespace detail {
+
+cudaError_t launch_prefill_batch(const PrefillBatchWork& w, cudaStream_t stream) {
+  if (w.n_tiles == 0 || w.shape.n_heads == 0) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(prefill_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kSmemFloats * sizeof(float)));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(w.n_tiles), static_cast<unsigned>(w.shape.n_heads));
+  prefill_batch_kernel<<<grid, kThreads, kSmemFloats * sizeof(float), stream>>>(w.shape, w.q, w.pools, w.tiles,
+                                                                                w.tables, w.scale, w.out);
+  return launch_status();
+}
+
+}  // namespace detail
 }  // namespace ds::cuda

@@ -9,6 +9,7 @@
 // exist on sm_80 and later, so the kernel runs on both A100-class and Hopper GPUs.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/attention_prefill.h"
@@ -20,18 +21,36 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kBq = 64, kBk = 64, kWarps = 4, kThreads = kWarps * 32;
+static_assert(kBq == detail::kPrefillTileRows);
 
 using namespace ptx;
 
-// The sequence's cache rows 0..kv_len-1, all kv heads, to contiguous bf16 (two values a thread).
-__global__ void gather_kv_bf16(AttentionShape s, KvPages kv, __nv_bfloat162* k16, __nv_bfloat162* v16) {
+// Cache rows 0..kv_len-1 of one sequence, all kv heads, to contiguous bf16 (two values a thread;
+// element e = first, first + stride, ...).
+__device__ __forceinline__ void gather_rows(const AttentionShape& s, const KvPages& kv, size_t kv_len, size_t first,
+                                            size_t stride, __nv_bfloat162* k16, __nv_bfloat162* v16) {
   const size_t row = s.n_kv_heads * s.head_dim, half = row / 2;
-  for (size_t e = detail::global_thread(); e < s.kv_len * half; e += detail::global_threads()) {
+  for (size_t e = first; e < kv_len * half; e += stride) {
     const size_t tau = e / half, c = (e % half) * 2;
     const size_t at = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + c;
     k16[e] = __floats2bfloat162_rn(kv.k_pool[at], kv.k_pool[at + 1]);
     v16[e] = __floats2bfloat162_rn(kv.v_pool[at], kv.v_pool[at + 1]);
   }
+}
+
+__global__ void gather_kv_bf16(AttentionShape s, KvPages kv, __nv_bfloat162* k16, __nv_bfloat162* v16) {
+  gather_rows(s, kv, s.kv_len, detail::global_thread(), detail::global_threads(), k16, v16);
+}
+
+// A batch's sequences: grid y = sequence, its blocks along x stride over its rows.
+__global__ void gather_kv_bf16_batch(AttentionShape s, KvPages pools, const detail::PrefillGather* gathers,
+                                     const int32_t* tables, __nv_bfloat162* k16, __nv_bfloat162* v16) {
+  const detail::PrefillGather g = gathers[blockIdx.y];
+  KvPages kv = pools;
+  kv.block_table = tables + g.table;
+  const size_t half = s.n_kv_heads * s.head_dim / 2, base = g.kv_base * half;
+  gather_rows(s, kv, g.kv_len, size_t{blockIdx.x} * blockDim.x + threadIdx.x, size_t{gridDim.x} * blockDim.x,
+              k16 + base, v16 + base);
 }
 
 template <int D>
@@ -51,10 +70,11 @@ __device__ void load_kv_tile(const __nv_bfloat16* src, size_t row, size_t r0, si
   }
 }
 
+// Query tile t0 .. t0+63 of one (sequence, head h) over its bf16 rows: the body of both kernels
+// below, so a sequence's bits do not depend on whether it ran alone or in a batch.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
-    attention_tc_kernel(AttentionShape s, const float* q, const __nv_bfloat16* k16, const __nv_bfloat16* v16,
-                        float scale, float* out) {
+__device__ __forceinline__ void tc_tile(const AttentionShape& s, const float* q, const __nv_bfloat16* k16,
+                                        const __nv_bfloat16* v16, float scale, float* out, size_t t0, size_t h) {
   constexpr int kLd = Tile<D>::kLd, kNT = D / 8;  // output n8 tiles per warp
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBq][kLd] scaled queries
@@ -62,8 +82,8 @@ __global__ void __launch_bounds__(kThreads)
   __nv_bfloat16* Vs = Ks + kBk * kLd;                     // [kBk][kLd]
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, qd = lane % 4;
-  const size_t h = blockIdx.y, kvh = h / (s.n_heads / s.n_kv_heads);
-  const size_t t0 = size_t{blockIdx.x} * kBq, first_row = s.kv_len - s.n_q_tokens;
+  const size_t kvh = h / (s.n_heads / s.n_kv_heads);
+  const size_t first_row = s.kv_len - s.n_q_tokens;
   const size_t rows = s.n_q_tokens - t0 < size_t{kBq} ? s.n_q_tokens - t0 : size_t{kBq};
   const size_t row_elems = s.n_kv_heads * D;
   const __nv_bfloat16* kh = k16 + kvh * D;
@@ -205,6 +225,49 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_tc_kernel(AttentionShape s, const float* q, const __nv_bfloat16* k16, const __nv_bfloat16* v16,
+                        float scale, float* out) {
+  tc_tile<D>(s, q, k16, v16, scale, out, size_t{blockIdx.x} * kBq, blockIdx.y);
+}
+
+// Block (x, y) = (tile x of the flattened list, head y); `base` holds the batch's heads and strides.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_tc_batch_kernel(AttentionShape base, const float* q, const detail::PrefillTile* tiles,
+                              const __nv_bfloat16* k16, const __nv_bfloat16* v16, float scale, float* out) {
+  const detail::PrefillTile t = tiles[blockIdx.x];
+  AttentionShape s = base;
+  s.n_q_tokens = t.n_q;
+  s.kv_len = t.kv_len;
+  const size_t at = t.kv_base * s.n_kv_heads * D;
+  tc_tile<D>(s, q + t.q_offset, k16 + at, v16 + at, scale, out + t.out_offset, t.t0, blockIdx.y);
+}
+
+template <int D>
+cudaError_t launch_batch(const detail::PrefillBatchWork& w, const __nv_bfloat16* k16, const __nv_bfloat16* v16,
+                         cudaStream_t stream) {
+  const cudaError_t e = cudaFuncSetAttribute(attention_tc_batch_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(Tile<D>::kSmemBytes));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(w.n_tiles), static_cast<unsigned>(w.shape.n_heads));
+  attention_tc_batch_kernel<D>
+      <<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(w.shape, w.q, w.tiles, k16, v16, w.scale, w.out);
+  return detail::launch_status();
+}
+
+// Both bf16 copies (K then V, [rows][Hkv * d]) in the per-stream workspace.
+cudaError_t bf16_copies(size_t rows, size_t row, cudaStream_t stream, __nv_bfloat16** k16, __nv_bfloat16** v16) {
+  const size_t bytes = (rows * row * 2 + 127) / 128 * 128;
+  cudaError_t e = cudaSuccess;
+  auto* ws = static_cast<unsigned char*>(detail::stream_workspace(2 * bytes, stream, &e));
+  if (ws == nullptr) return e;
+  *k16 = reinterpret_cast<__nv_bfloat16*>(ws);
+  *v16 = reinterpret_cast<__nv_bfloat16*>(ws + bytes);
+  return cudaSuccess;
+}
+
+template <int D>
 cudaError_t launch(const AttentionShape& s, const float* q, const __nv_bfloat16* k16, const __nv_bfloat16* v16,
                    float scale, float* out, cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(attention_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -227,12 +290,9 @@ cudaError_t attention_prefill_tc(const AttentionShape& s, const float* q, const 
   if (s.n_q_tokens == 0 || s.n_heads == 0) return cudaSuccess;
   if (!attention_prefill_tc_applies(s, q, kv, out)) return cudaErrorInvalidValue;
   const size_t row = s.n_kv_heads * s.head_dim;
-  const size_t bytes = (s.kv_len * row * 2 + 127) / 128 * 128;  // one bf16 copy of K, then of V
-  cudaError_t e = cudaSuccess;
-  auto* ws = static_cast<unsigned char*>(detail::stream_workspace(2 * bytes, stream, &e));
-  if (ws == nullptr) return e;
-  auto* k16 = reinterpret_cast<__nv_bfloat16*>(ws);
-  auto* v16 = reinterpret_cast<__nv_bfloat16*>(ws + bytes);
+  __nv_bfloat16 *k16 = nullptr, *v16 = nullptr;
+  cudaError_t e = bf16_copies(s.kv_len, row, stream, &k16, &v16);
+  if (e != cudaSuccess) return e;
   gather_kv_bf16<<<detail::grid_for(s.kv_len * row / 2, 256, 132 * 16), 256, 0, stream>>>(
       s, kv, reinterpret_cast<__nv_bfloat162*>(k16), reinterpret_cast<__nv_bfloat162*>(v16));
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -246,4 +306,32 @@ cudaError_t attention_prefill_tc(const AttentionShape& s, const float* q, const 
   }
 }
 
+namespace detail {
+
+cudaError_t launch_prefill_tc_batch(const PrefillBatchWork& w, const PrefillGather* gathers, size_t n_gathers,
+                                    size_t kv_rows, size_t max_kv_len, cudaStream_t stream) {
+  if (w.n_tiles == 0 || w.shape.n_heads == 0) return cudaSuccess;
+  const size_t row = w.shape.n_kv_heads * w.shape.head_dim;
+  __nv_bfloat16 *k16 = nullptr, *v16 = nullptr;
+  cudaError_t e = bf16_copies(kv_rows, row, stream, &k16, &v16);
+  if (e != cudaSuccess) return e;
+  // About 16 blocks per SM in all, at most what the longest sequence's rows fill.
+  const size_t per_seq = std::max<size_t>(1, 132 * 16 / n_gathers);
+  const size_t gx = std::min(per_seq, (max_kv_len * row / 2 + 255) / 256);
+  const dim3 grid(static_cast<unsigned>(std::max<size_t>(gx, 1)), static_cast<unsigned>(n_gathers));
+  gather_kv_bf16_batch<<<grid, 256, 0, stream>>>(w.shape, w.pools, gathers, w.tables,
+                                                 reinterpret_cast<__nv_bfloat162*>(k16),
+                                                 reinterpret_cast<__nv_bfloat162*>(v16));
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  switch (w.shape.head_dim) {
+    case 64:
+      return launch_batch<64>(w, k16, v16, stream);
+    case 128:
+      return launch_batch<128>(w, k16, v16, stream);
+    default:
+      return launch_batch<256>(w, k16, v16, stream);
+  }
+}
+
+}  // namespace detail
 }  // namespace ds::cuda

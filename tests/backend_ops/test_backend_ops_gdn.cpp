@@ -81,6 +81,43 @@ Case attention_decode_batch_case(std::vector<size_t> kv_lens) {
           }};
 }
 
+// A step mixing decode rows, a few-token row and prefill chunks (some prefix-cached) in one
+// attention_decode_batch call. In the bf16 mode the CPU reference runs the prefill chunks on the
+// operands the tensor-core kernel rounds (as attention_causal_case) and the rest unrounded.
+Case attention_step_case(std::vector<size_t> kv_lens, std::vector<size_t> n_qs) {
+  std::string shape = std::to_string(kv_lens.size()) + " seqs q/kv";
+  for (size_t i = 0; i < kv_lens.size(); ++i) shape += " " + std::to_string(n_qs[i]) + "/" + std::to_string(kv_lens[i]);
+  return {"attention_decode_batch", shape, [=](Backend& be, const Target& target) {
+            Rng rng(630 + kv_lens.size());
+            cpu::test::DecodeBatchHost b = cpu::test::make_decode_batch(rng, 8, 4, 128, kv_lens, 200, 16, n_qs);
+            Dev d(be);
+            float* out = d.alloc(b.n_rows() * b.out_row());  // zero-filled (see attention_decode_batch_case)
+            const bool tc = target.bf16_prefill;
+            if (!tc || std::string(be.name()) != "cpu") {
+              be.attention_decode_batch(b.batch(d.put(b.q), out, d.put(b.k_pool), d.put(b.v_pool)));
+            } else {
+              const std::vector<DecodeAttentionSeq> all = b.seqs;
+              cpu::test::DecodeBatchHost r = b;
+              for (float& x : r.q) x = bf16_to_fp32(fp32_to_bf16(x * b.scale));
+              for (float& x : r.k_pool) x = bf16_to_fp32(fp32_to_bf16(x));
+              for (float& x : r.v_pool) x = bf16_to_fp32(fp32_to_bf16(x));
+              r.scale = 1.0f;
+              for (const bool tiled : {true, false}) {
+                cpu::test::DecodeBatchHost& on = tiled ? r : b;
+                on.seqs.clear();
+                for (const DecodeAttentionSeq& s : all) {
+                  if ((s.n_q_tokens >= 16) == tiled) on.seqs.push_back(s);
+                }
+                be.attention_decode_batch(on.batch(d.put(on.q), out, d.put(on.k_pool), d.put(on.v_pool)));
+              }
+            }
+            return Outs{rel("out", d.get(out, b.n_rows() * b.out_row()), tc ? kTcTol : kAttnTol,
+                            tc ? "bf16 mode: prefill chunks on tensor cores vs the CPU on their bf16 operands "
+                                 "(test_cuda_attention_prefill.cpp kTcTol)"
+                               : "f32 tiled prefill and decode attention (test_cuda_attention_prefill.cpp kTol)")};
+          }};
+}
+
 Case attention_prep_case(size_t T, size_t d, size_t n_rot, std::array<int32_t, 4> sections) {
   return {"attention_prep", std::to_string(T) + " tokens d=" + std::to_string(d) + " rot=" + std::to_string(n_rot),
           [=](Backend& be, const Target&) {
@@ -397,6 +434,8 @@ void add_attention_cases(std::vector<Case>& cases) {
   cases.push_back(attention_decode_batch_case({1, 17, 33, 64, 100, 257}));
   cases.push_back(attention_decode_batch_case({5, 300}));
   cases.push_back(attention_decode_batch_case({40}));
+  cases.push_back(attention_step_case({1, 17, 100, 337, 1000, 5, 300}, {1, 17, 64, 337, 1000, 5, 1}));
+  cases.push_back(attention_step_case({64, 80}, {64, 16}));
   cases.push_back(attention_prep_case(1, 64, 32, {0, 0, 0, 0}));
   cases.push_back(attention_prep_case(5, 128, 64, {11, 11, 10, 0}));
   cases.push_back(attention_prep_case(17, 64, 64, {0, 0, 0, 0}));

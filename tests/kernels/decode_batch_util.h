@@ -1,9 +1,10 @@
-// A decode step's attention inputs for the batched-decode tests (CPU reference, CPU backend, CUDA):
-// N one-token sequences over shared KV pools, laid out like the model's (kernels/cpu/attention.h
-// DecodeAttentionBatch). Block tables draw random ids from the whole pool, so a sequence's pages
-// are non-contiguous and sequences may share blocks (as prefix-cache hits do). Query and output
-// rows are shuffled: sequence i sits at row row_of[i] of n_seqs + 1 rows, and the spare row
-// belongs to no sequence (an op must leave it untouched).
+// A step's attention inputs for the batched-attention tests (CPU reference, CPU backend, CUDA):
+// N sequences over shared KV pools, laid out like the model's (kernels/cpu/attention.h
+// DecodeAttentionBatch), one query token each unless n_qs says otherwise (a prefill chunk's
+// queries are its last n_q cache rows; kv_len > n_q is a prefix-cached sequence). Block tables
+// draw random ids from the whole pool, so a sequence's pages are non-contiguous and sequences may
+// share blocks (as prefix-cache hits do). Sequences' row blocks are shuffled: sequence i's rows
+// start at row row_of[i], and one spare row belongs to no sequence (an op must leave it untouched).
 #pragma once
 
 #include <cmath>
@@ -23,10 +24,11 @@ struct DecodeBatchHost {
   std::vector<float> k_pool, v_pool;
   std::vector<float> q;                      // [n_seqs + 1][H][query | gate]
   std::vector<std::vector<int32_t>> tables;  // per sequence
-  std::vector<size_t> row_of;                // per sequence made: its q / out row; last: the spare row
+  std::vector<size_t> row_of;                // per sequence made: its first q / out row; last: the spare row
   std::vector<DecodeAttentionSeq> seqs;      // block tables point into `tables`
+  size_t rows = 0;                           // every sequence's rows + the spare (kept when seqs shrinks)
 
-  size_t n_rows() const { return row_of.size(); }  // the sequences made + the spare (kept when seqs shrinks)
+  size_t n_rows() const { return rows; }
   size_t q_row() const { return 2 * H * d; }
   size_t out_row() const { return H * d; }
   size_t kv_row() const { return Hkv * d; }
@@ -38,22 +40,30 @@ struct DecodeBatchHost {
   }
   // attention_causal's shape for sequence i, as the model's per-sequence loop builds it.
   AttentionShape shape(size_t i) const {
-    return AttentionShape{1, seqs[i].kv_len, H, Hkv, d, q_row(), 2 * d, kv_row(), out_row()};
+    return AttentionShape{seqs[i].n_q_tokens, seqs[i].kv_len, H, Hkv, d, q_row(), 2 * d, kv_row(), out_row()};
   }
   // An output buffer prefilled with a value no attention output takes, to see untouched rows.
   std::vector<float> sentinel_out() const { return std::vector<float>(n_rows() * out_row(), -12345.0f); }
 };
 
+// n_qs: query tokens per sequence (empty: one each); n_qs[i] <= kv_lens[i].
 inline DecodeBatchHost make_decode_batch(Rng& rng, size_t H, size_t Hkv, size_t d, const std::vector<size_t>& kv_lens,
-                                         size_t pool_blocks, size_t block_size = 16) {
-  DecodeBatchHost b{H, Hkv, d, block_size, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}, {}, {}, {}};
+                                         size_t pool_blocks, size_t block_size = 16,
+                                         const std::vector<size_t>& n_qs = {}) {
+  DecodeBatchHost b{H, Hkv, d, block_size, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}, {}, {}, {}, 0};
   const size_t n = kv_lens.size();
+  const auto n_q = [&](size_t i) { return i < n && !n_qs.empty() ? n_qs[i] : size_t{1}; };  // spare: 1 row
   b.k_pool = rng.vec(pool_blocks * block_size * b.kv_row(), -2, 2);
   b.v_pool = rng.vec(b.k_pool.size(), -2, 2);
+  std::vector<size_t> order(n + 1);
+  for (size_t i = 0; i <= n; ++i) order[i] = i;
+  for (size_t i = n; i > 0; --i) {  // Fisher-Yates; entry n is the spare row
+    std::swap(order[i], order[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
+  }
   b.row_of.resize(n + 1);
-  for (size_t i = 0; i <= n; ++i) b.row_of[i] = i;
-  for (size_t i = n; i > 0; --i) {  // Fisher-Yates; row_of[n] is the spare row
-    std::swap(b.row_of[i], b.row_of[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
+  for (const size_t i : order) {
+    b.row_of[i] = b.rows;
+    b.rows += n_q(i);
   }
   b.q = rng.vec(b.n_rows() * b.q_row(), -2, 2);
   b.tables.resize(n);
@@ -65,7 +75,7 @@ inline DecodeBatchHost make_decode_batch(Rng& rng, size_t H, size_t Hkv, size_t 
   }
   for (size_t i = 0; i < n; ++i) {
     b.seqs.push_back(
-        DecodeAttentionSeq{kv_lens[i], b.row_of[i] * b.q_row(), b.row_of[i] * b.out_row(), b.tables[i].data()});
+        DecodeAttentionSeq{kv_lens[i], b.row_of[i] * b.q_row(), b.row_of[i] * b.out_row(), b.tables[i].data(), n_q(i)});
   }
   return b;
 }

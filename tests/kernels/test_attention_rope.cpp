@@ -160,6 +160,27 @@ TEST(Attention, DecodeBatchEqualsPerSequenceCalls) {
   EXPECT_NE(got[b.seqs[0].out_offset], -12345.0f);
 }
 
+// A step mixing decode rows and prefill chunks (1, 17, 64, 337, 1000 query tokens; some
+// prefix-cached: kv_len > n_q; GQA 3:1) is, row for row, attention_causal of each sequence
+// alone: bit for bit (the reference is that loop), the spare row untouched.
+TEST(Attention, StepBatchWithPrefillChunksEqualsPerSequenceCalls) {
+  Rng rng(78);
+  const std::vector<size_t> n_qs = {1, 17, 64, 337, 1000, 1, 40};
+  const std::vector<size_t> kv_lens = {9, 17, 100, 337, 1000, 300, 41};
+  const test::DecodeBatchHost b = test::make_decode_batch(rng, 6, 2, 32, kv_lens, 300, 8, n_qs);
+  std::vector<float> got = b.sentinel_out(), want = b.sentinel_out();
+  attention_decode_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const KvPages kv{b.k_pool.data(), b.v_pool.data(), b.tables[i].data(), b.block_size};
+    attention_causal(b.shape(i), b.q.data() + b.seqs[i].q_offset, kv, b.scale, want.data() + b.seqs[i].out_offset,
+                     nullptr);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got[b.row_of.back() * b.out_row()], -12345.0f);
+  // The last query token of the 1000-token chunk was written (its rows are consecutive).
+  EXPECT_NE(got[b.seqs[4].out_offset + 999 * b.out_row()], -12345.0f);
+}
+
 // ---- rope ------------------------------------------------------------------------------------
 
 // Float64 reference: slot i uses theta^(-2i/n_rot) and the position stream of the M-RoPE rule.

@@ -7,20 +7,21 @@ namespace ds {
 namespace {
 
 // Each sequence attends over its cache rows through its block table; q rows are H heads of
-// `q_head` floats ([query | gate] with the output gate). A plain decode step of several
-// sequences is one batched call (Backend::attention_decode_batch: the same result per sequence,
-// one launch pair on CUDA); anything else goes sequence by sequence.
+// `q_head` floats ([query | gate] with the output gate). A step of several sequences (decode rows
+// and prefill chunks mixed) is one batched call (Backend::attention_decode_batch: the same result
+// per sequence as attention_causal; on CUDA one tiled launch for the prefill chunks and one
+// launch pair for the decode rows); a lone sequence calls attention_causal.
 void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, const float* q, size_t q_head, float* o) {
   const size_t H = ctx.cfg.n_head, Hkv = ctx.cfg.n_head_kv, d = ctx.cfg.head_dim, row = Hkv * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const size_t block_size = ctx.cache.kv().block_size();
   const std::vector<SeqSpan>& spans = ctx.spans;
-  if (spans.size() >= 2 && one_row_per_span(spans)) {
+  if (spans.size() >= 2) {
     std::vector<DecodeAttentionSeq>& seqs = ctx.scratch.decode_seqs;
     seqs.clear();
     for (const SeqSpan& s : spans) {
-      seqs.push_back(
-          DecodeAttentionSeq{size_t{s.start_pos} + 1, s.offset * H * q_head, s.offset * H * d, s.seq->table.data()});
+      seqs.push_back(DecodeAttentionSeq{size_t{s.start_pos} + s.n_tokens, s.offset * H * q_head, s.offset * H * d,
+                                        s.seq->table.data(), s.n_tokens});
     }
     ctx.be.attention_decode_batch(DecodeAttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o,
                                                        seqs.data(), seqs.size()});
