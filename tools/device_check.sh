@@ -666,29 +666,31 @@ if want pooling; then
     --out /tmp/qwen3-embed-4b.gguf > "$O/synth_embed.log" 2>&1 || tail -3 "$O/synth_embed.log"
   timeout 60 "$B/bin/deltaserve-synth" --shape qwen3-rerank-0.6b --tokenizer-from "$DATA/tiny-qwen3-rerank-q8_0.gguf" \
     --out /tmp/qwen3-rerank-0.6b.gguf > "$O/synth_rerank.log" 2>&1 || tail -3 "$O/synth_rerank.log"
-  for mbt in ${POOL_BATCH_TOKENS:-2048 8192 16384}; do
+  # A config: batch tokens, "+w" for --bf16-weight-copy auto.
+  pool_flags() { echo "--max-batch-tokens ${1%+w}"; case $1 in *+w) echo "--bf16-weight-copy auto" ;; esac; }
+  for mbt in ${POOL_BATCH_TOKENS:-2048 16384 16384+w}; do
     log="$O/serve_embed_$mbt.log"
     "$B/bin/deltaserve" serve --model /tmp/qwen3-embed-4b.gguf --backend cuda --port 18120 --max-seqs 64 \
-      --max-context 1024 --max-batch-tokens $mbt > "$log" 2>&1 &
+      --max-context 1024 $(pool_flags $mbt) > "$log" 2>&1 &
     pid=$!
     if wait_listening "$log"; then
       timeout 120 python3 tools/bench_pooling.py embed --port 18120 --tokens 512 --concurrency 1,64 --seconds 12 \
         > "$O/pool_embed_$mbt.log" 2>&1
-      note "embed 4B --max-batch-tokens $mbt: $(grep -E '^\| [0-9]' "$O/pool_embed_$mbt.log" | tr '\n' ' ')"
+      note "embed 4B $(pool_flags $mbt | tr '\n' ' '): $(grep -E '^\| [0-9]' "$O/pool_embed_$mbt.log" | tr '\n' ' ')"
     else
       note "embed 4B: did not start"; tail -5 "$log"
     fi
     kill -TERM $pid; wait $pid
   done
-  for mbt in ${RERANK_BATCH_TOKENS:-8192 32768}; do
+  for mbt in ${RERANK_BATCH_TOKENS:-32768 32768+w}; do
     log="$O/serve_rerank_$mbt.log"
     "$B/bin/deltaserve" serve --model /tmp/qwen3-rerank-0.6b.gguf --backend cuda --port 18121 --max-seqs 128 \
-      --max-context 1024 --max-batch-tokens $mbt > "$log" 2>&1 &
+      --max-context 1024 $(pool_flags $mbt) > "$log" 2>&1 &
     pid=$!
     if wait_listening "$log"; then
       timeout 120 python3 tools/bench_pooling.py rerank --port 18121 --docs 100 --doc-tokens 256 --requests 20 \
         > "$O/pool_rerank_$mbt.log" 2>&1
-      note "rerank 0.6B --max-batch-tokens $mbt: $(grep -E '^\| [0-9]' "$O/pool_rerank_$mbt.log" | tr '\n' ' ')"
+      note "rerank 0.6B $(pool_flags $mbt | tr '\n' ' '): $(grep -E '^\| [0-9]' "$O/pool_rerank_$mbt.log" | tr '\n' ' ')"
     else
       note "rerank 0.6B: did not start"; tail -5 "$log"
     fi

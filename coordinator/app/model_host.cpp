@@ -11,6 +11,9 @@ namespace ds {
 namespace {
 
 constexpr uint32_t kDefaultMaxContext = 32768;
+// --max-batch-tokens auto (ServeOptions::max_batch_tokens).
+constexpr uint32_t kChatBatchTokens = 2048;
+constexpr uint32_t kPoolingBatchTokens = 16384;
 
 std::string file_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -27,7 +30,9 @@ uint32_t resolve_max_context(const ServeOptions& o, const ModelConfig& cfg) {
 SchedulerConfig scheduler_config(const ServeOptions& o, uint32_t max_context, const Tokenizer& tok) {
   SchedulerConfig s;
   s.block_size = o.block_size;
-  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_batch_tokens = o.max_batch_tokens            ? o.max_batch_tokens
+                       : o.http.model_kind == "chat" ? kChatBatchTokens
+                                                     : kPoolingBatchTokens;
   s.max_seqs = o.max_seqs;
   s.max_context = max_context;
   const uint32_t blocks_per_seq = (max_context + o.block_size - 1) / o.block_size;

@@ -300,5 +300,34 @@ TEST(ServeOptions, DescribeAndHelpListEveryOption) {
   EXPECT_EQ(worker_under(o).memory_budget_bytes, uint64_t{2} << 30);
 }
 
+TEST(ServeOptions, PeerModelsAndUpstreams) {
+  ServeOptions o;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--embed-model", "e.gguf", "--embed-workers", "2", "--embed-devices", "1,2",
+                     "--rerank-upstream", "http://127.0.0.1:8002/base", "--upstream-timeout", "30"},
+                    {{"DELTASERVE_UPSTREAM_API_KEY", "k"}}, &o, &error))
+      << error;
+  EXPECT_EQ(o.embed_model.model_path, "e.gguf");
+  EXPECT_EQ(o.embed_model.n_workers, 2u);
+  EXPECT_EQ(o.embed_model.devices, (std::vector<int>{1, 2}));
+  EXPECT_EQ(o.rerank_upstream, "http://127.0.0.1:8002/base");
+  EXPECT_EQ(o.upstream_api_key, "k");
+  EXPECT_EQ(o.upstream_timeout_s, 30u);
+  EXPECT_EQ(describe(o).find("=k "), std::string::npos) << "the upstream key is a secret";
+  EXPECT_EQ(o.max_batch_tokens, 0u) << "auto: the mode decides";
+
+  const auto refused = [](std::initializer_list<std::string> args, const std::string& why) {
+    ServeOptions bad;
+    std::string e;
+    EXPECT_FALSE(parse(args, {}, &bad, &e)) << why;
+    EXPECT_NE(e.find(why), std::string::npos) << e;
+  };
+  refused({"--model", "m.gguf", "--embed-model", "e.gguf", "--embed-upstream", "http://h:1"}, "give one");
+  refused({"--model", "m.gguf", "--rerank-model", "r.gguf", "--rerank-devices", "0,1"}, "--rerank-devices");
+  refused({"--model", "m.gguf", "--embed-upstream", "https://h"}, "--embed-upstream");
+  refused({"--model", "m.gguf", "--embed-upstream", "http://h:99999"}, "--embed-upstream");
+  refused({"--model", "m.gguf", "--upstream-timeout", "0"}, "upstream-timeout");
+}
+
 }  // namespace
 }  // namespace ds
