@@ -56,6 +56,19 @@ void fill_positions(const std::vector<SeqSpan>& spans, size_t T, const StageCach
   }
 }
 
+WeightView stack_weights(Backend& be, const GgufFile& gguf, const std::vector<std::string>& names,
+                         const std::vector<WeightView*>& parts) {
+  std::vector<const GgufTensor*> tensors;
+  for (const std::string& n : names) tensors.push_back(&gguf.tensor(n));
+  const WeightView all = be.weight_stack(tensors.data(), tensors.size());
+  size_t first = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    *parts[i] = all.data != nullptr ? cpu::row_range(all, first, tensors[i]->n_rows()) : be.weight(*tensors[i]);
+    first += tensors[i]->n_rows();
+  }
+  return all;
+}
+
 std::vector<SeqSpan> lay_out_step(const StepInput& in, StageCache& cache, std::vector<int32_t>* positions,
                                   std::vector<uint32_t>* kv_rows) {
   const std::vector<StageCache::Seq*> seqs = cache.begin_step(in);

@@ -1,11 +1,15 @@
-// The start of every model's step: validate the whole step before any state changes, place its
+// What every model file shares around a step: binding matrices that share an input as one
+// stack, and at the start of a step: validate the whole step before any state changes, place its
 // sequences in the stage cache, lay out their rows (SeqSpan) and fill the rope positions and
 // the pool row of every token's K/V. Shared by every model file.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "common/gguf.h"
+#include "worker/backend.h"
 #include "worker/blocks/spans.h"
 #include "worker/cache/stage_cache.h"
 #include "worker/stage_model.h"
@@ -35,5 +39,11 @@ void fill_positions(const std::vector<SeqSpan>& spans, size_t T, const StageCach
 // order, then fill_positions.
 std::vector<SeqSpan> lay_out_step(const StepInput& in, StageCache& cache, std::vector<int32_t>* positions,
                                   std::vector<uint32_t>* kv_rows);
+
+// Matrices that share an input (`names`, in order), stacked row-wise when the backend can
+// (Backend::weight_stack: one product for all at decode); `parts` get their own views either way:
+// row ranges of the stack, or the separate weights when the backend does not stack.
+WeightView stack_weights(Backend& be, const GgufFile& gguf, const std::vector<std::string>& names,
+                         const std::vector<WeightView*>& parts);
 
 }  // namespace ds

@@ -119,18 +119,9 @@ class Qwen3Stage final : public StageModel {
 
 // ---- loading ---------------------------------------------------------------------------------------
 
-// Matrices that share an input, stacked row-wise when the backend can (as qwen35 stacks them, and
-// for the same reason: one product for all at decode); `parts` get their own views either way.
+// Matrices that share an input, as one stack where the backend can (stack_weights, as qwen35).
 WeightView Qwen3Stage::stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const {
-  std::vector<const GgufTensor*> tensors;
-  for (const std::string& n : names) tensors.push_back(&gguf_->tensor(n));
-  const WeightView all = be_->weight_stack(tensors.data(), tensors.size());
-  size_t first = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    *parts[i] = all.data != nullptr ? row_range(all, first, tensors[i]->n_rows()) : w(names[i]);
-    first += tensors[i]->n_rows();
-  }
-  return all;
+  return stack_weights(*be_, *gguf_, names, parts);
 }
 
 // One layer's tensors, GGUF names as llama.cpp's converter writes them for Qwen3.

@@ -131,15 +131,7 @@ class Qwen35Stage final : public StageModel {
 // (except alpha_beta, whose parts then never run), so a cache keyed by that pointer (CudaBackend's
 // bf16 prefill copies, which the small multi-token products never ask for) meets one shape only.
 WeightView Qwen35Stage::stacked(const std::vector<std::string>& names, const std::vector<WeightView*>& parts) const {
-  std::vector<const GgufTensor*> tensors;
-  for (const std::string& n : names) tensors.push_back(&gguf_->tensor(n));
-  const WeightView all = be_->weight_stack(tensors.data(), tensors.size());
-  size_t first = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    *parts[i] = all.data != nullptr ? row_range(all, first, tensors[i]->n_rows()) : w(names[i]);
-    first += tensors[i]->n_rows();
-  }
-  return all;
+  return stack_weights(*be_, *gguf_, names, parts);
 }
 
 LayerWeights Qwen35Stage::bind_layer(uint32_t il, LayerKind kind) {
