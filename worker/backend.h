@@ -27,8 +27,8 @@ struct GgufTensor;
 class StatePool;
 using cpu::AttentionPrep;
 using cpu::AttentionShape;
-using cpu::DecodeAttentionBatch;
-using cpu::DecodeAttentionSeq;
+using cpu::AttentionBatch;
+using cpu::AttentionBatchSeq;
 using cpu::GdnRawGates;
 using cpu::GdnShape;
 using cpu::KvPages;
@@ -258,9 +258,9 @@ class Backend {
   // prefill chunks mixed (HOST block tables, as above). Default: attention_causal per sequence
   // (the CPU reference); the CUDA backend runs the prefill chunks in one tiled launch and the
   // one-token rows in one launch pair, with the same bits per sequence as attention_causal.
-  virtual void attention_decode_batch(const DecodeAttentionBatch& b) {
+  virtual void attention_batch(const AttentionBatch& b) {
     for (size_t i = 0; i < b.n_seqs; ++i) {
-      attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,
+      attention_causal(cpu::batch_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::batch_seq_pages(b, i), b.scale,
                        b.out + b.seqs[i].out_offset);
     }
   }

@@ -197,7 +197,7 @@ class CudaBackend final : public Backend {
   void gdn_captured(const GdnShape& s, const float* q, const float* k, const float* v, const GdnRawGates& gates,
                     float* state, float* out, size_t n_captures, float* captures, size_t capture_stride) override;
   void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv, float scale, float* out) override;
-  void attention_decode_batch(const DecodeAttentionBatch& b) override;
+  void attention_batch(const AttentionBatch& b) override;
   void attention_prep(const AttentionPrep& p) override;
   void swiglu(const float* gate, const float* up, size_t n, float* y) override {
     on_device();
@@ -692,15 +692,15 @@ void CudaBackend::attention_causal(const AttentionShape& s, const float* q, cons
 // A step's attention over many sequences (kernels/cuda/attention_prefill.h attention_batch: prefill
 // chunks in one tiled launch, one-token rows in one decode launch pair); each upload is the same
 // for every attention layer of the step, so only the first layer copies.
-void CudaBackend::attention_decode_batch(const DecodeAttentionBatch& b) {
-  if (b.n_seqs < 2) return Backend::attention_decode_batch(b);
+void CudaBackend::attention_batch(const AttentionBatch& b) {
+  if (b.n_seqs < 2) return Backend::attention_batch(b);
   on_device();
   const cuda::DeviceUpload prefill = [this](const void* h, size_t n) { return prefill_batch_.put(h, n, stream_); };
   const cuda::DeviceUpload decode = [this](const void* h, size_t n) { return decode_batch_.put(h, n, stream_); };
   const bool tc = precision_ == cuda::MatmulPrecision::kBf16TensorCores;
   DS_CUDA_CHECK(cuda::attention_batch(b, tc, fused_ops_, prefill, decode, &batch_rest_, stream_));
   for (const size_t i : batch_rest_) {
-    attention_causal(cpu::decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::decode_seq_pages(b, i), b.scale,
+    attention_causal(cpu::batch_seq_shape(b, i), b.q + b.seqs[i].q_offset, cpu::batch_seq_pages(b, i), b.scale,
                      b.out + b.seqs[i].out_offset);
   }
 }

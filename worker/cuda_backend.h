@@ -46,7 +46,7 @@ struct CudaAblations {
   // conv_l2_decode.cu); and the GDN decode of all sequences of a step in one launch per layer
   // (Backend::conv_silu_l2_slots, gdn_decode_slots; its raw-gate form computes the gates in that
   // launch too), likewise the attention of all one-token sequences
-  // (Backend::attention_decode_batch), and an attention layer's q/k norm + rope + K/V cache write
+  // (Backend::attention_batch), and an attention layer's q/k norm + rope + K/V cache write
   // (Backend::attention_prep, attention_prep.cu); false: the separate ops, per sequence.
   bool fused_decode_ops = true;
   // Backend::weight_stack: matrices that share an input (GDN alpha+beta, qkv+gate, FFN gate+up)

@@ -59,20 +59,20 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
   });
 }
 
-AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i) {
-  const DecodeAttentionSeq& q = b.seqs[i];
+AttentionShape batch_seq_shape(const AttentionBatch& b, size_t i) {
+  const AttentionBatchSeq& q = b.seqs[i];
   return AttentionShape{q.n_q_tokens,    q.kv_len,        b.n_heads,
                         b.n_kv_heads,    b.head_dim,      b.n_heads * b.q_head_stride,
                         b.q_head_stride, b.kv_row_stride, b.n_heads * b.head_dim};
 }
 
-KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i) {
+KvPages batch_seq_pages(const AttentionBatch& b, size_t i) {
   return KvPages{b.k_pool, b.v_pool, b.seqs[i].block_table, b.block_size};
 }
 
-void attention_decode_batch(const DecodeAttentionBatch& b, ThreadPool* pool) {
+void attention_batch(const AttentionBatch& b, ThreadPool* pool) {
   for (size_t i = 0; i < b.n_seqs; ++i) {
-    attention_causal(decode_seq_shape(b, i), b.q + b.seqs[i].q_offset, decode_seq_pages(b, i), b.scale,
+    attention_causal(batch_seq_shape(b, i), b.q + b.seqs[i].q_offset, batch_seq_pages(b, i), b.scale,
                      b.out + b.seqs[i].out_offset, pool);
   }
 }

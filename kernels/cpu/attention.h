@@ -48,18 +48,16 @@ void attention_causal(const AttentionShape& s, const float* q, const KvPages& kv
 // otherwise), causal within the chunk: they are its cache rows kv_len-n_q_tokens .. kv_len-1.
 // Its query rows are consecutive (token t at q_offset + t * n_heads * q_head_stride), and so are
 // its output rows (token t at out_offset + t * n_heads * head_dim), as a step's rows are laid out.
-// (The names say "decode" for history: the op is a whole step's attention, decode rows and
-// prefill chunks mixed.)
-struct DecodeAttentionSeq {
+struct AttentionBatchSeq {
   size_t kv_len;               // cache rows, the new tokens included (>= n_q_tokens)
-  size_t q_offset;             // floats from DecodeAttentionBatch::q to its first query row (head h at h*q_head_stride)
-  size_t out_offset;           // floats from DecodeAttentionBatch::out to its first output row [H][d]
+  size_t q_offset;             // floats from AttentionBatch::q to its first query row (head h at h*q_head_stride)
+  size_t out_offset;           // floats from AttentionBatch::out to its first output row [H][d]
   const int32_t* block_table;  // ceil(kv_len / block_size) pool block ids
   size_t n_q_tokens = 1;       // its new query tokens (>= 1)
 };
 
 // N such sequences sharing the KV pools and the head layout: attention_causal once per sequence.
-struct DecodeAttentionBatch {
+struct AttentionBatch {
   size_t n_heads, n_kv_heads, head_dim;
   size_t q_head_stride;  // floats between query heads of a row
   size_t kv_row_stride;  // floats between cache rows
@@ -69,16 +67,16 @@ struct DecodeAttentionBatch {
   float scale;
   const float* q;
   float* out;
-  const DecodeAttentionSeq* seqs;
+  const AttentionBatchSeq* seqs;
   size_t n_seqs;
 };
 
 // Sequence i of `b` as the one-sequence op sees it (shape and pages): the one place that maps a
 // batch entry to attention_causal's arguments, so every backend's per-sequence path agrees.
-AttentionShape decode_seq_shape(const DecodeAttentionBatch& b, size_t i);
-KvPages decode_seq_pages(const DecodeAttentionBatch& b, size_t i);
+AttentionShape batch_seq_shape(const AttentionBatch& b, size_t i);
+KvPages batch_seq_pages(const AttentionBatch& b, size_t i);
 
 // The reference: attention_causal for each sequence in turn.
-void attention_decode_batch(const DecodeAttentionBatch& b, ThreadPool* pool);
+void attention_batch(const AttentionBatch& b, ThreadPool* pool);
 
 }  // namespace ds::cpu

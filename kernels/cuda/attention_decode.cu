@@ -294,7 +294,7 @@ constexpr size_t kMaxBatchPartialBytes = size_t{128} << 20;
 constexpr size_t kMaxGridZ = 65535;
 constexpr size_t kMaxPacked = 0xFFFFFFFFu;  // kv_len and table offsets are 32-bit on the device
 
-cudaError_t check_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload) {
+cudaError_t check_batch(const AttentionBatch& b, const DeviceUpload& upload) {
   if (b.seqs == nullptr || b.q == nullptr || b.out == nullptr || b.k_pool == nullptr || b.v_pool == nullptr ||
       !upload) {
     return cudaErrorInvalidValue;
@@ -329,13 +329,13 @@ struct PackedBatch {
   std::vector<BatchLaunch> launches;
 };
 
-cudaError_t pack(const DecodeAttentionBatch& b, PackedBatch* out) {
+cudaError_t pack(const AttentionBatch& b, PackedBatch* out) {
   const size_t partial_bytes = (b.head_dim + 2) * sizeof(float);
   out->seqs.resize(b.n_seqs);
   out->launches.assign(1, BatchLaunch{});
   const int sm_count = current_device_sm_count();
   for (size_t i = 0; i < b.n_seqs; ++i) {
-    const DecodeAttentionSeq& in = b.seqs[i];
+    const AttentionBatchSeq& in = b.seqs[i];
     const detail::SplitPlan plan = detail::split_plan(in.kv_len, b.n_kv_heads, sm_count);  // as if it ran alone
     const size_t n_partials = b.n_heads * plan.n_splits;
     BatchLaunch* l = &out->launches.back();
@@ -362,13 +362,13 @@ cudaError_t pack(const DecodeAttentionBatch& b, PackedBatch* out) {
 
 }  // namespace
 
-bool attention_decode_batch_applies(const DecodeAttentionBatch& b) {
+bool attention_decode_batch_applies(const AttentionBatch& b) {
   const cpu::AttentionShape one{1, 1, b.n_heads, b.n_kv_heads, b.head_dim, 0, b.q_head_stride, b.kv_row_stride, 0};
   return b.n_heads > 0 && b.n_kv_heads > 0 && b.n_heads % b.n_kv_heads == 0 && b.head_dim > 0 &&
          detail::attention_decode_applies(one);
 }
 
-cudaError_t attention_decode_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream) {
+cudaError_t attention_decode_batch(const AttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream) {
   if (b.n_seqs == 0) return cudaSuccess;
   if (const cudaError_t e = check_batch(b, upload); e != cudaSuccess) return e;
   PackedBatch packed;

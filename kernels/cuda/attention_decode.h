@@ -23,8 +23,8 @@
 
 namespace ds::cuda {
 
-using cpu::DecodeAttentionBatch;
-using cpu::DecodeAttentionSeq;
+using cpu::AttentionBatch;
+using cpu::AttentionBatchSeq;
 
 // Copies `bytes` host bytes to the device, queued on the launch's stream (the host bytes may
 // change once it returns), and returns the device copy, which must stay valid until the work
@@ -33,17 +33,17 @@ using DeviceUpload = std::function<const void*(const void* host, size_t bytes)>;
 
 // True when the batched kernels take `b`'s head layout (GQA group <= 8, head_dim <= 256, as the
 // one-sequence split-K path); otherwise run attention_causal per sequence.
-bool attention_decode_batch_applies(const DecodeAttentionBatch& b);
+bool attention_decode_batch_applies(const AttentionBatch& b);
 
 // All sequences of `b` (q, out and the pools on the device; b.seqs and their block tables on the
 // HOST) after ONE upload of a per-sequence descriptor array and all block tables, in one split
 // launch and one merge launch (more only when the partials would pass 128 MiB of workspace or
 // the batch passes 65535 sequences). Sequence i's output is bit-identical to
-// attention_causal(decode_seq_shape(b, i), ...) alone. n_seqs == 0: nothing to do. Errors
+// attention_causal(batch_seq_shape(b, i), ...) alone. n_seqs == 0: nothing to do. Errors
 // (before any work is queued): cudaErrorInvalidValue for null pointers, a shape the kernels do
 // not take, kv_len 0 or >= 2^32, a sequence with n_q_tokens != 1 (the backend sends longer ones
 // to attention_prefill_batch or attention_causal); cudaErrorMisalignedAddress for pointers not float-aligned.
-cudaError_t attention_decode_batch(const DecodeAttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream);
+cudaError_t attention_decode_batch(const AttentionBatch& b, const DeviceUpload& upload, cudaStream_t stream);
 
 }  // namespace ds::cuda
 

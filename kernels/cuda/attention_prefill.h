@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"         // AttentionShape, KvPages
-#include "kernels/cuda/attention_decode.h"  // DecodeAttentionBatch, DeviceUpload
+#include "kernels/cuda/attention_decode.h"  // AttentionBatch, DeviceUpload
 
 namespace ds::cuda {
 
@@ -44,7 +44,7 @@ cudaError_t attention_prefill_tc(const AttentionShape& s, const float* q, const 
 // Whether sequence i of `b` takes attention_prefill_batch (its one-sequence shape passes
 // attention_prefill_applies, or attention_prefill_tc_applies with tensor_cores, its block table on
 // the host); otherwise run it through attention_causal.
-bool attention_prefill_batch_applies(const DecodeAttentionBatch& b, size_t i, bool tensor_cores);
+bool attention_prefill_batch_applies(const AttentionBatch& b, size_t i, bool tensor_cores);
 
 // The sequences b.seqs[which[0..n)] (each passing attention_prefill_batch_applies) after ONE
 // upload of every tile descriptor and block table: one launch of the f32 kernel over a flattened
@@ -54,7 +54,7 @@ bool attention_prefill_batch_applies(const DecodeAttentionBatch& b, size_t i, bo
 // attention_prefill / attention_prefill_tc call (the same tile code). n == 0: nothing to do.
 // cudaErrorInvalidValue (before any work is queued) for a sequence that does not apply, sizes or
 // table offsets >= 2^32, or no upload.
-cudaError_t attention_prefill_batch(const DecodeAttentionBatch& b, const size_t* which, size_t n, bool tensor_cores,
+cudaError_t attention_prefill_batch(const AttentionBatch& b, const size_t* which, size_t n, bool tensor_cores,
                                     const DeviceUpload& upload, cudaStream_t stream);
 
 // A whole step's attention, routed per sequence: those passing attention_prefill_batch_applies
@@ -63,7 +63,7 @@ cudaError_t attention_prefill_batch(const DecodeAttentionBatch& b, const size_t*
 // when there are at least two and the head layout applies. The rest (a lone decode row, a few
 // query tokens, a shape the tiled kernels refuse) is left in *rest (indices into b.seqs) for the
 // caller's attention_causal. Errors as in those two launchers.
-cudaError_t attention_batch(const DecodeAttentionBatch& b, bool tensor_cores, bool decode_batched,
+cudaError_t attention_batch(const AttentionBatch& b, bool tensor_cores, bool decode_batched,
                             const DeviceUpload& prefill, const DeviceUpload& decode, std::vector<size_t>* rest,
                             cudaStream_t stream);
 

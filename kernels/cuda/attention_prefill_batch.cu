@@ -49,13 +49,13 @@ Group* group_for(Packed* p, size_t seq_bytes, size_t row_bytes, bool tensor_core
   return g;
 }
 
-cudaError_t pack(const DecodeAttentionBatch& b, const size_t* which, size_t n, bool tensor_cores, Packed* p) {
+cudaError_t pack(const AttentionBatch& b, const size_t* which, size_t n, bool tensor_cores, Packed* p) {
   const size_t row_bytes = 2 * b.n_kv_heads * b.head_dim * 2;  // bf16 K and V per cache row
   p->groups.assign(1, Group{});
   for (size_t j = 0; j < n; ++j) {
     const size_t i = which[j];
     if (i >= b.n_seqs || !attention_prefill_batch_applies(b, i, tensor_cores)) return cudaErrorInvalidValue;
-    const DecodeAttentionSeq& s = b.seqs[i];
+    const AttentionBatchSeq& s = b.seqs[i];
     const size_t n_blocks = (s.kv_len + b.block_size - 1) / b.block_size;
     if (s.kv_len > kMaxPacked || p->tables.size() + n_blocks > kMaxPacked) return cudaErrorInvalidValue;
     Group* g = group_for(p, s.kv_len * row_bytes, row_bytes, tensor_cores);
@@ -97,18 +97,18 @@ std::vector<unsigned char> serialize(const Packed& p, size_t* gathers_at, size_t
 
 }  // namespace
 
-bool attention_prefill_batch_applies(const DecodeAttentionBatch& b, size_t i, bool tensor_cores) {
+bool attention_prefill_batch_applies(const AttentionBatch& b, size_t i, bool tensor_cores) {
   if (b.seqs == nullptr || i >= b.n_seqs || b.seqs[i].n_q_tokens == 0 || b.q == nullptr || b.out == nullptr) {
     return false;
   }
-  const cpu::AttentionShape s = cpu::decode_seq_shape(b, i);
-  const cpu::KvPages kv = cpu::decode_seq_pages(b, i);
+  const cpu::AttentionShape s = cpu::batch_seq_shape(b, i);
+  const cpu::KvPages kv = cpu::batch_seq_pages(b, i);
   const float* q = b.q + b.seqs[i].q_offset;
   const float* out = b.out + b.seqs[i].out_offset;
   return tensor_cores ? attention_prefill_tc_applies(s, q, kv, out) : attention_prefill_applies(s, q, kv, out);
 }
 
-cudaError_t attention_prefill_batch(const DecodeAttentionBatch& b, const size_t* which, size_t n, bool tensor_cores,
+cudaError_t attention_prefill_batch(const AttentionBatch& b, const size_t* which, size_t n, bool tensor_cores,
                                     const DeviceUpload& upload, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (which == nullptr || !upload) return cudaErrorInvalidValue;
@@ -147,11 +147,11 @@ cudaError_t attention_prefill_batch(const DecodeAttentionBatch& b, const size_t*
   return cudaSuccess;
 }
 
-cudaError_t attention_batch(const DecodeAttentionBatch& b, bool tensor_cores, bool decode_batched,
+cudaError_t attention_batch(const AttentionBatch& b, bool tensor_cores, bool decode_batched,
                             const DeviceUpload& prefill, const DeviceUpload& decode, std::vector<size_t>* rest,
                             cudaStream_t stream) {
   std::vector<size_t> tiled, one_token;
-  std::vector<DecodeAttentionSeq> rows;
+  std::vector<AttentionBatchSeq> rows;
   rest->clear();
   decode_batched = decode_batched && attention_decode_batch_applies(b);
   for (size_t i = 0; i < b.n_seqs; ++i) {
@@ -175,7 +175,7 @@ cudaError_t attention_batch(const DecodeAttentionBatch& b, bool tensor_cores, bo
     return e;
   }
   if (rows.empty()) return cudaSuccess;
-  DecodeAttentionBatch d = b;
+  AttentionBatch d = b;
   d.seqs = rows.data();
   d.n_seqs = rows.size();
   return attention_decode_batch(d, decode, stream);

@@ -66,37 +66,37 @@ Case attention_causal_case(size_t n_q, size_t past, size_t d) {
           }};
 }
 
-Case attention_decode_batch_case(std::vector<size_t> kv_lens) {
+Case attention_batch_case(std::vector<size_t> kv_lens) {
   std::string shape = std::to_string(kv_lens.size()) + " seqs kv";
   for (size_t l : kv_lens) shape += " " + std::to_string(l);
-  return {"attention_decode_batch", shape, [=](Backend& be, const Target&) {
+  return {"attention_batch", shape, [=](Backend& be, const Target&) {
             Rng rng(610 + kv_lens.size());
             const cpu::test::DecodeBatchHost b = cpu::test::make_decode_batch(rng, 8, 2, 128, kv_lens, 40);
             Dev d(be);
             // Zero-filled, not the sentinel: a huge sentinel would dominate max|ref| in the metric.
             float* out = d.alloc(b.n_rows() * b.out_row());
-            be.attention_decode_batch(b.batch(d.put(b.q), out, d.put(b.k_pool), d.put(b.v_pool)));
+            be.attention_batch(b.batch(d.put(b.q), out, d.put(b.k_pool), d.put(b.v_pool)));
             return Outs{rel("out", d.get(out, b.n_rows() * b.out_row()), kDecodeAttnTol,
                             "f32 decode attention (test_cuda_attention_batch.cpp kAttentionTol); spare row stays 0")};
           }};
 }
 
 // A step mixing decode rows, a few-token row and prefill chunks (some prefix-cached) in one
-// attention_decode_batch call. In the bf16 mode the CPU reference runs the prefill chunks on the
+// attention_batch call. In the bf16 mode the CPU reference runs the prefill chunks on the
 // operands the tensor-core kernel rounds (as attention_causal_case) and the rest unrounded.
 Case attention_step_case(std::vector<size_t> kv_lens, std::vector<size_t> n_qs) {
   std::string shape = std::to_string(kv_lens.size()) + " seqs q/kv";
   for (size_t i = 0; i < kv_lens.size(); ++i) shape += " " + std::to_string(n_qs[i]) + "/" + std::to_string(kv_lens[i]);
-  return {"attention_decode_batch", shape, [=](Backend& be, const Target& target) {
+  return {"attention_batch", shape, [=](Backend& be, const Target& target) {
             Rng rng(630 + kv_lens.size());
             cpu::test::DecodeBatchHost b = cpu::test::make_decode_batch(rng, 8, 4, 128, kv_lens, 200, 16, n_qs);
             Dev d(be);
-            float* out = d.alloc(b.n_rows() * b.out_row());  // zero-filled (see attention_decode_batch_case)
+            float* out = d.alloc(b.n_rows() * b.out_row());  // zero-filled (see attention_batch_case)
             const bool tc = target.bf16_prefill;
             if (!tc || std::string(be.name()) != "cpu") {
-              be.attention_decode_batch(b.batch(d.put(b.q), out, d.put(b.k_pool), d.put(b.v_pool)));
+              be.attention_batch(b.batch(d.put(b.q), out, d.put(b.k_pool), d.put(b.v_pool)));
             } else {
-              const std::vector<DecodeAttentionSeq> all = b.seqs;
+              const std::vector<AttentionBatchSeq> all = b.seqs;
               cpu::test::DecodeBatchHost r = b;
               for (float& x : r.q) x = bf16_to_fp32(fp32_to_bf16(x * b.scale));
               for (float& x : r.k_pool) x = bf16_to_fp32(fp32_to_bf16(x));
@@ -105,10 +105,10 @@ Case attention_step_case(std::vector<size_t> kv_lens, std::vector<size_t> n_qs) 
               for (const bool tiled : {true, false}) {
                 cpu::test::DecodeBatchHost& on = tiled ? r : b;
                 on.seqs.clear();
-                for (const DecodeAttentionSeq& s : all) {
+                for (const AttentionBatchSeq& s : all) {
                   if ((s.n_q_tokens >= 16) == tiled) on.seqs.push_back(s);
                 }
-                be.attention_decode_batch(on.batch(d.put(on.q), out, d.put(on.k_pool), d.put(on.v_pool)));
+                be.attention_batch(on.batch(d.put(on.q), out, d.put(on.k_pool), d.put(on.v_pool)));
               }
             }
             return Outs{rel("out", d.get(out, b.n_rows() * b.out_row()), tc ? kTcTol : kAttnTol,
@@ -431,9 +431,9 @@ void add_attention_cases(std::vector<Case>& cases) {
   cases.push_back(attention_causal_case(16, 0, 128));
   cases.push_back(attention_causal_case(17, 33, 128));
   cases.push_back(attention_causal_case(65, 70, 128));
-  cases.push_back(attention_decode_batch_case({1, 17, 33, 64, 100, 257}));
-  cases.push_back(attention_decode_batch_case({5, 300}));
-  cases.push_back(attention_decode_batch_case({40}));
+  cases.push_back(attention_batch_case({1, 17, 33, 64, 100, 257}));
+  cases.push_back(attention_batch_case({5, 300}));
+  cases.push_back(attention_batch_case({40}));
   cases.push_back(attention_step_case({1, 17, 100, 337, 1000, 5, 300}, {1, 17, 64, 337, 1000, 5, 1}));
   cases.push_back(attention_step_case({64, 80}, {64, 16}));
   cases.push_back(attention_prep_case(1, 64, 32, {0, 0, 0, 0}));

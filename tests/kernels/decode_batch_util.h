@@ -1,6 +1,6 @@
 // A step's attention inputs for the batched-attention tests (CPU reference, CPU backend, CUDA):
 // N sequences over shared KV pools, laid out like the model's (kernels/cpu/attention.h
-// DecodeAttentionBatch), one query token each unless n_qs says otherwise (a prefill chunk's
+// AttentionBatch), one query token each unless n_qs says otherwise (a prefill chunk's
 // queries are its last n_q cache rows; kv_len > n_q is a prefix-cached sequence). Block tables
 // draw random ids from the whole pool, so a sequence's pages are non-contiguous and sequences may
 // share blocks (as prefix-cache hits do). Sequences' row blocks are shuffled: sequence i's rows
@@ -25,7 +25,7 @@ struct DecodeBatchHost {
   std::vector<float> q;                      // [n_seqs + 1][H][query | gate]
   std::vector<std::vector<int32_t>> tables;  // per sequence
   std::vector<size_t> row_of;                // per sequence made: its first q / out row; last: the spare row
-  std::vector<DecodeAttentionSeq> seqs;      // block tables point into `tables`
+  std::vector<AttentionBatchSeq> seqs;      // block tables point into `tables`
   size_t rows = 0;                           // every sequence's rows + the spare (kept when seqs shrinks)
 
   size_t n_rows() const { return rows; }
@@ -34,8 +34,8 @@ struct DecodeBatchHost {
   size_t kv_row() const { return Hkv * d; }
 
   // The batch over the given q / out / pools (host or device) and these (host) tables.
-  DecodeAttentionBatch batch(const float* q_ptr, float* out_ptr, const float* k, const float* v) const {
-    return DecodeAttentionBatch{H,          Hkv,   d,     2 * d,   kv_row(),    k,          v,
+  AttentionBatch batch(const float* q_ptr, float* out_ptr, const float* k, const float* v) const {
+    return AttentionBatch{H,          Hkv,   d,     2 * d,   kv_row(),    k,          v,
                                 block_size, scale, q_ptr, out_ptr, seqs.data(), seqs.size()};
   }
   // attention_causal's shape for sequence i, as the model's per-sequence loop builds it.
@@ -75,7 +75,7 @@ inline DecodeBatchHost make_decode_batch(Rng& rng, size_t H, size_t Hkv, size_t 
   }
   for (size_t i = 0; i < n; ++i) {
     b.seqs.push_back(
-        DecodeAttentionSeq{kv_lens[i], b.row_of[i] * b.q_row(), b.row_of[i] * b.out_row(), b.tables[i].data(), n_q(i)});
+        AttentionBatchSeq{kv_lens[i], b.row_of[i] * b.q_row(), b.row_of[i] * b.out_row(), b.tables[i].data(), n_q(i)});
   }
   return b;
 }

@@ -148,7 +148,7 @@ TEST(Attention, DecodeBatchEqualsPerSequenceCalls) {
   Rng rng(77);
   const test::DecodeBatchHost b = test::make_decode_batch(rng, 6, 2, 40, {1, 5, 100, 17, 64, 3}, 40, 4);
   std::vector<float> got = b.sentinel_out(), want = b.sentinel_out();
-  attention_decode_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
+  attention_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const KvPages kv{b.k_pool.data(), b.v_pool.data(), b.tables[i].data(), b.block_size};
     attention_causal(b.shape(i), b.q.data() + b.seqs[i].q_offset, kv, b.scale, want.data() + b.seqs[i].out_offset,
@@ -169,7 +169,7 @@ TEST(Attention, StepBatchWithPrefillChunksEqualsPerSequenceCalls) {
   const std::vector<size_t> kv_lens = {9, 17, 100, 337, 1000, 300, 41};
   const test::DecodeBatchHost b = test::make_decode_batch(rng, 6, 2, 32, kv_lens, 300, 8, n_qs);
   std::vector<float> got = b.sentinel_out(), want = b.sentinel_out();
-  attention_decode_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
+  attention_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const KvPages kv{b.k_pool.data(), b.v_pool.data(), b.tables[i].data(), b.block_size};
     attention_causal(b.shape(i), b.q.data() + b.seqs[i].q_offset, kv, b.scale, want.data() + b.seqs[i].out_offset,

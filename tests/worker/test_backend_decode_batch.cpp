@@ -1,4 +1,4 @@
-// Backend::attention_decode_batch's default (the CPU backend's behaviour): a decode step's
+// Backend::attention_batch's default (the CPU backend's behaviour): a decode step's
 // sequences through the virtual interface give, bit for bit, what the backend's attention_causal
 // gives each sequence alone with the model's per-sequence shape; the spare row stays untouched.
 // Backend::matmul_rows's default: a stacked matrix's rows to separate outputs, bit for bit the
@@ -23,7 +23,7 @@ TEST(CpuBackendDecodeBatch, EqualsPerSequenceCalls) {
   cpu::test::Rng rng(11);
   const cpu::test::DecodeBatchHost b = cpu::test::make_decode_batch(rng, 16, 4, 64, {700, 1, 33, 5, 100}, 64);
   std::vector<float> got = b.sentinel_out(), want = b.sentinel_out();
-  be->attention_decode_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()));
+  be->attention_batch(b.batch(b.q.data(), got.data(), b.k_pool.data(), b.v_pool.data()));
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     be->attention_causal(b.shape(i), b.q.data() + b.seqs[i].q_offset,
                          KvPages{b.k_pool.data(), b.v_pool.data(), b.tables[i].data(), b.block_size}, b.scale,

@@ -8,7 +8,7 @@ namespace {
 
 // Each sequence attends over its cache rows through its block table; q rows are H heads of
 // `q_head` floats ([query | gate] with the output gate). A step of several sequences (decode rows
-// and prefill chunks mixed) is one batched call (Backend::attention_decode_batch: the same result
+// and prefill chunks mixed) is one batched call (Backend::attention_batch: the same result
 // per sequence as attention_causal; on CUDA one tiled launch for the prefill chunks and one
 // launch pair for the decode rows); a lone sequence calls attention_causal.
 void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, const float* q, size_t q_head, float* o) {
@@ -17,13 +17,13 @@ void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, co
   const size_t block_size = ctx.cache.kv().block_size();
   const std::vector<SeqSpan>& spans = ctx.spans;
   if (spans.size() >= 2) {
-    std::vector<DecodeAttentionSeq>& seqs = ctx.scratch.decode_seqs;
+    std::vector<AttentionBatchSeq>& seqs = ctx.scratch.decode_seqs;
     seqs.clear();
     for (const SeqSpan& s : spans) {
-      seqs.push_back(DecodeAttentionSeq{size_t{s.start_pos} + s.n_tokens, s.offset * H * q_head, s.offset * H * d,
+      seqs.push_back(AttentionBatchSeq{size_t{s.start_pos} + s.n_tokens, s.offset * H * q_head, s.offset * H * d,
                                         s.seq->table.data(), s.n_tokens});
     }
-    ctx.be.attention_decode_batch(DecodeAttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o,
+    ctx.be.attention_batch(AttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o,
                                                        seqs.data(), seqs.size()});
     return;
   }

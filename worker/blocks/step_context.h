@@ -23,7 +23,7 @@ namespace ds {
 struct BlockScratch {
   std::vector<GdnSeq> gdn_seqs;                 // every sequence of a step, for the GDN mixer
   std::vector<uint32_t> slots;                  // ... and their state slots
-  std::vector<DecodeAttentionSeq> decode_seqs;  // every sequence of a step, for attention
+  std::vector<AttentionBatchSeq> decode_seqs;  // every sequence of a step, for attention
 };
 
 struct StepContext {

@@ -1,10 +1,10 @@
 // Batched decode attention (kernels/cuda/attention_decode.h attention_decode_batch; the CUDA
-// backend's Backend::attention_decode_batch): all one-token sequences of a step in one launch pair.
+// backend's Backend::attention_batch): all one-token sequences of a step in one launch pair.
 //
 // Bitwise: every sequence's output must be memcmp-equal to cuda::attention_causal for it alone
 // (the batch keeps each sequence's split plan and runs the same kernels), whatever else is in
 // the batch; rows of no sequence stay untouched. Against the CPU reference
-// (cpu::attention_decode_batch): 1e-5 relative to the largest output, the tolerance of the
+// (cpu::attention_batch): 1e-5 relative to the largest output, the tolerance of the
 // one-sequence CUDA attention tests (online vs two-pass softmax, different summation order of
 // q.k and p.v: a few ulp of the largest value).
 #include <gtest/gtest.h>
@@ -130,7 +130,7 @@ TEST_P(CudaAttentionBatch, BitIdenticalToOneByOneAndCloseToCpu) {
   EXPECT_TRUE(same_bits(got, one_by_one(b, dq, dk, dv))) << "batched output differs from attention_causal alone";
 
   std::vector<float> want = b.sentinel_out();
-  cpu::attention_decode_batch(b.batch(b.q.data(), want.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
+  cpu::attention_batch(b.batch(b.q.data(), want.data(), b.k_pool.data(), b.v_pool.data()), nullptr);
   EXPECT_LE(rel_error(got, want), kAttentionTol);
   const size_t spare = b.row_of.back() * b.out_row();
   for (size_t j = 0; j < b.out_row(); ++j) ASSERT_EQ(got[spare + j], kSentinel) << "spare row written at " << j;
@@ -202,7 +202,7 @@ TEST(CudaBackendAttentionBatch, EqualsPerSequenceCalls) {
       be->upload(q, b.q.data(), b.q.size());
       be->upload(k, b.k_pool.data(), b.k_pool.size());
       be->upload(v, b.v_pool.data(), b.v_pool.size());
-      for (int layer = 0; layer < 2; ++layer) be->attention_decode_batch(b.batch(q, out_batch, k, v));
+      for (int layer = 0; layer < 2; ++layer) be->attention_batch(b.batch(q, out_batch, k, v));
       for (size_t i = 0; i < n; ++i) {
         be->attention_causal(b.shape(i), q + b.seqs[i].q_offset, KvPages{k, v, b.tables[i].data(), b.block_size},
                              b.scale, out_loop + b.seqs[i].out_offset);
@@ -221,19 +221,19 @@ TEST(CudaBackendAttentionBatch, EqualsPerSequenceCalls) {
 struct ArgsFixture {
   float dummy[64] = {};
   int32_t table[4] = {0, 0, 0, 0};
-  DecodeAttentionSeq seqs[2] = {{3, 0, 0, table}, {50, 16, 8, table}};
-  DecodeAttentionBatch ok() {
-    return DecodeAttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2};
+  AttentionBatchSeq seqs[2] = {{3, 0, 0, table}, {50, 16, 8, table}};
+  AttentionBatch ok() {
+    return AttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2};
   }
 };
 
 TEST(CudaAttentionBatchArgs, RejectsBadInputsBeforeAnyWork) {
   ArgsFixture f;
   CountingUpload upload;
-  const auto expect = [&](DecodeAttentionBatch b, cudaError_t want, const char* what) {
+  const auto expect = [&](AttentionBatch b, cudaError_t want, const char* what) {
     EXPECT_EQ(attention_decode_batch(b, upload.fn(), nullptr), want) << what;
   };
-  DecodeAttentionBatch b = f.ok();
+  AttentionBatch b = f.ok();
   b.seqs = nullptr;
   expect(b, cudaErrorInvalidValue, "no sequences array");
   b = f.ok();
@@ -280,7 +280,7 @@ TEST(CudaAttentionBatchArgs, RejectsBadInputsBeforeAnyWork) {
   b = f.ok();
   b.q_head_stride = 4;
   expect(b, cudaErrorInvalidValue, "query heads overlap");
-  DecodeAttentionSeq bad[2] = {f.seqs[0], f.seqs[1]};
+  AttentionBatchSeq bad[2] = {f.seqs[0], f.seqs[1]};
   bad[1].block_table = nullptr;
   b = f.ok();
   b.seqs = bad;
@@ -302,7 +302,7 @@ TEST(CudaAttentionBatchArgs, RejectsBadInputsBeforeAnyWork) {
 
 TEST(CudaAttentionBatchArgs, AppliesToTheSplitKShapes) {
   ArgsFixture f;
-  DecodeAttentionBatch b = f.ok();
+  AttentionBatch b = f.ok();
   EXPECT_TRUE(attention_decode_batch_applies(b));
   b.n_heads = 16;
   b.n_kv_heads = 2;  // group 8: the largest the split kernel holds

@@ -1,5 +1,5 @@
 // Batched prefill attention (kernels/cuda/attention_prefill.h attention_prefill_batch, and the CUDA
-// backend's Backend::attention_decode_batch routing a mixed step through it): many prefill chunks
+// backend's Backend::attention_batch routing a mixed step through it): many prefill chunks
 // of a step in one launch of the tiled kernel (f32) or one gather + one launch (bf16 tensor cores).
 //
 // Bitwise: every sequence's output is memcmp-equal to its one-sequence attention_prefill /
@@ -107,7 +107,7 @@ std::vector<float> cpu_reference(const DecodeBatchHost& b, bool rounded) {
     r.scale = 1.0f;
   }
   std::vector<float> want = r.sentinel_out();
-  cpu::attention_decode_batch(r.batch(r.q.data(), want.data(), r.k_pool.data(), r.v_pool.data()), nullptr);
+  cpu::attention_batch(r.batch(r.q.data(), want.data(), r.k_pool.data(), r.v_pool.data()), nullptr);
   return want;
 }
 
@@ -210,7 +210,7 @@ TEST(CudaBackendAttentionStep, MixedStepEqualsPerSequenceCalls) {
     be->upload(q, b.q.data(), b.q.size());
     be->upload(k, b.k_pool.data(), b.k_pool.size());
     be->upload(v, b.v_pool.data(), b.v_pool.size());
-    for (int layer = 0; layer < 2; ++layer) be->attention_decode_batch(b.batch(q, out_batch, k, v));
+    for (int layer = 0; layer < 2; ++layer) be->attention_batch(b.batch(q, out_batch, k, v));
     for (size_t i = 0; i < b.seqs.size(); ++i) {
       be->attention_causal(b.shape(i), q + b.seqs[i].q_offset, KvPages{k, v, b.tables[i].data(), b.block_size}, b.scale,
                            out_loop + b.seqs[i].out_offset);
@@ -234,8 +234,8 @@ TEST(CudaBackendAttentionStep, MixedStepEqualsPerSequenceCalls) {
 TEST(CudaAttentionPrefillBatchArgs, RejectsBadInputsBeforeAnyWork) {
   alignas(16) float dummy[256] = {};
   const int32_t table[4] = {0, 0, 0, 0};
-  DecodeAttentionSeq seqs[2] = {{20, 0, 0, table, 20}, {40, 64, 64, table, 17}};
-  const auto ok = [&] { return DecodeAttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2}; };
+  AttentionBatchSeq seqs[2] = {{20, 0, 0, table, 20}, {40, 64, 64, table, 17}};
+  const auto ok = [&] { return AttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2}; };
   const size_t both[2] = {0, 1};
   CountingUpload upload;
   EXPECT_TRUE(attention_prefill_batch_applies(ok(), 1, false));
@@ -246,7 +246,7 @@ TEST(CudaAttentionPrefillBatchArgs, RejectsBadInputsBeforeAnyWork) {
   EXPECT_EQ(attention_prefill_batch(ok(), out_of_range, 1, false, upload.fn(), nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(attention_prefill_batch(ok(), nullptr, 2, false, upload.fn(), nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(attention_prefill_batch(ok(), both, 2, false, DeviceUpload{}, nullptr), cudaErrorInvalidValue);
-  DecodeAttentionBatch b = ok();
+  AttentionBatch b = ok();
   b.head_dim = b.q_head_stride = 6;  // not whole float4s
   EXPECT_EQ(attention_prefill_batch(b, both, 2, false, upload.fn(), nullptr), cudaErrorInvalidValue);
   seqs[1].kv_len = 10;  // fewer cache rows than query tokens

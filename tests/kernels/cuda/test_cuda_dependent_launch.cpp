@@ -274,9 +274,9 @@ TEST(CudaDependentLaunch, AttentionDecodeGivesTheSameBits) {
     const cpu::KvPages pages{k_pool.get(), v_pool.get(), dev_table.get(), block};
     late(q0.get(), q.get(), H * d, s);
     DS_CUDA_CHECK(detail::attention_decode(one, q.get(), pages, scale, out_one.get(), s));
-    std::vector<DecodeAttentionSeq> seqs;
+    std::vector<AttentionBatchSeq> seqs;
     for (size_t i = 0; i < n_seqs; ++i) seqs.push_back({kv_lens[i], i * H * d, i * H * d, table.data() + i});
-    const DecodeAttentionBatch b{
+    const AttentionBatch b{
         H, Hkv, d, d, row, k_pool.get(), v_pool.get(), block, scale, q.get(), out_batch.get(), seqs.data(), n_seqs};
     // A synchronous copy outside the stream (nothing in it reads upload_buf yet this run), so the
     // late copy of q stays the kernel right before the split launch.

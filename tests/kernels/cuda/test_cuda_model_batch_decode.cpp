@@ -1,5 +1,5 @@
 // Batched decode on the fixture model, CUDA backend: three sequences decoded together (one step:
-// one batched attention call per attention layer, Backend::attention_decode_batch) against the
+// one batched attention call per attention layer, Backend::attention_batch) against the
 // same three decoded one step each on a second stage. Tolerance kLogitTol = 1e-3 (the
 // CUDA-vs-CPU budget of test_cuda_model.cpp): attention is bit-identical per sequence, but the
 // 3-token decode GEMV runs another kernel variant than the 1-token one (another f32 summation
