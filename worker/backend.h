@@ -25,10 +25,10 @@ namespace ds {
 
 struct GgufTensor;
 class StatePool;
-using cpu::AttentionPrep;
-using cpu::AttentionShape;
 using cpu::AttentionBatch;
 using cpu::AttentionBatchSeq;
+using cpu::AttentionPrep;
+using cpu::AttentionShape;
 using cpu::GdnRawGates;
 using cpu::GdnShape;
 using cpu::KvPages;

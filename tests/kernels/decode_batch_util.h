@@ -25,7 +25,7 @@ struct DecodeBatchHost {
   std::vector<float> q;                      // [n_seqs + 1][H][query | gate]
   std::vector<std::vector<int32_t>> tables;  // per sequence
   std::vector<size_t> row_of;                // per sequence made: its first q / out row; last: the spare row
-  std::vector<AttentionBatchSeq> seqs;      // block tables point into `tables`
+  std::vector<AttentionBatchSeq> seqs;       // block tables point into `tables`
   size_t rows = 0;                           // every sequence's rows + the spare (kept when seqs shrinks)
 
   size_t n_rows() const { return rows; }
@@ -36,7 +36,7 @@ struct DecodeBatchHost {
   // The batch over the given q / out / pools (host or device) and these (host) tables.
   AttentionBatch batch(const float* q_ptr, float* out_ptr, const float* k, const float* v) const {
     return AttentionBatch{H,          Hkv,   d,     2 * d,   kv_row(),    k,          v,
-                                block_size, scale, q_ptr, out_ptr, seqs.data(), seqs.size()};
+                          block_size, scale, q_ptr, out_ptr, seqs.data(), seqs.size()};
   }
   // attention_causal's shape for sequence i, as the model's per-sequence loop builds it.
   AttentionShape shape(size_t i) const {

@@ -21,10 +21,10 @@ void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, co
     seqs.clear();
     for (const SeqSpan& s : spans) {
       seqs.push_back(AttentionBatchSeq{size_t{s.start_pos} + s.n_tokens, s.offset * H * q_head, s.offset * H * d,
-                                        s.seq->table.data(), s.n_tokens});
+                                       s.seq->table.data(), s.n_tokens});
     }
-    ctx.be.attention_batch(AttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o,
-                                                       seqs.data(), seqs.size()});
+    ctx.be.attention_batch(
+        AttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o, seqs.data(), seqs.size()});
     return;
   }
   for (const SeqSpan& s : spans) {

@@ -21,8 +21,8 @@ namespace ds {
 
 // Host-side scratch the blocks reuse across steps (so the steady state allocates nothing).
 struct BlockScratch {
-  std::vector<GdnSeq> gdn_seqs;                 // every sequence of a step, for the GDN mixer
-  std::vector<uint32_t> slots;                  // ... and their state slots
+  std::vector<GdnSeq> gdn_seqs;                // every sequence of a step, for the GDN mixer
+  std::vector<uint32_t> slots;                 // ... and their state slots
   std::vector<AttentionBatchSeq> decode_seqs;  // every sequence of a step, for attention
 };
 

@@ -222,9 +222,7 @@ struct ArgsFixture {
   float dummy[64] = {};
   int32_t table[4] = {0, 0, 0, 0};
   AttentionBatchSeq seqs[2] = {{3, 0, 0, table}, {50, 16, 8, table}};
-  AttentionBatch ok() {
-    return AttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2};
-  }
+  AttentionBatch ok() { return AttentionBatch{2, 1, 8, 8, 8, dummy, dummy, 16, 0.5f, dummy, dummy, seqs, 2}; }
 };
 
 TEST(CudaAttentionBatchArgs, RejectsBadInputsBeforeAnyWork) {
