@@ -698,6 +698,29 @@ if want pooling; then
   done
 fi
 
+if want rerank_profile && command -v ncu > /dev/null; then
+  # Where a 100-document rerank request's GPU time goes: the 0.6B reranker served under ncu
+  # (every worker kernel's duration, summed by name), one warm-up request then one measured.
+  echo "==== rerank 0.6B request kernel by kernel (ncu)"
+  [ -f /tmp/qwen3-rerank-0.6b.gguf ] || timeout 60 "$B/bin/deltaserve-synth" --shape qwen3-rerank-0.6b \
+    --tokenizer-from "$DATA/tiny-qwen3-rerank-q8_0.gguf" --out /tmp/qwen3-rerank-0.6b.gguf > /dev/null 2>&1
+  log="$O/serve_rerank_ncu.log"
+  timeout 400 ncu --target-processes all --cache-control none --csv --print-units base --metrics gpu__time_duration.sum \
+    "$B/bin/deltaserve" serve --model /tmp/qwen3-rerank-0.6b.gguf --backend cuda --port 18122 --max-seqs 128 \
+    --max-context 1024 --max-batch-tokens 32768 > "$O/ncu_rerank.csv" 2> "$log" &
+  pid=$!
+  if wait_listening "$log"; then
+    timeout 200 python3 tools/bench_pooling.py rerank --port 18122 --docs 100 --doc-tokens 256 --requests 1 \
+      > "$O/pool_rerank_ncu.log" 2>&1
+    note "rerank under ncu: $(grep -E '^\| [0-9]' "$O/pool_rerank_ncu.log" | tr '\n' ' ')"
+  else
+    note "rerank under ncu: did not start"; tail -5 "$log"
+  fi
+  kill -TERM $pid; wait $pid
+  python3 tools/kernel_lab/ncu_summary.py "$O/ncu_rerank.csv" 40 > "$O/ncu_rerank.txt" 2>&1
+  note "ncu rerank: $(tail -1 "$O/ncu_rerank.txt")"
+fi
+
 if want grammar; then
   # MaskBench on the device host's quiet cores (a CPU benchmark: one thread per process, GR_SHARDS
   # processes side by side over disjoint schemas, added up by tools/merge_grammar_shards.py), with
