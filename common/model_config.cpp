@@ -53,7 +53,7 @@ void expect_shape(const GgufFile& g, const std::string& name, std::initializer_l
 
 void read_layer_kinds(const GgufFile& g, ModelConfig& c) {
   c.layer_kinds.assign(c.n_layer, LayerKind::kFullAttention);
-  if (c.arch != "qwen35") return;
+  if (!c.hybrid()) return;
   const std::string rk = key(c, "attention.recurrent_layers");
   if (g.has(rk)) {
     std::vector<int64_t> flags = g.get_int_array(rk);
@@ -81,7 +81,14 @@ void read_hparams(const GgufFile& g, ModelConfig& c) {
     throw ConfigError(key(c, "nextn_predict_layers") + " (" + std::to_string(c.n_nextn) +
                       ") must be smaller than block_count (" + std::to_string(blocks) + ")");
   c.n_layer = blocks - c.n_nextn;
-  c.n_ff = scalar_or_layer_array(g, key(c, "feed_forward_length"), 0, true);
+  const bool moe = c.arch == "qwen35moe";
+  c.n_ff = scalar_or_layer_array(g, key(c, "feed_forward_length"), 0, !moe);
+  if (moe) {
+    c.n_expert = g.get_u32(key(c, "expert_count"));
+    c.n_expert_used = g.get_u32(key(c, "expert_used_count"));
+    c.n_ff_exp = g.get_u32(key(c, "expert_feed_forward_length"));
+    c.n_ff_shexp = g.get_u32(key(c, "expert_shared_feed_forward_length"));
+  }
   c.n_head = scalar_or_layer_array(g, key(c, "attention.head_count"), 0, true);
   c.n_head_kv = scalar_or_layer_array(g, key(c, "attention.head_count_kv"), c.n_head, false);
   c.head_dim = g.get_u32_or(key(c, "attention.key_length"), c.n_head ? c.n_embd / c.n_head : 0);
@@ -99,7 +106,7 @@ void read_hparams(const GgufFile& g, ModelConfig& c) {
     for (size_t i = 0; i < 4 && i < s.size(); ++i) c.rope_sections[i] = static_cast<int32_t>(s[i]);
   }
   c.pooling_type = g.get_u32_or(key(c, "pooling_type"), 0);
-  if (c.arch == "qwen35") {
+  if (c.hybrid()) {
     c.ssm_conv_kernel = g.get_u32(key(c, "ssm.conv_kernel"));
     c.ssm_d_state = g.get_u32(key(c, "ssm.state_size"));
     c.ssm_n_group = g.get_u32(key(c, "ssm.group_count"));
@@ -163,14 +170,20 @@ void read_qwen3_heads(const GgufFile& g, ModelConfig& c) {
 
 void check_divisibility(const ModelConfig& c) {
   auto fail = [](const std::string& m) { throw ConfigError("inconsistent model config: " + m); };
-  if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 || c.n_ff == 0)
+  if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0 || c.head_dim == 0 ||
+      (c.n_ff == 0 && !c.moe()))
     fail("zero-sized dimension");
+  if (c.arch == "qwen35moe" && (c.n_expert == 0 || c.n_ff_exp == 0 || c.n_ff_shexp == 0))
+    fail("zero-sized expert dimension");
+  if (c.moe() && (c.n_expert_used == 0 || c.n_expert_used > c.n_expert))
+    fail("expert_used_count " + std::to_string(c.n_expert_used) + " must be in [1, expert_count " +
+         std::to_string(c.n_expert) + "]");
   if (c.n_head % c.n_head_kv != 0)
     fail("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
          std::to_string(c.n_head_kv));
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     fail("rope dimension_count " + std::to_string(c.n_rot) + " must be even and <= head dim");
-  if (c.arch != "qwen35") return;
+  if (!c.hybrid()) return;
   if (c.ssm_conv_kernel < 1 || c.ssm_d_state == 0 || c.ssm_n_group == 0 || c.ssm_dt_rank == 0)
     fail("zero-sized GDN dimension");
   if (c.ssm_dt_rank % c.ssm_n_group != 0)
@@ -197,6 +210,20 @@ void check_ffn_tensors(const GgufFile& g, const ModelConfig& c, const std::strin
   expect_shape(g, p + "ffn_down.weight", {F, D});
 }
 
+// The routed experts are stacked [E][F][D] (gate, up) and [E][D][F] (down): llama.cpp's layout.
+void check_moe_tensors(const GgufFile& g, const ModelConfig& c, const std::string& p) {
+  const uint64_t D = c.n_embd, E = c.n_expert, Fe = c.n_ff_exp, Fs = c.n_ff_shexp;
+  expect_shape(g, p + "post_attention_norm.weight", {D});
+  expect_shape(g, p + "ffn_gate_inp.weight", {D, E});
+  expect_shape(g, p + "ffn_gate_exps.weight", {D, Fe, E});
+  expect_shape(g, p + "ffn_up_exps.weight", {D, Fe, E});
+  expect_shape(g, p + "ffn_down_exps.weight", {Fe, D, E});
+  expect_shape(g, p + "ffn_gate_inp_shexp.weight", {D});
+  expect_shape(g, p + "ffn_gate_shexp.weight", {D, Fs});
+  expect_shape(g, p + "ffn_up_shexp.weight", {D, Fs});
+  expect_shape(g, p + "ffn_down_shexp.weight", {Fs, D});
+}
+
 void check_gdn_tensors(const GgufFile& g, const ModelConfig& c, const std::string& p) {
   const uint64_t D = c.n_embd, C = c.ssm_conv_channels(), nv = c.ssm_dt_rank;
   expect_shape(g, p + "attn_norm.weight", {D});
@@ -219,7 +246,11 @@ void check_tensors(const GgufFile& g, const ModelConfig& c) {
     const uint64_t n_out = c.classifier_labels.empty() ? c.n_cls_out : c.classifier_labels.size();
     expect_shape(g, "cls.output.weight", {c.n_embd, n_out});  // one row per label
   }
-  const bool qwen35 = c.arch == "qwen35";
+  const bool qwen35 = c.hybrid();
+  const auto check_ffn = [&](const std::string& p) {
+    if (c.moe()) return check_moe_tensors(g, c, p);
+    check_ffn_tensors(g, c, p, qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight");
+  };
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     if (c.layer_kinds[i] == LayerKind::kLinearAttention) {
@@ -227,7 +258,7 @@ void check_tensors(const GgufFile& g, const ModelConfig& c) {
     } else {
       check_attention_tensors(g, c, p, qwen35);
     }
-    check_ffn_tensors(g, c, p, qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight");
+    check_ffn(p);
   }
   for (uint32_t m = 0; m < c.n_nextn; ++m) {
     const std::string p = "blk." + std::to_string(c.n_layer + m) + ".";
@@ -235,7 +266,7 @@ void check_tensors(const GgufFile& g, const ModelConfig& c) {
     expect_shape(g, p + "nextn.enorm.weight", {c.n_embd});
     expect_shape(g, p + "nextn.hnorm.weight", {c.n_embd});
     check_attention_tensors(g, c, p, qwen35);
-    check_ffn_tensors(g, c, p, "post_attention_norm.weight");
+    check_ffn(p);
   }
 }
 
@@ -261,7 +292,11 @@ std::string ModelConfig::describe() const {
   o << "\nattention: " << n_head << " q heads / " << n_head_kv << " kv heads, head dim " << head_dim << ", rotary dims "
     << n_rot << ", rope theta " << rope_theta << ", sections [" << rope_sections[0] << ", " << rope_sections[1] << ", "
     << rope_sections[2] << ", " << rope_sections[3] << "]\n";
-  if (arch == "qwen35") {
+  if (moe()) {
+    o << "experts: " << n_expert_used << " of " << n_expert << " routed (ffn " << n_ff_exp
+      << ") + a shared expert (ffn " << n_ff_shexp << ")\n";
+  }
+  if (hybrid()) {
     o << "gated deltanet: " << ssm_n_group << " key heads / " << ssm_dt_rank << " value heads, dk " << ssm_d_state
       << ", dv " << ssm_head_v_dim() << ", conv kernel " << ssm_conv_kernel << " (value head n reads key head n mod "
       << ssm_n_group << ")\n";
@@ -306,14 +341,15 @@ std::string output_head_problem(const ModelConfig& c, OutputHead head) {
 ModelConfig load_model_config(const GgufFile& g) {
   ModelConfig c;
   c.arch = g.get_string("general.architecture");
-  if (c.arch != "qwen35" && c.arch != "qwen3") {
-    throw ConfigError("unsupported general.architecture '" + c.arch + "' (deltaserve runs qwen35 and qwen3)");
+  if (c.arch != "qwen35" && c.arch != "qwen35moe" && c.arch != "qwen3") {
+    throw ConfigError("unsupported general.architecture '" + c.arch +
+                      "' (deltaserve runs qwen35, qwen35moe and qwen3)");
   }
   read_hparams(g, c);
   read_layer_kinds(g, c);
   check_divisibility(c);
-  c.attn_output_gate = c.arch == "qwen35";
-  c.norm_weights_plus_one_baked = c.arch == "qwen35";
+  c.attn_output_gate = c.hybrid();
+  c.norm_weights_plus_one_baked = c.hybrid();
   const GgufTensor& embd = g.tensor("token_embd.weight");
   if (embd.n_dims != 2) throw ConfigError("token_embd.weight must be 2-D, has shape " + embd.shape_string());
   c.n_vocab = static_cast<uint32_t>(embd.ne[1]);

@@ -18,7 +18,7 @@ enum class LayerKind : uint8_t { kLinearAttention, kFullAttention };
 const char* layer_kind_name(LayerKind kind);
 
 struct ModelConfig {
-  std::string arch;                                  // "qwen35" or "qwen3"
+  std::string arch;                                  // "qwen35", "qwen35moe" or "qwen3"
   std::string name;                                  // general.name (informational)
   uint32_t n_embd = 0;                               // D, hidden size
   uint32_t n_layer = 0;                              // main-stack depth (block_count - nextn)
@@ -44,6 +44,16 @@ struct ModelConfig {
   uint32_t ssm_d_inner = 0;      // nv * dv
   uint32_t ssm_head_v_dim() const { return ssm_dt_rank ? ssm_d_inner / ssm_dt_rank : 0; }
   uint32_t ssm_conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_d_inner; }
+
+  // Mixture of experts (qwen35moe): every FFN is k of E routed SwiGLU experts (softmax router,
+  // top-k renormalised) plus a shared SwiGLU expert scaled by a sigmoid gate.
+  uint32_t n_expert = 0;       // E (expert_count); 0: dense FFNs
+  uint32_t n_expert_used = 0;  // k (expert_used_count)
+  uint32_t n_ff_exp = 0;       // a routed expert's FFN size (expert_feed_forward_length)
+  uint32_t n_ff_shexp = 0;     // the shared expert's (expert_shared_feed_forward_length)
+  bool moe() const { return n_expert > 0; }
+  // The Qwen3.5 hybrid stack (Gated DeltaNet + gated attention), dense or MoE.
+  bool hybrid() const { return arch == "qwen35" || arch == "qwen35moe"; }
 
   bool tied_embeddings = false;             // no output.weight: the LM head is token_embd
   bool attn_output_gate = true;             // qwen35: attn_q carries [query | gate] per head

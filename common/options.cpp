@@ -38,12 +38,15 @@ class Applier {
       return true;
     }
     const std::string shown = o != nullptr && o->secret ? std::string("***") : value;
+    // A choice's values (value name "a|b|c") are named right in the error line.
+    const std::string valid =
+        o != nullptr && o->value_name.find('|') != std::string::npos ? " (valid: " + o->value_name + ")" : "";
     if (parser_.combined_errors) {
-      out_->error = where + ": bad option or value: " + name + " '" + shown + "'\n" + help_;
+      out_->error = where + ": bad option or value: " + name + " '" + shown + "'" + valid + "\n" + help_;
     } else if (o == nullptr) {
       out_->error = where + ": unknown option '" + name + "'\n" + help_;
     } else {
-      out_->error = where + ": bad value '" + shown + "' for " + name + "\n" + help_;
+      out_->error = where + ": bad value '" + shown + "' for " + name + valid + "\n" + help_;
     }
     return false;
   }

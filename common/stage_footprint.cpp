@@ -79,4 +79,8 @@ CacheShapes stage_cache_shapes(const ModelConfig& cfg, StageRange range) {
   return c;
 }
 
+uint64_t kv_bytes_per_token(const CacheShapes& s, KvType k, KvType v) {
+  return uint64_t{s.n_attention_layers} * (kv_row_bytes(k, s.kv_row_floats) + kv_row_bytes(v, s.kv_row_floats));
+}
+
 }  // namespace ds

@@ -56,4 +56,8 @@ std::vector<uint64_t> layer_weight_bytes(const GgufFile& gguf, uint32_t n_layer)
 // (qwen3: every layer full attention, no recurrent state).
 CacheShapes stage_cache_shapes(const ModelConfig& cfg, StageRange range);
 
+// Bytes one token's K and V rows take over the shape's attention layers, stored as k / v
+// (common/kv_format.h kv_row_bytes): what every KV memory figure is computed from.
+uint64_t kv_bytes_per_token(const CacheShapes& shapes, KvType k, KvType v);
+
 }  // namespace ds

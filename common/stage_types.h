@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_format.h"
+
 namespace ds {
 
 // Where the scheduler placed one sequence of a step (managed memory). Order of operations in
@@ -73,6 +75,9 @@ struct CacheGeometry {
   // Speculation (worker side, from Assign.spec_k): GDN rollback records per state slot,
   // allocated with the pools (managed); 0 = grown on first use, as tools without a budget do.
   uint32_t captures_per_slot = 0;
+  // The KV cache's element types (common/kv_format.h; from --kv-cache-type[-k|-v], sent in Assign).
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
   bool managed() const { return num_blocks > 0; }
   bool operator==(const CacheGeometry&) const = default;
 };

@@ -6,6 +6,7 @@
 //                    [--devices a,b,...] [--prefill-precision bf16|f32] [-o|--output table|json]
 //                    [--no-warmup] [--spec-k K] [--parallel 1,8,32,64] [--peak-gbps G]
 //                    [--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...]
+//                    [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T]
 //   deltaserve-bench --http URL [deltaserve-bench-http flags]   (a running server; see bench_http.h)
 //
 // Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
@@ -38,11 +39,14 @@
 // aggregate tok/s that byte count allows and the fraction reached. Each --repeat run prefills
 // its N sequences afresh and drops them afterwards.
 //
+// --kv-cache-type[-k|-v] T: the KV cache's element types (common/kv_options.h; default f32), for
+// the in-process stage and the workers alike (sent in Assign, as serve does).
+//
 // Roofline context: weight bytes streamed per decode token (every main-stack weight, the LM
-// head, one embedding row) plus f32 GDN state read+write and f32 KV read at that context, and
-// FLOPs per prefill token (2 per matrix weight plus causal attention), each with the rate the
-// measured time implies. Compare with the device's measured ceilings (copy bandwidth, bf16 dense
-// throughput: docs/PERFORMANCE.md).
+// head, one embedding row) plus f32 GDN state read+write and the KV read at that context (as its
+// types store it), and FLOPs per prefill token (2 per matrix weight plus causal attention), each
+// with the rate the measured time implies. Compare with the device's measured ceilings (copy
+// bandwidth, bf16 dense throughput: docs/PERFORMANCE.md).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +58,7 @@
 #include <vector>
 
 #include "common/gguf.h"
+#include "common/kv_options.h"
 #include "common/model_config.h"
 #include "common/stage_footprint.h"
 #include "coordinator/engine/engine.h"
@@ -105,6 +110,7 @@ struct Options {
   uint32_t draft_vocab = 0;  // --draft-vocab: drafts among the first N ids (StageOptions::draft_vocab)
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
   double peak_gbps = 0;             // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
+  ds::KvTypeFlags kv_cache;         // --kv-cache-type[-k|-v]: the KV cache's element types
 };
 
 // --ablate names: each switches one production choice of the in-process CUDA stage off
@@ -151,7 +157,7 @@ const ds::cli::Usage kUsage{
     "[--repeat 3] [--threads T] "
     "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps "
     "auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] "
-    "[--spec-k K] [--draft-vocab N] "
+    "[--spec-k K] [--draft-vocab N] [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T] "
     "[--parallel 1,8,32,64] [--peak-gbps G] "
     "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags]; --ablate names: "
     "cublaslt, device-digest, fused-decode-ops, stacked-weights, gdn-tensor-cores, "
@@ -281,7 +287,7 @@ Options parse(int argc, char** argv) {
       o.decode_gemv = v;
     } else if (a == "--ablate") {
       o.ablate = parse_ablations(args.value());
-    } else {
+    } else if (!ds::cli::kv_cache_flag(kUsage, a, args, &o.kv_cache)) {
       args.unknown();
     }
   }
@@ -308,13 +314,13 @@ struct ModelCost {
   double decode_weight_bytes = 0;  // streamed once per decode step (batch 1)
   double matrix_params = 0;        // main-stack + LM-head matrices: 2 FLOP each per token
   double head_params = 0;          // LM head alone (prefill needs it for one row only)
-  double kv_bytes_per_pos = 0;     // f32 K+V of all attention layers, per cached position
+  double kv_bytes_per_pos = 0;     // K+V of all attention layers (as their types store them), per cached position
   double state_bytes = 0;          // f32 GDN conv + recurrent state of one sequence
 };
 
 // Per decode step and token from the stage footprint (common/stage_footprint.h) of the whole main
 // stack: the MTP block runs only when speculating, so neither its tensors nor its KV count here.
-ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c) {
+ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c, const ds::KvTypeFlags& kv) {
   ModelCost m;
   for (const ds::GgufTensor& t : g.tensors()) {
     if (ds::tensor_place(t.name, c).role != ds::TensorRole::kLayer) continue;
@@ -326,8 +332,9 @@ ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c) {
   m.head_params = static_cast<double>(head.n_elements());
   m.decode_weight_bytes += static_cast<double>(head.nbytes + embd.row_bytes() + g.tensor("output_norm.weight").nbytes);
   const ds::CacheShapes s = ds::stage_cache_shapes(c, ds::StageRange{0, c.n_layer});
-  const double attention_layers = static_cast<double>(s.n_attention_layers) - (c.n_nextn > 0 ? 1.0 : 0.0);
-  m.kv_bytes_per_pos = 4.0 * attention_layers * 2 * static_cast<double>(s.kv_row_floats);
+  ds::CacheShapes main_stack = s;
+  if (c.n_nextn > 0) --main_stack.n_attention_layers;
+  m.kv_bytes_per_pos = static_cast<double>(ds::kv_bytes_per_token(main_stack, kv.k_type(), kv.v_type()));
   m.state_bytes = 4.0 * static_cast<double>(s.n_gdn_layers) * static_cast<double>(s.conv_floats + s.ssm_floats);
   return m;
 }
@@ -391,6 +398,8 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   ds::StageOptions so;
   so.n_threads = o.threads;
   so.draft_vocab = o.draft_vocab;
+  so.cache.k_type = o.kv_cache.k_type();
+  so.cache.v_type = o.kv_cache.v_type();
 #ifdef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") {
     return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so,
@@ -432,8 +441,9 @@ void print_header(const Options& o, const ds::ModelConfig& cfg, const ModelCost&
               placement(o).c_str(), o.threads,
               o.workers ? (std::to_string(o.workers) + " worker processes").c_str() : "in-process", prefill, load_s,
               o.repeat, o.warmup ? ", after a warm-up run" : "");
-  std::printf("per decode token: %.3f GB weights + %.3f GB GDN state r/w + %.1f KB KV per context position (f32)\n",
-              m.decode_weight_bytes * 1e-9, 2 * m.state_bytes * 1e-9, m.kv_bytes_per_pos * 1e-3);
+  const std::string kv = ds::kv_types_name(o.kv_cache.k_type(), o.kv_cache.v_type());
+  std::printf("per decode token: %.3f GB weights + %.3f GB GDN state r/w + %.1f KB KV per context position (%s)\n",
+              m.decode_weight_bytes * 1e-9, 2 * m.state_bytes * 1e-9, m.kv_bytes_per_pos * 1e-3, kv.c_str());
   std::printf("per prefill token: %.2f GFLOP in matrices (+ causal attention, counted per prompt)\n",
               2 * m.matrix_params * 1e-9);
   if (wants_single(o)) {
@@ -463,6 +473,8 @@ std::unique_ptr<ds::bench::BenchRunner> make_runner(const Options& o, std::share
   eo.busy_poll = o.busy_poll;  // the engine passes it on to the workers it starts
   eo.mps = o.mps;
   eo.early_handoff = o.early_handoff;
+  eo.cache.k_type = o.kv_cache.k_type();  // sent in Assign, as serve does
+  eo.cache.v_type = o.kv_cache.v_type();
   return ds::bench::make_pipeline_runner(eo, o.pipeline_depth, o.decode_groups);
 }
 
@@ -565,9 +577,20 @@ void print_table_row(const PromptResult& r, const ModelCost& cost, const ds::Mod
   std::fputs(r.stages.c_str(), stdout);
 }
 
+// The JSON rows' run description for an n-token prompt.
+ds::bench::ReportContext report_context(const Options& o, size_t n) {
+  return {o.model,
+          o.backend,
+          o.chunk ? std::min(o.chunk, n) : n,
+          o.workers,
+          o.threads,
+          ds::kv_type_name(o.kv_cache.k_type()),
+          ds::kv_type_name(o.kv_cache.v_type())};
+}
+
 void print_json_rows(PromptResult r, const ModelCost& cost, const ds::ModelConfig& cfg, const Options& o) {
   const size_t n = r.pp.n_prompt;
-  const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers, o.threads};
+  const ds::bench::ReportContext ctx = report_context(o, n);
   r.pp.flop_per_run = prefill_flops(cost, cfg, n);
   r.tg.gb_per_token = decode_bytes(cost, n + o.gen / 2) * 1e-9;
   std::printf("%s\n", ds::bench::json_row(ctx, r.pp).c_str());
@@ -663,9 +686,7 @@ void run_batched(ds::bench::BenchRunner& runner, const Options& o, const ModelCo
       if (n_seqs == 1) continue;
       const BatchResult r = measure_batch(runner, o, cost, ids, n_seqs, seq);
       if (o.json) {
-        const size_t n = ids.size();
-        const ds::bench::ReportContext ctx{o.model, o.backend, o.chunk ? std::min(o.chunk, n) : n, o.workers,
-                                           o.threads};
+        const ds::bench::ReportContext ctx = report_context(o, ids.size());
         std::printf("%s\n", ds::bench::json_row(ctx, r.tg).c_str());
       } else {
         print_batch_row(r);
@@ -703,7 +724,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<ds::StageModel> model;  // in-process only; outlives the runner
     auto runner = make_runner(o, gguf, cfg, model);
     const double load_s = seconds_since(t_load);  // weights to the device(s) (from the page cache or disk)
-    const ModelCost cost = model_cost(*gguf, cfg);
+    const ModelCost cost = model_cost(*gguf, cfg, o.kv_cache);
     std::mt19937 rng(42);
     if (o.warmup) {  // first kernels, first workspace allocations: outside the figures
       // 128 tokens: past the small-batch GEMM (<= 64 tokens), so the prefill GEMM's workspaces and

@@ -77,6 +77,8 @@ std::string json_row(const ReportContext& ctx, const ReportRow& row) {
   field(out, "n_batch", std::to_string(ctx.batch));
   field(out, "n_workers", std::to_string(ctx.workers));
   field(out, "n_threads", std::to_string(ctx.threads));
+  field(out, "type_k", json_string(ctx.type_k));
+  field(out, "type_v", json_string(ctx.type_v));
   field(out, "repetitions", std::to_string(row.seconds.size()));
   field(out, "tokens", std::to_string(row.tokens));
   field(out, "steps", std::to_string(row.steps));

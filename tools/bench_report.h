@@ -23,6 +23,7 @@ struct ReportContext {
   size_t batch = 0;      // prefill tokens per step as run (the prompt length when unchunked)
   uint32_t workers = 0;  // 0: in-process
   int threads = 0;
+  std::string type_k = "f32", type_v = "f32";  // the KV cache's element types (llama-bench's type_k / type_v)
 };
 
 struct ReportRow {

@@ -48,4 +48,13 @@ std::vector<std::string> split_commas(const std::string& v) {
   return items;
 }
 
+bool kv_cache_flag(const Usage& usage, const std::string& flag, ArgReader& args, KvTypeFlags* out) {
+  std::optional<KvType>* side = flag.rfind("--", 0) == 0 ? kv_type_flag(out, flag.substr(2)) : nullptr;
+  if (side == nullptr) return false;
+  const std::string v = args.value();
+  *side = parse_kv_type(v);
+  if (!side->has_value()) usage.fail(kv_type_flag_error(flag, v));
+  return true;
+}
+
 }  // namespace ds::cli

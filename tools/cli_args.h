@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_options.h"
+
 namespace ds::cli {
 
 struct Usage {
@@ -69,5 +71,10 @@ std::vector<T> parse_list(const Usage& usage, const std::string& flag, const std
   if (out.empty()) usage.fail(flag + " is empty");
   return out;
 }
+
+// --kv-cache-type T / --kv-cache-type-k T / --kv-cache-type-v T (common/kv_options.h): true when
+// `flag` is one of them, its value read from `args` into `out`; a T that is no KV type fails
+// "<flag> must be one of f32, bf16, ...".
+bool kv_cache_flag(const Usage& usage, const std::string& flag, ArgReader& args, KvTypeFlags* out);
 
 }  // namespace ds::cli

@@ -6,6 +6,8 @@
 //   deltaserve-logits --model F.gguf --ids 1,2,3 [--all-positions] [--mtp] [--chunk N]
 //                     [--out FILE.f32] [--threads T] [--backend cpu|cuda] [--device N]
 //                     [--workers N]   (N > 0: through N real worker processes over ZeroMQ)
+//                     [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T]
+//                                     (the KV cache's element types, common/kv_options.h)
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -36,13 +38,15 @@ struct Options {
   std::string backend = "cpu";  // cpu | cuda
   int device = 0;               // CUDA device for --backend cuda
   uint32_t workers = 0;         // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  ds::KvTypeFlags kv_cache;     // --kv-cache-type[-k|-v]
 };
 
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-logits",
                             "--model F.gguf --ids 1,2,3 [--all-positions] [--mtp] [--chunk N] [--out FILE.f32] "
-                            "[--threads T] [--backend cpu|cuda] [--device N]"};
+                            "[--threads T] [--backend cpu|cuda] [--device N] [--workers N] [--kv-cache-type T] "
+                            "[--kv-cache-type-k T] [--kv-cache-type-v T]"};
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -68,7 +72,7 @@ Options parse_args(int argc, char** argv) {
       o.device = parse_number<int>(kUsage, a, args.value(), 0, 0xFFFF);
     else if (a == "--workers")
       o.workers = parse_number<uint32_t>(kUsage, a, args.value(), 1);
-    else
+    else if (!ds::cli::kv_cache_flag(kUsage, a, args, &o.kv_cache))
       args.unknown();
   }
   if (o.model.empty()) kUsage.fail("--model is required");
@@ -152,6 +156,8 @@ std::vector<float> run_prompt_workers(const Options& o, const std::vector<size_t
   eo.n_workers = o.workers;
   eo.backend = o.backend;
   eo.threads_per_worker = o.threads;
+  eo.cache.k_type = o.kv_cache.k_type();  // sent in Assign
+  eo.cache.v_type = o.kv_cache.v_type();
   ds::PipelineEngine engine(eo);
   engine.start();
   std::vector<float> logits;
@@ -190,6 +196,8 @@ int main(int argc, char** argv) {
     const ds::ModelConfig cfg = ds::load_model_config(*gguf);
     ds::StageOptions so;
     so.n_threads = o.threads;
+    so.cache.k_type = o.kv_cache.k_type();
+    so.cache.v_type = o.kv_cache.v_type();
     std::vector<size_t> wanted;
     const size_t T = o.ids.size();
     if (o.mtp) {

@@ -7,6 +7,7 @@
 //                         [--save-base BASE.bin | --kl-base BASE.bin] [--backend cpu|cuda] [--device N]
 //                         [--threads T] [--prefill-precision bf16|f32] [--bf16-weights]
 //                         [--decode-gemv auto|dp4a|mma] [--chunk N]
+//                         [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T]
 //
 // The ids (the text tokenized literally, no special tokens added; or the ids file) are cut into
 // windows of --ctx tokens, each a fresh sequence; within a window every position after the
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/gguf.h"
+#include "common/kv_options.h"
 #include "common/model_config.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tools/cli_args.h"
@@ -49,6 +51,7 @@ struct Options {
   bool bf16_prefill = true;  // --prefill-precision (cuda; the CPU always computes in f32)
   bool bf16_weights = false;
   std::string decode_gemv = "auto";
+  ds::KvTypeFlags kv_cache;  // --kv-cache-type[-k|-v]: measure a quantized KV cache against an f32 base
 };
 
 using ds::cli::parse_number;
@@ -56,7 +59,8 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-perplexity",
                             "--model F.gguf (--file TEXT | --ids FILE) [--ctx N] [--save-base BASE.bin | --kl-base "
                             "BASE.bin] [--backend cpu|cuda] [--device N] [--threads T] [--prefill-precision bf16|f32] "
-                            "[--bf16-weights] [--decode-gemv auto|dp4a|mma] [--chunk N]"};
+                            "[--bf16-weights] [--decode-gemv auto|dp4a|mma] [--chunk N] [--kv-cache-type T] "
+                            "[--kv-cache-type-k T] [--kv-cache-type-v T]"};
 
 [[noreturn]] void help() {
   std::printf(
@@ -72,8 +76,10 @@ const ds::cli::Usage kUsage{"deltaserve-perplexity",
       "  --chunk N       tokens per forward step (default 512; the logits held are N x vocabulary floats)\n"
       "  --backend, --device, --threads, --prefill-precision, --bf16-weights, --decode-gemv: as deltaserve-bench\n"
       "                  (the CPU backend always computes in f32)\n"
+      "  --kv-cache-type T, --kv-cache-type-k T, --kv-cache-type-v T\n"
+      "                  the KV cache's element types (K and V, or one side), T one of %s; default %s\n"
       "Prints a few lines, then one JSON line (ppl, n_positions, and the KL figures with --kl-base).\n",
-      kUsage.tool, kUsage.synopsis);
+      kUsage.tool, kUsage.synopsis, ds::kKvTypeNames, ds::kv_type_name(ds::kDefaultKvType));
   std::exit(0);
 }
 
@@ -110,7 +116,7 @@ void parse_flag(const std::string& a, ds::cli::ArgReader& args, Options& o) {
       kUsage.fail("--decode-gemv must be auto, dp4a or mma, got '" + o.decode_gemv + "'");
   } else if (a == "--help" || a == "-h") {
     help();
-  } else {
+  } else if (!ds::cli::kv_cache_flag(kUsage, a, args, &o.kv_cache)) {
     args.unknown();
   }
 }
@@ -153,6 +159,8 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
                                            const Options& o) {
   ds::StageOptions so;
   so.n_threads = o.threads;
+  so.cache.k_type = o.kv_cache.k_type();
+  so.cache.v_type = o.kv_cache.v_type();
 #ifdef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda") {
     ds::CudaBackendOptions c;
@@ -177,8 +185,11 @@ size_t window_length(const Options& o, size_t n_ids, const ds::ModelConfig& cfg)
 
 void print_report(const Options& o, const ds::ppl::Report& r, size_t n_ids, double seconds) {
   const char* prefill = o.backend != "cuda" ? "f32" : o.bf16_prefill ? "bf16" : "f32";
-  std::printf("model %s, backend %s (prefill %s), %zu ids in %zu window(s) of %zu, %zu predicted positions, %.2f s\n",
-              o.model.c_str(), o.backend.c_str(), prefill, n_ids, r.n_windows, r.ctx, r.n_positions, seconds);
+  const std::string kv = ds::kv_types_name(o.kv_cache.k_type(), o.kv_cache.v_type());
+  std::printf(
+      "model %s, backend %s (prefill %s, KV cache %s), %zu ids in %zu window(s) of %zu, %zu predicted positions, "
+      "%.2f s\n",
+      o.model.c_str(), o.backend.c_str(), prefill, kv.c_str(), n_ids, r.n_windows, r.ctx, r.n_positions, seconds);
   std::printf("ppl %.6f\n", r.ppl);
   if (!o.ppl.save_base.empty()) std::printf("base saved to %s\n", o.ppl.save_base.c_str());
   if (r.has_kl) {
@@ -204,7 +215,9 @@ int main(int argc, char** argv) {
       const ds::ppl::BaseReader check(o.ppl.kl_base, ds::ppl::base_header_for(ids, cfg.n_vocab, o.ppl.ctx));
     }
     std::unique_ptr<ds::StageModel> model = load_model(gguf, cfg, o);
-    const ds::ppl::Report r = ds::ppl::evaluate(ids, cfg.n_vocab, o.ppl, ds::ppl::stage_logits(*model, o.chunk));
+    ds::ppl::Report r = ds::ppl::evaluate(ids, cfg.n_vocab, o.ppl, ds::ppl::stage_logits(*model, o.chunk));
+    r.type_k = ds::kv_type_name(o.kv_cache.k_type());
+    r.type_v = ds::kv_type_name(o.kv_cache.v_type());
     print_report(o, r, ids.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deltaserve-perplexity: %s\n", e.what());

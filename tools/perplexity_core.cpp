@@ -369,6 +369,7 @@ std::string number(double v, const char* format) {
 std::string report_json(const Report& r) {
   std::string s = "{\"ppl\": " + number(r.ppl, "%.17g") + ", \"n_positions\": " + std::to_string(r.n_positions) +
                   ", \"n_windows\": " + std::to_string(r.n_windows) + ", \"ctx\": " + std::to_string(r.ctx);
+  if (!r.type_k.empty()) s += ", \"type_k\": \"" + r.type_k + "\", \"type_v\": \"" + r.type_v + "\"";
   if (r.has_kl) {
     s += ", \"base_ppl\": " + number(r.base_ppl, "%.17g") + ", \"delta_ppl\": " + number(r.ppl - r.base_ppl, "%.17g") +
          ", \"kl_mean\": " + number(r.kl_mean, "%.9g") + ", \"kl_p99\": " + number(r.kl_p99, "%.9g") +

@@ -144,6 +144,8 @@ struct Report {
   double kl_p99 = 0;  // nearest rank: the ceil(0.99 n)-th smallest
   double kl_max = 0;
   double top1_pct = 0;  // positions whose argmax equals the base's, in %
+  // The run's KV cache element types (the caller's --kv-cache-type[-k|-v]); empty: not reported.
+  std::string type_k, type_v;
 };
 
 // The perplexity of `ids` (and the base file / KL per `o`), the logits from `logits`.

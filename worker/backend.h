@@ -265,9 +265,10 @@ class Backend {
     }
   }
   // An attention layer's q/k prep and KV write (kernels/cpu/attention_prep.h): q and k heads
-  // RMS-normed then roped in place, k and v rows scattered to their pool rows. Default: the six
-  // ops (the CPU reference); the CUDA backend runs it as one launch with the same bits.
-  // std::invalid_argument for an inconsistent shape.
+  // RMS-normed then roped in place, rotated for a rotated K type (and v for a rotated V type), k
+  // and v rows encoded into their pool rows. Default: the separate ops (the CPU reference); the
+  // CUDA backend runs it as one launch with the same bits. std::invalid_argument for an
+  // inconsistent shape.
   virtual void attention_prep(const AttentionPrep& p) {
     if (const char* why = cpu::attention_prep_problem(p)) {
       throw std::invalid_argument(std::string("attention_prep: ") + why);
@@ -279,9 +280,21 @@ class Backend {
     rms_norm(p.k, d, p.k_norm, p.eps, T * Hkv, d, p.k, d);
     rope_neox(p.qg, T, H * qs, H, qs, d, p.n_rot, p.positions, p.sections, p.theta);
     rope_neox(p.k, T, row, Hkv, d, d, p.n_rot, p.positions, p.sections, p.theta);
-    scatter_rows(p.k, p.kv_rows, T, row, p.k_pool);
-    scatter_rows(p.v, p.kv_rows, T, row, p.v_pool);
+    if (kv_type_rotated(p.k_type)) {
+      hadamard_heads(p.qg, T, H * qs, H, qs, d);
+      hadamard_heads(p.k, T, row, Hkv, d, d);
+    }
+    if (kv_type_rotated(p.v_type)) hadamard_heads(p.v, T, row, Hkv, d, d);
+    kv_write(p.k_type, p.k, p.kv_rows, T, row, p.k_pool);
+    kv_write(p.v_type, p.v, p.kv_rows, T, row, p.v_pool);
   }
+  // The KV write: src rows [n_rows][n] (contiguous) encoded as type t into pool rows
+  // host_rows[i] (distinct; kernels/cpu/kv_codec.h kv_write_rows).
+  virtual void kv_write(KvType t, const float* src, const uint32_t* host_rows, size_t n_rows, size_t n, void* pool) = 0;
+  // In place: the normalised Hadamard rotation of each head (kernels/cpu/kv_codec.h): q4r's
+  // queries, keys and values before the write, and attention's output after it.
+  virtual void hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
+                              size_t head_dim) = 0;
   virtual void swiglu(const float* gate, const float* up, size_t n, float* y) = 0;
   // The FFN's SwiGLU and down projection: y = w (silu(gate) * up), gate and up [n_rows][w.cols]
   // contiguous; `gate` may be overwritten. Default: the two ops (the CPU reference); the CUDA
@@ -303,8 +316,6 @@ class Backend {
   }
   // Copies rows: dst[i] = src[rows[i]] (row length `dim`, host row indices).
   virtual void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
-  // Copies rows: dst[rows[i]] = src[i] (distinct host row indices); KV cache writes into the pools.
-  virtual void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   virtual void synchronize() = 0;
   // Applies host `edits` (common/sampling.h: penalties, logit_bias, masks) to the logits rows
   // [n_rows, n_vocab] on the device, before they are digested or downloaded. Throws

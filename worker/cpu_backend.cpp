@@ -10,6 +10,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/conv1d.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -128,8 +129,12 @@ class CpuBackend final : public Backend {
   void gather_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
     for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + i * dim, src + size_t{rows[i]} * dim, dim * sizeof(float));
   }
-  void scatter_rows(const float* src, const uint32_t* rows, size_t n_rows, size_t dim, float* dst) override {
-    for (size_t i = 0; i < n_rows; ++i) std::memcpy(dst + size_t{rows[i]} * dim, src + i * dim, dim * sizeof(float));
+  void kv_write(KvType t, const float* src, const uint32_t* rows, size_t n_rows, size_t n, void* pool) override {
+    cpu::kv_write_rows(t, src, n, rows, n_rows, n, pool);
+  }
+  void hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
+                      size_t head_dim) override {
+    cpu::hadamard_heads(x, n_rows, row_stride, n_heads, head_stride, head_dim);
   }
   void synchronize() override {}
 

@@ -34,6 +34,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gdn.h"
 #include "kernels/cuda/gdn_chunked.h"
+#include "kernels/cuda/kv_codec.h"
 #include "kernels/cuda/l2_norm_heads.h"
 #include "kernels/cuda/logit_digest.h"
 #include "kernels/cuda/matmul.h"
@@ -308,7 +309,9 @@ class CudaBackend final : public Backend {
   }
 
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
-  void scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
+  void kv_write(KvType t, const float* src, const uint32_t* host_rows, size_t n_rows, size_t n, void* pool) override;
+  void hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
+                      size_t head_dim) override;
   void synchronize() override {
     on_device();
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -713,7 +716,7 @@ void CudaBackend::attention_prep(const AttentionPrep& p) {
   if (const char* why = cpu::attention_prep_problem(p)) {
     throw std::invalid_argument(std::string("attention_prep: ") + why);
   }
-  if (!fused_ops_ || p.head_dim > cuda::kAttentionPrepMaxHeadDim) return Backend::attention_prep(p);
+  if (!fused_ops_ || !cuda::attention_prep_applies(p)) return Backend::attention_prep(p);
   if (p.n_tokens == 0) return;
   on_device();
   const size_t T = p.n_tokens;
@@ -781,10 +784,16 @@ void CudaBackend::fill_forced_logits(const float* logits, size_t n_rows, size_t 
   DS_CUDA_CHECK(cuda::fill_forced_logits(logits, n_rows, n_vocab, dev, dev_rows, stream_));
 }
 
-void CudaBackend::scatter_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) {
+void CudaBackend::kv_write(KvType t, const float* src, const uint32_t* host_rows, size_t n_rows, size_t n, void* pool) {
   on_device();
   const auto* rows = static_cast<const uint32_t*>(kv_rows_.put(host_rows, n_rows * sizeof(uint32_t), stream_));
-  DS_CUDA_CHECK(cuda::scatter_rows(src, rows, n_rows, dim, dst, stream_));
+  DS_CUDA_CHECK(cuda::kv_write_rows(t, src, n, rows, n_rows, n, pool, stream_));
+}
+
+void CudaBackend::hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
+                                 size_t head_dim) {
+  on_device();
+  DS_CUDA_CHECK(cuda::hadamard_heads(x, n_rows, row_stride, n_heads, head_stride, head_dim, stream_));
 }
 
 }  // namespace

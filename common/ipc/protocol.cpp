@@ -2,6 +2,7 @@
 #include "common/ipc/protocol.h"
 
 #include <limits>
+#include <stdexcept>
 
 namespace ds::ipc {
 
@@ -63,6 +64,21 @@ const char* body_name(const v1::Envelope& env) {
       break;
   }
   return "none";
+}
+
+void set_assign_kv_types(v1::Assign* a, KvType k, KvType v) {
+  a->set_kv_cache_type_k(kv_type_name(k));
+  a->set_kv_cache_type_v(kv_type_name(v));
+}
+
+std::optional<KvType> assign_kv_type(const char* field, const std::string& wire) {
+  if (wire.empty()) return std::nullopt;
+  const std::optional<KvType> t = parse_kv_type(wire);
+  if (!t) {
+    throw std::runtime_error(std::string("Assign.") + field + " = '" + wire + "' is not a KV cache type (" +
+                             kKvTypeNames + ")");
+  }
+  return t;
 }
 
 }  // namespace ds::ipc

@@ -4,7 +4,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/byte_size.h"  // format_bytes
+#include "common/kv_options.h"
 #include "common/log.h"
+#include "common/stage_footprint.h"  // stage_cache_shapes, kv_bytes_per_token
 #include "coordinator/engine/gpu_share.h"
 
 namespace ds {
@@ -47,8 +50,25 @@ SchedulerConfig scheduler_config(const ServeOptions& o, uint32_t max_context, co
   return s;
 }
 
+// The workers' KV cache types (--kv-cache-type[-k|-v]), checked against the model's heads before
+// any worker starts; the start-up log gives their bytes per token over all of the model's
+// attention layers (the MTP block's included). Returns those bytes.
+uint64_t check_kv_cache(const ServeOptions& o, const ModelConfig& cfg) {
+  const KvType k = o.kv_cache.k_type(), v = o.kv_cache.v_type();
+  if (const std::string problem = kv_types_problem(k, v, cfg); !problem.empty()) {
+    throw std::runtime_error(o.engine.model_path + ": " + problem);
+  }
+  const CacheShapes shapes = stage_cache_shapes(cfg, StageRange{0, cfg.n_layer});
+  const uint64_t per_token = kv_bytes_per_token(shapes, k, v);
+  log::info("deltaserve", log::Msg() << file_name(o.engine.model_path) << ": KV cache " << kv_types_name(k, v) << ", "
+                                     << per_token << " bytes per token (" << shapes.n_attention_layers
+                                     << " attention layers)");
+  return per_token;
+}
+
 // The scheduler plans with the pools every worker holds (the minimum they reported at Ready).
-void plan_with_worker_capacity(const std::string& model, const CacheGeometry& workers, SchedulerConfig* s) {
+void plan_with_worker_capacity(const std::string& model, const CacheGeometry& workers, uint64_t kv_token_bytes,
+                               SchedulerConfig* s) {
   if (workers.max_seqs < s->max_seqs) {
     log::warn("deltaserve", log::Msg() << model << ": the workers' memory budgets hold " << workers.max_seqs
                                        << " of the " << s->max_seqs << " sequences --max-seqs asks for (each with one "
@@ -57,10 +77,12 @@ void plan_with_worker_capacity(const std::string& model, const CacheGeometry& wo
   s->num_blocks = workers.num_blocks;
   s->max_seqs = workers.max_seqs;
   s->num_snapshots = workers.num_snapshots;
-  log::info("deltaserve", log::Msg() << model << ": KV capacity: " << s->num_blocks << " blocks of " << s->block_size
-                                     << " tokens (" << uint64_t{s->num_blocks} * s->block_size << " tokens in total), "
-                                     << s->max_seqs << " state slots, " << s->num_snapshots << " state snapshots"
-                                     << (s->num_snapshots ? "" : " (prefix cache off)"));
+  const uint64_t tokens = uint64_t{s->num_blocks} * s->block_size;
+  log::info("deltaserve",
+            log::Msg() << model << ": KV capacity: " << s->num_blocks << " blocks of " << s->block_size << " tokens ("
+                       << tokens << " tokens in total, " << format_bytes(tokens * kv_token_bytes) << " of "
+                       << kv_types_name(workers.k_type, workers.v_type) << " KV), " << s->max_seqs << " state slots, "
+                       << s->num_snapshots << " state snapshots" << (s->num_snapshots ? "" : " (prefix cache off)"));
 }
 
 // --mode: what the model serves, from the GGUF unless the flag says; the workers' head follows.
@@ -95,6 +117,7 @@ ModelHost::ModelHost(ServeOptions options)
       tokenizer_(gguf_),
       chat_template_(ChatTemplate::from_gguf(gguf_)) {
   apply_mode(cfg_, &o_);
+  kv_token_bytes_ = check_kv_cache(o_, cfg_);
   o_.engine.max_context = resolve_max_context(o_, cfg_);
   if (o_.http.served_model_name.empty()) o_.http.served_model_name = file_name(o_.engine.model_path);
   o_.http.model_file_name = file_name(o_.engine.model_path);
@@ -111,22 +134,27 @@ void ModelHost::start() {
   // plans with the minimum over the workers. An explicit --kv-blocks must fit every worker.
   BatchEngineOptions bo;
   bo.scheduler = scheduler_config(o_, o_.engine.max_context, tokenizer_);
+  // No recurrent layers (qwen3): prefix hits at any cached block, without snapshots.
+  bo.scheduler.stateless = !cfg_.hybrid();
   bo.max_plans_in_flight = o_.pipeline_depth ? o_.pipeline_depth : std::min<uint32_t>(o_.engine.n_workers + 1, 4);
   log::info("deltaserve", log::Msg() << name << ": decode groups: " << bo.scheduler.decode_groups
                                      << (o_.decode_groups ? "" : " (auto)") << ", plans in flight up to "
                                      << std::max(bo.max_plans_in_flight, bo.scheduler.decode_groups));
   o_.engine.cache = worker_cache_geometry(bo.scheduler);
+  o_.engine.cache.k_type = o_.kv_cache.k_type();
+  o_.engine.cache.v_type = o_.kv_cache.v_type();
   o_.engine.cache_sizing = CacheSizing::kFitBudget;
   o_.engine.spec_k = bo.scheduler.spec_k;  // the workers budget each slot's rollback records
   o_.engine.draft_vocab = o_.draft_vocab;
   o_.engine.require_num_blocks = o_.kv_blocks != 0;
   log::info("deltaserve", log::Msg() << name << ": worker memory: up to " << o_.engine.cache.num_blocks
-                                     << " KV blocks of " << o_.engine.cache.block_size << " tokens, "
+                                     << " KV blocks of " << o_.engine.cache.block_size << " tokens ("
+                                     << kv_types_name(o_.engine.cache.k_type, o_.engine.cache.v_type) << "), "
                                      << o_.engine.cache.max_seqs << " state slots, " << o_.engine.cache.num_snapshots
                                      << " state snapshots, as far as each worker's memory budget allows");
   pipeline_ = std::make_unique<PipelineEngine>(o_.engine);
   pipeline_->start();
-  plan_with_worker_capacity(name, pipeline_->cache_geometry(), &bo.scheduler);
+  plan_with_worker_capacity(name, pipeline_->cache_geometry(), kv_token_bytes_, &bo.scheduler);
   for (const WorkerInfo& w : pipeline_->workers()) {
     log::info("deltaserve", log::Msg() << name << ": rank " << w.rank << " layers [" << w.layers.first_layer << ", "
                                        << w.layers.last_layer << ") pid " << w.pid << " " << w.state);
@@ -158,7 +186,7 @@ ServeOptions side_model_options(const ServeOptions& main, const SideModelOptions
   o.engine.max_context = 0;           // its own model's
   // One MPS daemon per GPU at most: the main model's engine owns it, if any.
   o.engine.mps = "off";
-  o.mode = mode;
+  o.mode = mode;  // the KV cache types (kv_cache) stay the main model's
   o.spec_k = 0;
   o.draft_vocab = 0;
   o.kv_blocks = 0;

@@ -21,7 +21,8 @@ class ModelHost {
  public:
   // Reads the GGUF's metadata and settles what `options` leaves open: the mode (--mode, else
   // the GGUF's pooling type) and the head the workers run, the context, the served name.
-  // Throws std::runtime_error for a mode the model cannot serve.
+  // Throws std::runtime_error for a mode the model cannot serve, or KV cache types its heads
+  // cannot be stored as.
   explicit ModelHost(ServeOptions options);
   ~ModelHost();  // stop()
   ModelHost(const ModelHost&) = delete;
@@ -42,6 +43,7 @@ class ModelHost {
   ModelConfig cfg_;
   Tokenizer tokenizer_;
   ChatTemplate chat_template_;
+  uint64_t kv_token_bytes_ = 0;  // one token's K + V over every attention layer, as the workers store them
   std::unique_ptr<PipelineEngine> pipeline_;
   std::unique_ptr<BatchEngine> engine_;
 };

@@ -329,6 +329,11 @@ OptionTable serve_table(ServeOptions* o) {
              "what the model serves: chat (the generation routes), embed (/v1/embeddings), rerank\n"
              "(/v1/rerank, /rerank, /v2/rerank, /v1/score); auto: the GGUF's pooling type says"),
   };
+  // The KV cache types follow --kv-blocks in the help and the start-up line.
+  const std::vector<OptionSpec> kv = kv_type_option_specs(&o->kv_cache);
+  const auto kv_blocks =
+      std::find_if(table.begin(), table.end(), [](const OptionSpec& spec) { return spec.name == "kv-blocks"; });
+  table.insert(kv_blocks + 1, kv.begin(), kv.end());
   for (OptionSpec& spec : side_model_specs("embed", "an embedding", &o->embed_model)) table.push_back(std::move(spec));
   for (OptionSpec& spec : side_model_specs("rerank", "a reranker", &o->rerank_model)) table.push_back(std::move(spec));
   table.push_back(upstream_spec("embed", "/v1/embeddings", &o->embed_upstream));
@@ -420,6 +425,8 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
   e.prefill_precision = out->prefill_precision.value_or("bf16");
   e.decode_gemv = out->decode_gemv.value_or("auto");
   e.bf16_weight_copy = out->bf16_weight_copy.value_or("off");
+  e.cache.k_type = out->kv_cache.k_type();
+  e.cache.v_type = out->kv_cache.v_type();
   e.pool_budget_bytes = 0;
   if (out->memory_budget) parse_byte_size(*out->memory_budget, &e.pool_budget_bytes);  // validated above
   return check_consistency(*out, error);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_options.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/http/server_options.h"
 
@@ -65,6 +66,9 @@ struct ServeOptions {
   std::optional<std::string> bf16_weight_copy;
   // cuda decode / verify GEMV ("auto" | "dp4a" | "mma"; worker/decode_gemv.h); unset: auto.
   std::optional<std::string> decode_gemv;
+  // The KV cache's element types (--kv-cache-type[-k|-v], common/kv_options.h): put into
+  // engine.cache, so every worker (and the hosted --embed-model / --rerank-model) gets them.
+  KvTypeFlags kv_cache;
   std::string log_format = "text";  // text | json
   // What the model serves: "chat", "embed" (/v1/embeddings), "rerank" (/v1/rerank), or "auto":
   // the GGUF's (qwen3.pooling_type last: embed, rank: rerank, else chat).

@@ -41,6 +41,9 @@ WorkerCapacity ready_capacity(const ipc::v1::Ready& r, const CacheGeometry& aske
   w.pools.num_blocks = r.kv_blocks();
   w.pools.max_seqs = r.state_slots();
   w.pools.num_snapshots = r.state_snapshots();
+  // The types were sent in Assign, not reported: a restarted worker is assigned these pools again.
+  w.pools.k_type = asked.k_type;
+  w.pools.v_type = asked.v_type;
   w.bytes = r.cache_bytes();
   w.budget_bytes = r.cache_budget_bytes();
   return w;

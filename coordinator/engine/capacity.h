@@ -13,7 +13,7 @@ namespace ds {
 
 struct WorkerCapacity {
   uint32_t rank = 0;
-  CacheGeometry pools;        // what the worker allocated
+  CacheGeometry pools;        // what the worker allocated (the KV types as Assign asked)
   uint64_t bytes = 0;         // what they take
   uint64_t budget_bytes = 0;  // the budget the worker sized them against
 };

@@ -21,6 +21,7 @@
 #include "common/gguf.h"
 #include "common/ipc/channel.h"
 #include "common/ipc/endpoints.h"
+#include "common/ipc/protocol.h"  // set_assign_kv_types
 #include "common/ipc/shm_ring.h"
 #include "common/log.h"
 #include "common/model_config.h"
@@ -237,6 +238,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
   a.set_num_blocks(opt.cache.num_blocks);
   a.set_max_seqs(opt.cache.max_seqs);
   a.set_num_snapshots(opt.cache.num_snapshots);
+  ipc::set_assign_kv_types(&a, opt.cache.k_type, opt.cache.v_type);
   a.set_cache_sizing(opt.cache_sizing == CacheSizing::kFitBudget ? v1::CACHE_SIZING_FIT_BUDGET
                                                                  : v1::CACHE_SIZING_EXACT);
   a.set_spec_k(opt.spec_k);

@@ -2,8 +2,10 @@
 // POST /v1/rerank, /rerank, /v2/rerank, /v1/score (a reranker). The request layer
 // (embedding_request.h, rerank_request.h) parses and tokenizes; each input becomes one pooled
 // engine request, and PooledFanIn answers once all are back.
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/http/api_error.h"
@@ -19,6 +21,41 @@ namespace {
 HttpResponse json_reply(std::string body) {
   return HttpResponse{200, "application/json", std::move(body), {}};
 }
+
+// Prompts sharing at least this many leading tokens (a rerank request's template and query)
+// run the first one alone before the others: its KV blocks are then in the prefix cache, and the
+// others compute only what follows the shared prefix (no recurrent state in the pooling
+// models, so any cached block boundary is a usable hit).
+constexpr size_t kLeaderPrefix = 32;
+
+size_t shared_prefix(const std::vector<std::vector<int32_t>>& prompts) {
+  size_t n = prompts.empty() ? 0 : prompts[0].size();
+  for (const std::vector<int32_t>& p : prompts) {
+    size_t i = 0;
+    while (i < n && i < p.size() && p[i] == prompts[0][i]) ++i;
+    n = i;
+  }
+  return n;
+}
+
+// Forwards the leader's events, then (once) submits the followers.
+class LeaderSink final : public GenerationSink {
+ public:
+  LeaderSink(std::shared_ptr<GenerationSink> inner, std::function<void()> then)
+      : inner_(std::move(inner)), then_(std::move(then)) {}
+  void on_started(uint32_t prompt_tokens) override { inner_->on_started(prompt_tokens); }
+  void on_token(const GeneratedToken& token) override { inner_->on_token(token); }
+  void on_cached(uint32_t cached_tokens) override { inner_->on_cached(cached_tokens); }
+  void on_pooled(const std::vector<float>& values) override { inner_->on_pooled(values); }
+  void on_finished(FinishReason reason, const std::string& error) override {
+    inner_->on_finished(reason, error);
+    if (then_) std::exchange(then_, nullptr)();
+  }
+
+ private:
+  std::shared_ptr<GenerationSink> inner_;
+  std::function<void()> then_;
+};
 
 }  // namespace
 
@@ -126,6 +163,8 @@ DisconnectHook OpenAIService::rerank(const HttpRequest& request, Channel channel
 }
 
 // One pooled engine request per prompt; a client that leaves cancels those still running.
+// Prompts with a long shared prefix go in two waves (kLeaderPrefix): the first, then the rest
+// when it is done.
 DisconnectHook OpenAIService::submit_pooled(const char* id_prefix, const std::vector<std::vector<int32_t>>& prompts,
                                             Channel channel, PooledFanIn::Answer answer) {
   const std::string base = new_request_id(id_prefix);
@@ -134,26 +173,40 @@ DisconnectHook OpenAIService::submit_pooled(const char* id_prefix, const std::ve
   for (size_t i = 0; i < prompts.size(); ++i) ids->push_back(base + "-" + std::to_string(i));
   Engine& engine = engine_;
   const auto cancel_all = [&engine, ids] {
-    for (const std::string& id : *ids) engine.cancel(id);  // finished ones are ignored
+    for (const std::string& id : *ids) engine.cancel(id);  // finished and unknown ones are ignored
   };
   auto fan_in = std::make_shared<PooledFanIn>(std::move(channel), prompts.size(), std::move(answer), cancel_all);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest r;
-    r.request_id = (*ids)[i];
-    r.prompt_ids = prompts[i];
-    r.pooled = true;
-    try {
-      engine_.submit(std::move(r), fan_in->sink(i));
-    } catch (const std::invalid_argument& e) {
-      fan_in->fail(error_response(ApiError(400, "input " + std::to_string(i) + ": " + e.what(), "input")));
-      cancel_all();
-      return {};
-    } catch (const std::exception& e) {
-      fan_in->fail(error_response(503, std::string("The engine refused the request: ") + e.what()));
-      cancel_all();
-      return {};
+  // Submits prompts [first, last); false (the reply failed, the others cancelled) on a refusal.
+  auto submit = [&engine, ids, fan_in, cancel_all](const std::vector<std::vector<int32_t>>& all, size_t first,
+                                                   size_t last, std::shared_ptr<GenerationSink> lead) {
+    for (size_t i = first; i < last && !fan_in->failed(); ++i) {
+      GenerationRequest r;
+      r.request_id = (*ids)[i];
+      r.prompt_ids = all[i];
+      r.pooled = true;
+      try {
+        engine.submit(std::move(r), i == first && lead ? lead : fan_in->sink(i));
+      } catch (const std::invalid_argument& e) {
+        fan_in->fail(error_response(ApiError(400, "input " + std::to_string(i) + ": " + e.what(), "input")));
+        cancel_all();
+        return false;
+      } catch (const std::exception& e) {
+        fan_in->fail(error_response(503, std::string("The engine refused the request: ") + e.what()));
+        cancel_all();
+        return false;
+      }
     }
+    return true;
+  };
+  if (prompts.size() < 2 || shared_prefix(prompts) < kLeaderPrefix) {
+    if (!submit(prompts, 0, prompts.size(), nullptr)) return {};
+    return cancel_all;
   }
+  auto rest = std::make_shared<const std::vector<std::vector<int32_t>>>(prompts);
+  auto leader = std::make_shared<LeaderSink>(fan_in->sink(0), [submit, rest, fan_in] {
+    if (!fan_in->failed()) submit(*rest, 1, rest->size(), nullptr);
+  });
+  if (!submit(prompts, 0, 1, leader)) return {};
   return cancel_all;
 }
 

@@ -19,8 +19,8 @@ uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) {
   return h;
 }
 
-PrefixCache::PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed)
-    : blocks_(blocks), snapshots_(snapshots), seed_(seed) {}
+PrefixCache::PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed, bool stateless)
+    : blocks_(blocks), snapshots_(snapshots), seed_(seed), stateless_(stateless) {}
 
 void PrefixCache::extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>& hashes) const {
   size_t full = tokens.size() / block_size();
@@ -39,6 +39,10 @@ PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens, const std::vector
     auto block = blocks_.lookup(hashes[k], parent_hash(hashes, k), block_tokens(tokens, k));
     if (!block) break;
     chain.push_back(*block);
+    if (stateless_) {
+      usable_blocks = k + 1;
+      continue;
+    }
     // Only the deepest snapshot matters; touching shallower ones on the way is harmless
     // (they are prefixes of what was just asked for, hence likely useful again).
     if (auto s = snapshots_.find(hashes[k])) {

@@ -21,14 +21,16 @@ uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens);
 struct PrefixHit {
   uint32_t num_tokens = 0;           // block-aligned, 0 = miss
   std::vector<uint32_t> blocks;      // cached KV blocks covering [0, num_tokens)
-  std::optional<uint32_t> snapshot;  // GDN state at num_tokens (set iff num_tokens > 0)
+  std::optional<uint32_t> snapshot;  // GDN state at num_tokens (set iff num_tokens > 0, unless stateless)
 };
 
 class PrefixCache {
  public:
   // `seed` keys the hash chain; a per-process random seed keeps hash collisions from being
   // crafted by clients (lookups also compare tokens, but the chain relies on the hash).
-  PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed);
+  // `stateless`: the model has no recurrent layers, so a hit may end at any cached block and
+  // needs no snapshot.
+  PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed, bool stateless = false);
 
   uint32_t block_size() const { return blocks_.block_size(); }
   // Hash of block k's parent: the seed for the first block.
@@ -52,6 +54,7 @@ class PrefixCache {
   BlockAllocator& blocks_;
   SnapshotStore& snapshots_;
   uint64_t seed_;
+  bool stateless_;
 };
 
 }  // namespace ds

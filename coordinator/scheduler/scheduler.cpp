@@ -214,7 +214,7 @@ void Scheduler::emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPla
 // or, while generating, on a block boundary. Only the latest generation snapshot of a
 // sequence is kept: it is the one a follow-up turn can reuse.
 std::optional<uint32_t> Scheduler::plan_snapshot(Sequence& s, uint32_t start, uint32_t end) {
-  if (!cache_enabled() || end % config_.block_size != 0) return std::nullopt;
+  if (!cache_enabled() || config_.stateless || end % config_.block_size != 0) return std::nullopt;
   bool at_target = end == s.snapshot_target;
   bool generating = config_.snapshot_decode && start >= s.prompt_len;
   if (!at_target && !generating) return std::nullopt;
@@ -235,7 +235,7 @@ std::optional<uint32_t> Scheduler::plan_snapshot(Sequence& s, uint32_t start, ui
 // not serve a resend of the same prompt (one token must always be computed for logits).
 void Scheduler::set_snapshot_target(Sequence& s, uint32_t start) {
   s.snapshot_target = 0;
-  if (!cache_enabled()) return;
+  if (!cache_enabled() || config_.stateless) return;
   uint32_t target = (s.num_tokens() - 1) / config_.block_size * config_.block_size;
   if (target <= start) return;
   if (snapshots_.contains(s.hashes[target / config_.block_size - 1])) return;

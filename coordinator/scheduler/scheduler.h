@@ -44,7 +44,10 @@ struct SchedulerConfig {
   uint32_t max_context = 4096;       // tokens per sequence, prompt + generated
   uint32_t watermark_blocks = 0;     // kept free when admitting next to running sequences
   uint32_t num_snapshots = 0;        // GDN snapshot buffers; 0 disables the prefix cache
-  bool snapshot_decode = true;       // also snapshot generated text at block ends
+  // A model without recurrent layers (qwen3): every cached block boundary is a usable prefix,
+  // no snapshot is needed or kept, and the prefix cache is on whatever num_snapshots says.
+  bool stateless = false;
+  bool snapshot_decode = true;  // also snapshot generated text at block ends
   // MTP speculative decoding: drafts proposed per step (0 = off, at most 4, the workers'
   // rollback depth). A sequence's blocks then cover spec_k positions past its row (draft rows).
   uint32_t spec_k = 0;
@@ -131,7 +134,7 @@ class Scheduler {
   uint32_t decode_rows_per_step() const;
   bool may_plan_decode_rows() const;
   void preempt(Sequence& s, std::vector<ReleasedSeq>& released);
-  bool cache_enabled() const { return config_.num_snapshots > 0; }
+  bool cache_enabled() const { return config_.num_snapshots > 0 || config_.stateless; }
 
   // scheduler_update.cpp: results and bookkeeping
   void publish_computed(Sequence& s, uint32_t end);

@@ -32,7 +32,7 @@ Scheduler::Scheduler(SchedulerConfig config)
       blocks_(config_.num_blocks, config_.block_size),
       slots_(config_.max_seqs),
       snapshots_(config_.num_snapshots),
-      prefix_(blocks_, snapshots_, config_.hash_seed),
+      prefix_(blocks_, snapshots_, config_.hash_seed, config_.stateless),
       eos_(config_.eos_token_ids.begin(), config_.eos_token_ids.end()) {}
 
 void Scheduler::add_request(const GenerationRequest& request) {

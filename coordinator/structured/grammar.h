@@ -31,6 +31,10 @@ struct GrammarOptions {
   // mandatory beyond the JSON syntax. No whitespace before the top-level value nor after it:
   // the grammar ends with the value's last byte (then only EOS can follow).
   uint32_t max_ws = 8;
+  // Text no JSON string (key or value, quotes included) may contain: a tool call's non-string
+  // parameter, written as JSON between <parameter=P> and </parameter>, sets "</parameter>" (the
+  // parser cuts the value there); the model can still write it as "<\/parameter>". Empty: none.
+  std::string forbid_in_strings;
   // Compile budget: automaton states over the whole compile, and wall time. Exceeding either
   // throws SchemaError{"$budget"} (fail closed).
   size_t max_states = 400000;

@@ -407,14 +407,15 @@ class Compiler {
       parts.push_back(length_dfa(one_char(), static_cast<uint32_t>(mn),
                                  mx == UINT64_MAX ? kUnbounded : static_cast<uint32_t>(mx), b_.budget()));
     }
-    if (parts.empty()) return e_call(shared_rule(string_rule_, e_embed(generic_string_dfa())));
+    if (parts.empty()) return e_call(shared_rule(string_rule_, e_embed(any_string())));
     std::shared_ptr<const Dfa> d = parts[0];
     for (size_t i = 1; i < parts.size(); ++i) d = dfa_product(*d, *parts[i], ProductMode::And, b_.budget());
     // A rule of its own: every position inside the string is one grammar state, whatever
     // property it belongs to, so its mask is computed once.
     const int32_t r = b_.new_rule();
-    auto quoted = dfa_wrap(*d, '"', '"', b_.budget());
-    b_.define(r, quoted ? e_embed(std::move(quoted)) : e_seq({e_byte('"'), e_embed(d), e_byte('"')}));
+    std::shared_ptr<const Dfa> quoted = dfa_wrap(*d, '"', '"', b_.budget());
+    if (!quoted) quoted = build_dfa(e_seq({e_byte('"'), e_embed(d), e_byte('"')}), b_.budget());
+    b_.define(r, e_embed(allowed_strings(std::move(quoted))));
     string_rules_.emplace(std::move(key), r);
     return e_call(r);
   }
@@ -440,12 +441,30 @@ class Compiler {
     return slot;
   }
 
+  // `quoted` (a JSON string DFA, quotes included) without the strings that contain
+  // opt_.forbid_in_strings; `quoted` itself when nothing is forbidden.
+  std::shared_ptr<const Dfa> allowed_strings(std::shared_ptr<const Dfa> quoted) {
+    if (opt_.forbid_in_strings.empty()) return quoted;
+    if (!forbidden_) {
+      ByteSet all;
+      for (int c = 0; c < 256; ++c) all.set(static_cast<uint8_t>(c));
+      const ExprPtr any = e_rep(e_bytes(all), 0, kUnbounded);
+      forbidden_ = build_dfa(e_seq({any, e_lit(opt_.forbid_in_strings), any}), b_.budget());
+    }
+    return dfa_product(*quoted, *forbidden_, ProductMode::AndNot, b_.budget());
+  }
+  // Any JSON string, as allowed_strings leaves it (built once per compile).
+  std::shared_ptr<const Dfa> any_string() {
+    if (!any_string_) any_string_ = allowed_strings(generic_string_dfa());
+    return any_string_;
+  }
+
   int32_t any_rule() {
     if (any_rule_ >= 0) return any_rule_;
     any_rule_ = b_.new_rule();
     any_obj_ = b_.new_rule();
     const int32_t any_arr = b_.new_rule();
-    const ExprPtr str = e_embed(generic_string_dfa());
+    const ExprPtr str = e_embed(any_string());
     b_.define(any_rule_,
               e_alt({e_lit("null"), e_lit("true"), e_lit("false"), e_call(shared_rule(number_rule_, number_expr())),
                      e_call(shared_rule(string_rule_, str)), e_call(any_obj_), e_call(any_arr)}));
@@ -472,6 +491,7 @@ class Compiler {
   int32_t any_rule_ = -1, any_obj_ = -1;
   int32_t string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
   std::shared_ptr<Dfa> one_char_;
+  std::shared_ptr<const Dfa> forbidden_, any_string_;      // allowed_strings' automata
   std::unordered_map<std::string, int32_t> string_rules_;  // string_for's constraints -> rule
   int depth_ = 0;
 };
@@ -490,7 +510,8 @@ std::vector<std::pair<std::shared_ptr<const Dfa>, const JValue*>> Compiler::patt
     } catch (const std::invalid_argument& e) {
       throw SchemaError("patternProperties", e.what());
     }
-    out.emplace_back(build_dfa(e_seq({e_byte('"'), e_embed(content), e_byte('"')}), b_.budget()), &m.value);
+    out.emplace_back(allowed_strings(build_dfa(e_seq({e_byte('"'), e_embed(content), e_byte('"')}), b_.budget())),
+                     &m.value);
   }
   return out;
 }
@@ -599,7 +620,7 @@ ExprPtr Compiler::object_for(const JValue& s) {
   if (!addl_false) {
     // Any other key: a JSON string that is none of the property names (nor matches a pattern;
     // then only canonically escaped keys, the spelling patterns are matched on).
-    std::shared_ptr<const Dfa> key = generic_string_dfa();
+    std::shared_ptr<const Dfa> key = any_string();
     if (!pats.empty()) {
       std::vector<ExprPtr> ex;
       for (const auto& p : pats) ex.push_back(e_embed(p.first));

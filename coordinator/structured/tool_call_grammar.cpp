@@ -195,7 +195,9 @@ struct Split {
 
 class ToolGrammar {
  public:
-  explicit ToolGrammar(const GrammarOptions& opt) : opt_(opt), b_(opt) {}
+  explicit ToolGrammar(const GrammarOptions& opt) : opt_(opt), json_opt_(opt), b_(opt) {
+    json_opt_.forbid_in_strings = std::string(kParamClose);  // JSON values end at the close tag too
+  }
 
   std::shared_ptr<const Grammar> compile(const JValue& tools, const ToolCallConstraint& c);
 
@@ -214,6 +216,7 @@ class ToolGrammar {
   const JValue* with_types(const JValue& s, const Types& types);
 
   GrammarOptions opt_;
+  GrammarOptions json_opt_;  // the JSON values' options: strings never hold </parameter>
   GrammarBuilder b_;
   rapidjson::Document scratch_;  // allocator of the derived schemas
   std::deque<JValue> derived_;   // stable addresses
@@ -272,7 +275,7 @@ int32_t ToolGrammar::mixed_rule(const JValue& root, const JValue& s, const Types
     auto bad = build_dfa(raw_exclusions(other_types(types)), b_.budget());
     alts.push_back(e_embed(dfa_product(*text, *bad, ProductMode::AndNot, b_.budget())));
   }
-  for (const JValue* j : sp.json) alts.push_back(e_call(define_json_schema_rule(b_, root, *j, opt_)));
+  for (const JValue* j : sp.json) alts.push_back(e_call(define_json_schema_rule(b_, root, *j, json_opt_)));
   const int32_t r = b_.new_rule();
   b_.define(r, e_alt(std::move(alts)));
   return r;
@@ -281,7 +284,7 @@ int32_t ToolGrammar::mixed_rule(const JValue& root, const JValue& s, const Types
 int32_t ToolGrammar::value_rule(const JValue& root, const JValue& s, const Types& types) {
   // Without "string" the parser reads the text as JSON (typed or best effort), so the value
   // is written as JSON.
-  if (!has(types, "string")) return define_json_schema_rule(b_, root, s, opt_);
+  if (!has(types, "string")) return define_json_schema_rule(b_, root, s, json_opt_);
   return mixed_rule(root, s, types);
 }
 
@@ -332,7 +335,7 @@ std::vector<ExprPtr> ToolGrammar::param_elements(const JValue& params) {
     if (addl && addl->IsBool() && !addl->GetBool())
       throw SchemaError("required", "\"" + name + "\" is required but additionalProperties is false");
     if (!writable_name(name)) throw SchemaError("required", "parameter name \"" + name + "\" cannot be written");
-    out.push_back(param_element(name, define_json_schema_rule(b_, params, addl ? *addl : kTrue, opt_), true));
+    out.push_back(param_element(name, define_json_schema_rule(b_, params, addl ? *addl : kTrue, json_opt_), true));
   }
   return out;
 }

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/kv_format.h"
+
 namespace ds::cpu {
 
 class ThreadPool;
@@ -20,23 +22,30 @@ struct AttentionShape {
   size_t head_dim;        // d
   size_t q_token_stride;  // floats between query tokens (head h at h*q_head_stride)
   size_t q_head_stride;
-  size_t kv_row_stride;     // floats between cache rows (kv head g at g*head_dim within a row)
+  size_t kv_row_stride;     // values per cache row (kv head g at g*head_dim within a row)
   size_t out_token_stride;  // out: [n_q_tokens, H, d]
 };
 
-// The sequence's view of the KV pools.
+// The sequence's view of the KV pools: [pool blocks][block_size] rows of kv_row_stride values,
+// each row kv_row_bytes(type, kv_row_stride) bytes (common/kv_format.h); K and V may differ.
 struct KvPages {
-  const float* k_pool = nullptr;         // [pool blocks][block_size][kv_row_stride]
-  const float* v_pool = nullptr;         // same layout as k_pool
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
   const int32_t* block_table = nullptr;  // ceil(kv_len / block_size) pool block ids
   size_t block_size = 0;                 // cache rows per block
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
 };
 
-// Offset in floats of cache row `tau` inside a pool (the one place that maps rows to pages;
-// KV writes and the CUDA twin use it too, so reads and writes agree by construction).
-// constexpr so device code may call it (kernels/cuda builds with --expt-relaxed-constexpr).
+// The pool row holding cache row `tau` (the one place that maps rows to pages; KV writes and the
+// CUDA twin use it too, so reads and writes agree by construction). constexpr so device code may
+// call it (kernels/cuda builds with --expt-relaxed-constexpr).
+constexpr size_t kv_pool_row(const int32_t* block_table, size_t block_size, size_t tau) {
+  return static_cast<size_t>(block_table[tau / block_size]) * block_size + tau % block_size;
+}
+// Offset of that row in units of row_stride (elements of an f32 pool, with row_stride values).
 constexpr size_t kv_row_offset(const int32_t* block_table, size_t block_size, size_t row_stride, size_t tau) {
-  return (static_cast<size_t>(block_table[tau / block_size]) * block_size + tau % block_size) * row_stride;
+  return kv_pool_row(block_table, block_size, tau) * row_stride;
 }
 
 // out[t][h] = sum_tau softmax(q.k_tau * scale) v_tau over tau <= kv_len - n_q_tokens + t.
@@ -60,15 +69,17 @@ struct AttentionBatchSeq {
 struct AttentionBatch {
   size_t n_heads, n_kv_heads, head_dim;
   size_t q_head_stride;  // floats between query heads of a row
-  size_t kv_row_stride;  // floats between cache rows
-  const float* k_pool;
-  const float* v_pool;
+  size_t kv_row_stride;  // values per cache row (the pools' rows are kv_row_bytes of their types)
+  const void* k_pool;
+  const void* v_pool;
   size_t block_size;
   float scale;
   const float* q;
   float* out;
   const AttentionBatchSeq* seqs;
   size_t n_seqs;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
 };
 
 // Sequence i of `b` as the one-sequence op sees it (shape and pages): the one place that maps a

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/kv_format.h"
+
 namespace ds::cpu {
 
 struct AttentionPrep {
@@ -21,9 +23,9 @@ struct AttentionPrep {
   float* qg = nullptr;
   size_t q_head_stride = 0;
   // Key and value rows [n_tokens][n_kv_heads * head_dim], contiguous. k is normed and roped in
-  // place; v is only copied.
+  // place; v is only copied. A rotated type leaves its rows rotated (k with q, v alone).
   float* k = nullptr;
-  const float* v = nullptr;
+  float* v = nullptr;
   const float* q_norm = nullptr;  // [head_dim] gains
   const float* k_norm = nullptr;  // [head_dim] gains
   float eps = 0.0f;
@@ -34,11 +36,16 @@ struct AttentionPrep {
   std::array<int32_t, 4> sections{};
   float theta = 0.0f;
   // KV cache: token t's (roped) key row goes to k_pool row kv_rows[t], its value row to v_pool
-  // row kv_rows[t]; pool rows are n_kv_heads * head_dim floats. kv_rows is a HOST array
-  // [n_tokens] of distinct rows.
+  // row kv_rows[t], encoded as k_type / v_type (common/kv_format.h: rows of n_kv_heads * head_dim
+  // values, kv_row_bytes each). kv_rows is a HOST array [n_tokens] of distinct rows. A rotated
+  // type (q4r) for K rotates the query and key heads (kernels/cpu/kv_codec.h hadamard_heads)
+  // before the key is written, q in place; for V it rotates the value heads (v itself is left
+  // alone) and attention's output must be rotated back.
   const uint32_t* kv_rows = nullptr;
-  float* k_pool = nullptr;
-  float* v_pool = nullptr;
+  void* k_pool = nullptr;
+  void* v_pool = nullptr;
+  KvType k_type = KvType::kF32;
+  KvType v_type = KvType::kF32;
 
   size_t kv_row_floats() const { return n_kv_heads * head_dim; }
 };
@@ -55,6 +62,8 @@ inline const char* attention_prep_problem(const AttentionPrep& p) {
   if (p.positions == nullptr || p.kv_rows == nullptr) return "positions and kv_rows must be given";
   if (p.k_pool == nullptr || p.v_pool == nullptr) return "k_pool and v_pool must be given";
   if (p.k_pool == p.v_pool) return "k_pool and v_pool must differ";
+  if (kv_type_problem(p.k_type, p.head_dim, p.kv_row_floats()) != nullptr) return "k_type does not fit the heads";
+  if (kv_type_problem(p.v_type, p.head_dim, p.kv_row_floats()) != nullptr) return "v_type does not fit the heads";
   return nullptr;
 }
 

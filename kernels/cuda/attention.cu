@@ -3,6 +3,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -25,32 +26,34 @@ struct WarpState {
 // Keys are visited per warp in row order; row tau is found through the block table exactly as
 // on the CPU (cpu::kv_row_offset), so paging changes where rows are read, never the math.
 // head_off selects the kv head inside a cache row.
+template <KvType KT, KvType VT>
 __device__ void attend_keys(const AttentionShape& s, const float* qv, const KvPages& kv, size_t head_off, float scale,
                             size_t n_keys, unsigned warp, unsigned lane, WarpState& st) {
+  const detail::KvRead<KT> K = detail::kv_read<KT>(kv.k_pool, s.kv_row_stride);
+  const detail::KvRead<VT> V = detail::kv_read<VT>(kv.v_pool, s.kv_row_stride);
   for (size_t tau = warp; tau < n_keys; tau += kWarps) {
-    const size_t row = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off;
-    const float* kr = kv.k_pool + row;
+    const size_t row = cpu::kv_pool_row(kv.block_table, kv.block_size, tau);
     float p = 0.0f;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const size_t i = lane + size_t{kWarp} * e;
-      if (i < s.head_dim) p += qv[e] * kr[i];
+      if (i < s.head_dim) p += qv[e] * K.at(row, head_off + i);
     }
     const float score = detail::warp_sum(p) * scale;
     const float mx = fmaxf(st.mx, score);
     const float corr = expf(st.mx - mx);  // 0 on the first key (st.mx = -inf)
     const float w = expf(score - mx);
     st.sum = st.sum * corr + w;
-    const float* vr = kv.v_pool + row;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const size_t i = lane + size_t{kWarp} * e;
-      st.acc[e] = st.acc[e] * corr + (i < s.head_dim ? w * vr[i] : 0.0f);
+      st.acc[e] = st.acc[e] * corr + (i < s.head_dim ? w * V.at(row, head_off + i) : 0.0f);
     }
     st.mx = mx;
   }
 }
 
+template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kWarps* kWarp)
     attention_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
   __shared__ float s_mx[kWarps], s_sum[kWarps];
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
     qv[e] = i < s.head_dim ? qh[i] : 0.0f;
   }
   WarpState st{-INFINITY, 0.0f, {}};
-  attend_keys(s, qv, kv, g * s.head_dim, scale, n_keys, warp, lane, st);
+  attend_keys<KT, VT>(s, qv, kv, g * s.head_dim, scale, n_keys, warp, lane, st);
 
   if (lane == 0) {
     s_mx[warp] = st.mx;
@@ -126,9 +129,11 @@ cudaError_t attention_causal(const AttentionShape& s, const float* q, const KvPa
   if (const cudaError_t e = check_shape(s, kv.block_size); e != cudaSuccess) return e;
   // Decode (few query tokens): split-K over the keys, GQA heads sharing K/V loads.
   if (detail::attention_decode_applies(s)) return detail::attention_decode(s, q, kv, scale, out, stream);
-  attention_kernel<<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(s, q, kv, scale,
-                                                                                                   out);
-  return detail::launch_status();
+  return detail::with_kv_types(kv.k_type, kv.v_type, [&](auto kt, auto vt) {
+    attention_kernel<decltype(kt)::value, decltype(vt)::value>
+        <<<static_cast<unsigned>(s.n_q_tokens * s.n_heads), kWarps * kWarp, 0, stream>>>(s, q, kv, scale, out);
+    return detail::launch_status();
+  });
 }
 
 }  // namespace ds::cuda

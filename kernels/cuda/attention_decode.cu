@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
 
 namespace ds::cuda::detail {
@@ -97,19 +98,20 @@ struct SplitState {  // per query head of the group, in shared memory
 // Scores of the round's nk keys against the group's queries, scaled, into p[j][i]: warp w takes
 // keys w, w+8, ..., loading kBatch K rows before reducing any (several loads in flight).
 constexpr int kBatch = 4;
-__device__ void score_keys(const cpu::AttentionShape& s, const KvPages& kv, const size_t* rowoff, int nk,
-                           const float (&qv)[kGroup][kPerLane], int group, float scale, float (*p)[kSub]) {
+template <KvType KT>
+__device__ void score_keys(const cpu::AttentionShape& s, const KvRead<KT>& K, const size_t* rows, size_t head_off,
+                           int nk, const float (&qv)[kGroup][kPerLane], int group, float scale, float (*p)[kSub]) {
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   for (int i0 = warp; i0 < nk; i0 += kBatch * kWarps) {
     float kvv[kBatch][kPerLane];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * kWarps;
-      const float* kr = kv.k_pool + rowoff[i < nk ? i : i0];
+      const size_t row = rows[i < nk ? i : i0];
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) {
         const size_t c = static_cast<size_t>(lane + kWarp * e);
-        kvv[b][e] = (i < nk && c < s.head_dim) ? kr[c] : 0.0f;
+        kvv[b][e] = (i < nk && c < s.head_dim) ? K.at(row, head_off + c) : 0.0f;
       }
     }
 #pragma unroll
@@ -151,12 +153,14 @@ __device__ void softmax_round(int nk, int group, float (*p)[kSub], SplitState& s
   }
 }
 
-// s supplies the head layout (n_heads, n_kv_heads, head_dim, q_head_stride, kv_row_stride) and kv
-// the pools and block size; each item's block table comes from `w`.
+// s supplies the head layout (n_heads, n_kv_heads, head_dim, q_head_stride, kv_row_stride), K and
+// V the pools, block_size their blocks' rows; each item's block table comes from `w`.
+template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is sized for that
-    split_kernel(cpu::AttentionShape s, Work w, KvPages kv, float scale, Partials part) {
+    split_kernel(cpu::AttentionShape s, Work w, KvRead<KT> K, KvRead<VT> V, size_t block_size, float scale,
+                 Partials part) {
   __shared__ float p[kGroup][kSub];
-  __shared__ size_t rowoff[kSub];
+  __shared__ size_t rows[kSub];
   __shared__ SplitState st;
   wait_for_previous_kernel();  // may run as a dependent launch (launch below)
   const size_t split = blockIdx.x, g = blockIdx.y;
@@ -185,11 +189,9 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   const size_t dim = static_cast<size_t>(tid);
   for (size_t k0 = k_begin; k0 < k_end; k0 += kSub) {
     const int nk = static_cast<int>(min(size_t{kSub}, k_end - k0));
-    if (tid < nk) {
-      rowoff[tid] = cpu::kv_row_offset(it.table, kv.block_size, s.kv_row_stride, k0 + tid) + g * s.head_dim;
-    }
+    if (tid < nk) rows[tid] = cpu::kv_pool_row(it.table, block_size, k0 + tid);
     __syncthreads();
-    score_keys(s, kv, rowoff, nk, qv, group, scale, p);
+    score_keys(s, K, rows, g * s.head_dim, nk, qv, group, scale, p);
     __syncthreads();
     softmax_round(nk, group, p, st);
     __syncthreads();
@@ -198,12 +200,12 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
       for (int j = 0; j < kGroup; ++j) acc[j] *= j < group ? st.corr[j] : 0.0f;
 #pragma unroll 16
       for (int i = 0; i < nk; ++i) {
-        const float v = kv.v_pool[rowoff[i] + dim];
+        const float v = V.at(rows[i], g * s.head_dim + dim);
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) acc[j] += (j < group ? p[j][i] : 0.0f) * v;
       }
     }
-    __syncthreads();  // p and rowoff are rewritten next round
+    __syncthreads();  // p and rows are rewritten next round
   }
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
@@ -247,7 +249,13 @@ cudaError_t launch(const cpu::AttentionShape& s, const Work& w, const KvPages& k
   const Partials part{ws, ws + n_partials * s.head_dim};
   const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_items));
-  e = launch_dependent_if_enabled(split_kernel, grid, dim3(kThreads), 0, stream, s, w, kv, scale, part);
+  const size_t row = s.kv_row_stride;
+  e = with_kv_types(kv.k_type, kv.v_type, [&](auto kt, auto vt) {
+    constexpr KvType KT = decltype(kt)::value, VT = decltype(vt)::value;
+    return launch_dependent_if_enabled(split_kernel<KT, VT>, grid, dim3(kThreads), 0, stream, s, w,
+                                       kv_read<KT>(kv.k_pool, row), kv_read<VT>(kv.v_pool, row), kv.block_size, scale,
+                                       part);
+  });
   if (e != cudaSuccess) return e;
   return launch_dependent_if_enabled(merge_kernel,
                                      dim3(static_cast<unsigned>(s.n_heads), static_cast<unsigned>(n_items)),
@@ -382,7 +390,7 @@ cudaError_t attention_decode_batch(const AttentionBatch& b, const DeviceUpload& 
   if (dev == nullptr) return cudaErrorMemoryAllocation;
 
   const cpu::AttentionShape s{1, 1, b.n_heads, b.n_kv_heads, b.head_dim, 0, b.q_head_stride, b.kv_row_stride, 0};
-  const KvPages kv{b.k_pool, b.v_pool, nullptr, b.block_size};
+  const KvPages kv{b.k_pool, b.v_pool, nullptr, b.block_size, b.k_type, b.v_type};
   for (const BatchLaunch& l : packed.launches) {
     detail::Work w{};
     w.q = b.q;

@@ -2,9 +2,13 @@
 
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 
 namespace ds::cuda {
 namespace {
+
+using detail::kv_read;
+using detail::KvRead;
 
 constexpr int kBq = 64;  // query rows per block
 static_assert(kBq == detail::kPrefillTileRows);
@@ -21,25 +25,32 @@ __device__ __forceinline__ size_t min_size(size_t a, size_t b) {
   return a < b ? a : b;
 }
 
-// Row offsets (in floats) of one key tile, through the block table as on the CPU.
-__device__ void tile_rows(const AttentionShape& s, const KvPages& kv, size_t head_off, size_t k0, int kn,
-                          size_t* rowoff) {
+// Pool rows of one key tile, through the block table as on the CPU.
+__device__ void tile_rows(const KvPages& kv, size_t k0, int kn, size_t* rows) {
   if (threadIdx.x < kBk) {
     const size_t tau = k0 + threadIdx.x;
-    rowoff[threadIdx.x] = static_cast<int>(threadIdx.x) < kn
-                              ? cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + head_off
-                              : 0;
+    rows[threadIdx.x] = static_cast<int>(threadIdx.x) < kn ? cpu::kv_pool_row(kv.block_table, kv.block_size, tau) : 0;
   }
 }
 
-// dst[kk][0..d) = pool row kk of the tile (zero rows past kn), float4 loads (d % 4 == 0).
-__device__ void load_tile(const float* pool, const size_t* rowoff, int kn, size_t d, float* dst) {
+// dst[kk][0..d) = values [head_off, head_off + d) of the tile's pool row kk, as f32 (zero rows
+// past kn); four values a thread (d % 4 == 0; f32 pools: one float4 load).
+template <KvType T>
+__device__ void load_tile(const KvRead<T>& pool, const size_t* rows, size_t head_off, int kn, size_t d, float* dst) {
   const size_t d4 = d / 4;
   for (size_t e = threadIdx.x; e < kBk * d4; e += kThreads) {
     const int kk = static_cast<int>(e / d4);
-    const size_t i = (e % d4) * 4;
-    const float4 v = kk < kn ? *reinterpret_cast<const float4*>(pool + rowoff[kk] + i) : make_float4(0, 0, 0, 0);
-    *reinterpret_cast<float4*>(dst + kk * kLd + i) = v;
+    const size_t i = (e % d4) * 4 + head_off;
+    float4 v = make_float4(0, 0, 0, 0);
+    if (kk < kn) {
+      if constexpr (T == KvType::kF32) {
+        v = *reinterpret_cast<const float4*>(pool.pool + rows[kk] * pool.row_bytes + 4 * i);
+      } else {
+        v = make_float4(pool.at(rows[kk], i), pool.at(rows[kk], i + 1), pool.at(rows[kk], i + 2),
+                        pool.at(rows[kk], i + 3));
+      }
+    }
+    *reinterpret_cast<float4*>(dst + kk * kLd + i - head_off) = v;
   }
 }
 
@@ -49,10 +60,13 @@ __device__ void load_tile(const float* pool, const size_t* rowoff, int kn, size_
 // same threads as its output accumulators.
 // The query tile t0 .. t0+63 of one (sequence, head h): the body of both kernels below, so a
 // sequence's bits do not depend on whether it ran alone or in a batch.
+template <KvType KT, KvType VT>
 __device__ __forceinline__ void prefill_tile(const AttentionShape& s, const float* q, const KvPages& kv, float scale,
                                              float* out, size_t t0, size_t h) {
   extern __shared__ __align__(16) float smem[];
   __shared__ size_t rowoff[kBk];
+  const KvRead<KT> K = kv_read<KT>(kv.k_pool, s.kv_row_stride);
+  const KvRead<VT> V = kv_read<VT>(kv.v_pool, s.kv_row_stride);
   float* Qs = smem;             // [kBq][kLd] scaled queries
   float* KVs = Qs + kBq * kLd;  // [kBk][kLd] K tile, then V tile
   float* Ps = KVs + kBk * kLd;  // [kBq][kLdp] probabilities of the tile
@@ -88,9 +102,9 @@ __device__ __forceinline__ void prefill_tile(const AttentionShape& s, const floa
   for (size_t k0 = 0; k0 < n_keys; k0 += kBk) {
     const int kn = static_cast<int>(min_size(kBk, n_keys - k0));
     __syncthreads();  // the previous tile's V and P readers are done (and Q is staged)
-    tile_rows(s, kv, g * d, k0, kn, rowoff);
+    tile_rows(kv, k0, kn, rowoff);
     __syncthreads();
-    load_tile(kv.k_pool, rowoff, kn, d, KVs);
+    load_tile(K, rowoff, g * d, kn, d, KVs);
     __syncthreads();
 
     float sc[2][4] = {};
@@ -132,7 +146,7 @@ __device__ __forceinline__ void prefill_tile(const AttentionShape& s, const floa
       m[x] = m_new;
     }
     __syncthreads();  // K no longer read; P complete
-    load_tile(kv.v_pool, rowoff, kn, d, KVs);
+    load_tile(V, rowoff, g * d, kn, d, KVs);
     __syncthreads();
 
 #pragma unroll
@@ -172,12 +186,14 @@ __device__ __forceinline__ void prefill_tile(const AttentionShape& s, const floa
   }
 }
 
+template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(AttentionShape s, const float* q, KvPages kv, float scale, float* out) {
-  prefill_tile(s, q, kv, scale, out, size_t{blockIdx.x} * kBq, blockIdx.y);
+  prefill_tile<KT, VT>(s, q, kv, scale, out, size_t{blockIdx.x} * kBq, blockIdx.y);
 }
 
 // Block (x, y) = (tile x of the flattened list, head y); `base` holds the batch's heads and strides.
+template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads)
     prefill_batch_kernel(AttentionShape base, const float* q, KvPages pools, const detail::PrefillTile* tiles,
                          const int32_t* tables, float scale, float* out) {
@@ -187,7 +203,7 @@ __global__ void __launch_bounds__(kThreads)
   s.kv_len = t.kv_len;
   KvPages kv = pools;
   kv.block_table = tables + t.table;
-  prefill_tile(s, q + t.q_offset, kv, scale, out + t.out_offset, t.t0, blockIdx.y);
+  prefill_tile<KT, VT>(s, q + t.q_offset, kv, scale, out + t.out_offset, t.t0, blockIdx.y);
 }
 
 cudaError_t check(const AttentionShape& s, const float* q, const KvPages& kv, const float* out) {
@@ -202,7 +218,7 @@ cudaError_t check(const AttentionShape& s, const float* q, const KvPages& kv, co
                            s.out_token_stride < s.n_heads * s.head_dim)) {
     return cudaErrorInvalidValue;
   }
-  // float4 access to K/V rows and output rows.
+  // float4 access to f32 K/V rows (other types load value by value) and output rows.
   if (!detail::aligned_to(kv.k_pool, 16) || !detail::aligned_to(kv.v_pool, 16) || !detail::aligned_to(out, 16) ||
       s.kv_row_stride % 4 != 0 || s.out_token_stride % 4 != 0 || !detail::aligned_to(q, 4) ||
       !detail::aligned_to(kv.block_table, 4)) {
@@ -222,26 +238,33 @@ cudaError_t attention_prefill(const AttentionShape& s, const float* q, const KvP
                               cudaStream_t stream) {
   if (s.n_q_tokens == 0 || s.n_heads == 0) return cudaSuccess;
   if (const cudaError_t e = check(s, q, kv, out); e != cudaSuccess) return e;
-  // Per call: the attribute belongs to the current device.
-  const cudaError_t e = cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kSmemFloats * sizeof(float)));
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((s.n_q_tokens + kBq - 1) / kBq), static_cast<unsigned>(s.n_heads));
-  prefill_kernel<<<grid, kThreads, kSmemFloats * sizeof(float), stream>>>(s, q, kv, scale, out);
-  return detail::launch_status();
+  return detail::with_kv_types(kv.k_type, kv.v_type, [&](auto kt, auto vt) {
+    constexpr KvType KT = decltype(kt)::value, VT = decltype(vt)::value;
+    // Per call: the attribute belongs to the current device.
+    const cudaError_t e = cudaFuncSetAttribute(prefill_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kSmemFloats * sizeof(float)));
+    if (e != cudaSuccess) return e;
+    const dim3 grid(static_cast<unsigned>((s.n_q_tokens + kBq - 1) / kBq), static_cast<unsigned>(s.n_heads));
+    prefill_kernel<KT, VT><<<grid, kThreads, kSmemFloats * sizeof(float), stream>>>(s, q, kv, scale, out);
+    return detail::launch_status();
+  });
 }
 
 namespace detail {
 
 cudaError_t launch_prefill_batch(const PrefillBatchWork& w, cudaStream_t stream) {
   if (w.n_tiles == 0 || w.shape.n_heads == 0) return cudaSuccess;
-  const cudaError_t e = cudaFuncSetAttribute(prefill_batch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kSmemFloats * sizeof(float)));
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(w.n_tiles), static_cast<unsigned>(w.shape.n_heads));
-  prefill_batch_kernel<<<grid, kThreads, kSmemFloats * sizeof(float), stream>>>(w.shape, w.q, w.pools, w.tiles,
-                                                                                w.tables, w.scale, w.out);
-  return launch_status();
+  return with_kv_types(w.pools.k_type, w.pools.v_type, [&](auto kt, auto vt) {
+    constexpr KvType KT = decltype(kt)::value, VT = decltype(vt)::value;
+    const cudaError_t e =
+        cudaFuncSetAttribute(prefill_batch_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kSmemFloats * sizeof(float)));
+    if (e != cudaSuccess) return e;
+    const dim3 grid(static_cast<unsigned>(w.n_tiles), static_cast<unsigned>(w.shape.n_heads));
+    prefill_batch_kernel<KT, VT><<<grid, kThreads, kSmemFloats * sizeof(float), stream>>>(
+        w.shape, w.q, w.pools, w.tiles, w.tables, w.scale, w.out);
+    return launch_status();
+  });
 }
 
 }  // namespace detail

@@ -129,7 +129,7 @@ cudaError_t attention_prefill_batch(const AttentionBatch& b, const size_t* which
                                 b.q_head_stride,
                                 b.kv_row_stride,
                                 b.n_heads * b.head_dim};
-  w.pools = KvPages{b.k_pool, b.v_pool, nullptr, b.block_size};
+  w.pools = KvPages{b.k_pool, b.v_pool, nullptr, b.block_size, b.k_type, b.v_type};
   w.q = b.q;
   w.out = b.out;
   w.scale = b.scale;

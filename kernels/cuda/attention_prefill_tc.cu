@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/matmul_fast.h"  // stream_workspace
 #include "kernels/cuda/ptx_mma.cuh"
 
@@ -26,31 +27,36 @@ static_assert(kBq == detail::kPrefillTileRows);
 using namespace ptx;
 
 // Cache rows 0..kv_len-1 of one sequence, all kv heads, to contiguous bf16 (two values a thread;
-// element e = first, first + stride, ...).
+// element e = first, first + stride, ...), decoded from the pools' types.
+template <KvType KT, KvType VT>
 __device__ __forceinline__ void gather_rows(const AttentionShape& s, const KvPages& kv, size_t kv_len, size_t first,
                                             size_t stride, __nv_bfloat162* k16, __nv_bfloat162* v16) {
   const size_t row = s.n_kv_heads * s.head_dim, half = row / 2;
+  const detail::KvRead<KT> K = detail::kv_read<KT>(kv.k_pool, s.kv_row_stride);
+  const detail::KvRead<VT> V = detail::kv_read<VT>(kv.v_pool, s.kv_row_stride);
   for (size_t e = first; e < kv_len * half; e += stride) {
     const size_t tau = e / half, c = (e % half) * 2;
-    const size_t at = cpu::kv_row_offset(kv.block_table, kv.block_size, s.kv_row_stride, tau) + c;
-    k16[e] = __floats2bfloat162_rn(kv.k_pool[at], kv.k_pool[at + 1]);
-    v16[e] = __floats2bfloat162_rn(kv.v_pool[at], kv.v_pool[at + 1]);
+    const size_t r = cpu::kv_pool_row(kv.block_table, kv.block_size, tau);
+    k16[e] = __floats2bfloat162_rn(K.at(r, c), K.at(r, c + 1));
+    v16[e] = __floats2bfloat162_rn(V.at(r, c), V.at(r, c + 1));
   }
 }
 
+template <KvType KT, KvType VT>
 __global__ void gather_kv_bf16(AttentionShape s, KvPages kv, __nv_bfloat162* k16, __nv_bfloat162* v16) {
-  gather_rows(s, kv, s.kv_len, detail::global_thread(), detail::global_threads(), k16, v16);
+  gather_rows<KT, VT>(s, kv, s.kv_len, detail::global_thread(), detail::global_threads(), k16, v16);
 }
 
 // A batch's sequences: grid y = sequence, its blocks along x stride over its rows.
+template <KvType KT, KvType VT>
 __global__ void gather_kv_bf16_batch(AttentionShape s, KvPages pools, const detail::PrefillGather* gathers,
                                      const int32_t* tables, __nv_bfloat162* k16, __nv_bfloat162* v16) {
   const detail::PrefillGather g = gathers[blockIdx.y];
   KvPages kv = pools;
   kv.block_table = tables + g.table;
   const size_t half = s.n_kv_heads * s.head_dim / 2, base = g.kv_base * half;
-  gather_rows(s, kv, g.kv_len, size_t{blockIdx.x} * blockDim.x + threadIdx.x, size_t{gridDim.x} * blockDim.x,
-              k16 + base, v16 + base);
+  gather_rows<KT, VT>(s, kv, g.kv_len, size_t{blockIdx.x} * blockDim.x + threadIdx.x, size_t{gridDim.x} * blockDim.x,
+                      k16 + base, v16 + base);
 }
 
 template <int D>
@@ -293,9 +299,13 @@ cudaError_t attention_prefill_tc(const AttentionShape& s, const float* q, const 
   __nv_bfloat16 *k16 = nullptr, *v16 = nullptr;
   cudaError_t e = bf16_copies(s.kv_len, row, stream, &k16, &v16);
   if (e != cudaSuccess) return e;
-  gather_kv_bf16<<<detail::grid_for(s.kv_len * row / 2, 256, 132 * 16), 256, 0, stream>>>(
-      s, kv, reinterpret_cast<__nv_bfloat162*>(k16), reinterpret_cast<__nv_bfloat162*>(v16));
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  e = detail::with_kv_types(kv.k_type, kv.v_type, [&](auto kt, auto vt) {
+    gather_kv_bf16<decltype(kt)::value, decltype(vt)::value>
+        <<<detail::grid_for(s.kv_len * row / 2, 256, 132 * 16), 256, 0, stream>>>(
+            s, kv, reinterpret_cast<__nv_bfloat162*>(k16), reinterpret_cast<__nv_bfloat162*>(v16));
+    return cudaGetLastError();
+  });
+  if (e != cudaSuccess) return e;
   switch (s.head_dim) {
     case 64:
       return launch<64>(s, q, k16, v16, scale, out, stream);
@@ -319,10 +329,13 @@ cudaError_t launch_prefill_tc_batch(const PrefillBatchWork& w, const PrefillGath
   const size_t per_seq = std::max<size_t>(1, 132 * 16 / n_gathers);
   const size_t gx = std::min(per_seq, (max_kv_len * row / 2 + 255) / 256);
   const dim3 grid(static_cast<unsigned>(std::max<size_t>(gx, 1)), static_cast<unsigned>(n_gathers));
-  gather_kv_bf16_batch<<<grid, 256, 0, stream>>>(w.shape, w.pools, gathers, w.tables,
-                                                 reinterpret_cast<__nv_bfloat162*>(k16),
-                                                 reinterpret_cast<__nv_bfloat162*>(v16));
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  e = with_kv_types(w.pools.k_type, w.pools.v_type, [&](auto kt, auto vt) {
+    gather_kv_bf16_batch<decltype(kt)::value, decltype(vt)::value>
+        <<<grid, 256, 0, stream>>>(w.shape, w.pools, gathers, w.tables, reinterpret_cast<__nv_bfloat162*>(k16),
+                                   reinterpret_cast<__nv_bfloat162*>(v16));
+    return cudaGetLastError();
+  });
+  if (e != cudaSuccess) return e;
   switch (w.shape.head_dim) {
     case 64:
       return launch_batch<64>(w, k16, v16, stream);

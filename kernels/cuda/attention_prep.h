@@ -18,6 +18,13 @@ namespace ds::cuda {
 // bits this kernel would not match). Wider: run the separate ops.
 inline constexpr size_t kAttentionPrepMaxHeadDim = 1023;
 
+// Whether the one-launch kernel takes `p` (head_dim within kAttentionPrepMaxHeadDim; block KV
+// types hold a head in registers: head_dim <= 256). Otherwise run the separate ops.
+inline bool attention_prep_applies(const cpu::AttentionPrep& p) {
+  const bool blocks = kv_type_has_scales(p.k_type) || kv_type_has_scales(p.v_type);
+  return p.head_dim <= kAttentionPrepMaxHeadDim && (!blocks || p.head_dim <= 256);
+}
+
 // Runs `p` on the device. Every pointer of `p`, positions and kv_rows included, is a DEVICE
 // pointer here (the backend uploads the host arrays). Returns cudaErrorInvalidValue for a shape
 // attention_prep_problem rejects or n_rot / 2 > kMaxRopeHalf, too many tokens for one grid;

@@ -134,6 +134,7 @@ std::vector<Case> all_cases() {
   add_core_cases(cases);
   add_attention_cases(cases);
   add_gdn_cases(cases);
+  add_kv_cases(cases);
   return cases;
 }
 
@@ -514,9 +515,8 @@ Case add_rms_norm_case(size_t rows, size_t dim) {
           }};
 }
 
-Case gather_scatter_case(bool gather, size_t n_rows, size_t dim) {
-  return {gather ? "gather_rows" : "scatter_rows", std::to_string(n_rows) + " rows x " + std::to_string(dim),
-          [=](Backend& be, const Target&) {
+Case gather_case(size_t n_rows, size_t dim) {
+  return {"gather_rows", std::to_string(n_rows) + " rows x " + std::to_string(dim), [=](Backend& be, const Target&) {
             Rng rng(500 + n_rows + dim);
             const size_t table_rows = 3 * n_rows + 2;
             std::vector<uint32_t> rows(table_rows);
@@ -525,16 +525,10 @@ Case gather_scatter_case(bool gather, size_t n_rows, size_t dim) {
               std::swap(rows[i], rows[static_cast<size_t>(rng.integer(0, int(i)))]);
             rows.resize(n_rows);  // distinct, out of order
             Dev d(be);
-            if (gather) {
-              const float* src = d.put(rng.vec(table_rows * dim));
-              float* dst = d.alloc(n_rows * dim);
-              be.gather_rows(src, rows.data(), n_rows, dim, dst);
-              return Outs{bits("dst", d.get(dst, n_rows * dim), "a copy")};
-            }
-            const float* src = d.put(rng.vec(n_rows * dim));
-            float* dst = d.put(rng.vec(table_rows * dim));
-            be.scatter_rows(src, rows.data(), n_rows, dim, dst);
-            return Outs{bits("dst", d.get(dst, table_rows * dim), "a copy; other rows untouched")};
+            const float* src = d.put(rng.vec(table_rows * dim));
+            float* dst = d.alloc(n_rows * dim);
+            be.gather_rows(src, rows.data(), n_rows, dim, dst);
+            return Outs{bits("dst", d.get(dst, n_rows * dim), "a copy")};
           }};
 }
 
@@ -686,11 +680,9 @@ void add_core_cases(std::vector<Case>& cases) {
   cases.push_back(add_rms_norm_case(1, 4096));
   cases.push_back(add_rms_norm_case(3, 17));
   cases.push_back(add_rms_norm_case(33, 1024));
-  for (bool g : {true, false}) {
-    cases.push_back(gather_scatter_case(g, 1, 64));
-    cases.push_back(gather_scatter_case(g, 7, 33));
-    cases.push_back(gather_scatter_case(g, 65, 1024));
-  }
+  cases.push_back(gather_case(1, 64));
+  cases.push_back(gather_case(7, 33));
+  cases.push_back(gather_case(65, 1024));
   cases.push_back(embed_case(GgmlType::Q8_0, 257, 96));
   cases.push_back(embed_case(GgmlType::Q8_0, 33, 1024));
   cases.push_back(embed_case(GgmlType::F32, 33, 70));

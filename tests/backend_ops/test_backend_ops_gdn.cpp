@@ -137,9 +137,10 @@ Case attention_prep_case(size_t T, size_t d, size_t n_rot, std::array<int32_t, 4
             p.k_pool = dv.put(rng.vec(pool_rows * row)), p.v_pool = dv.put(rng.vec(pool_rows * row));
             be.attention_prep(p);
             const char* why = "norm + rope: reduction order, cos/sin ulps (test_cuda_attention_prep.cpp kCpuTol)";
-            return Outs{rel("qg", dv.get(p.qg, T * H * qs), kRowTol, why), rel("k", dv.get(p.k, T * row), kRowTol, why),
-                        rel("k_pool", dv.get(p.k_pool, pool_rows * row), kRowTol, why),
-                        bits("v_pool", dv.get(p.v_pool, pool_rows * row), "v rows are copied")};
+            return Outs{
+                rel("qg", dv.get(p.qg, T * H * qs), kRowTol, why), rel("k", dv.get(p.k, T * row), kRowTol, why),
+                rel("k_pool", dv.get(static_cast<const float*>(p.k_pool), pool_rows * row), kRowTol, why),
+                bits("v_pool", dv.get(static_cast<const float*>(p.v_pool), pool_rows * row), "v rows are copied")};
           }};
 }
 

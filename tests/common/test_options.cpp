@@ -1,6 +1,6 @@
 // The layered option parser (common/options.h): flag > environment > config file > default, the
 // forms of a flag, switches, errors naming the option and its source, the help text and the
-// start-up summary with secrets masked.
+// start-up summary with secrets masked; the KV cache type flags built on it (common/kv_options.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "common/kv_options.h"
+#include "common/model_config.h"
 #include "common/options.h"
+#include "common/stage_footprint.h"  // kv_bytes_per_token
 
 namespace ds {
 namespace {
@@ -169,6 +172,68 @@ TEST(Options, SummaryListsEveryOptionAndMasksSecrets) {
   const std::string s = options_summary(toy_table(&t), toy_table(&defaults));
   EXPECT_EQ(s, "port=8000 name=toy api_key=*** fast=yes");
   EXPECT_EQ(option_variable("DELTASERVE_", "max-batch-tokens"), "DELTASERVE_MAX_BATCH_TOKENS");
+}
+
+// A choice (value name "a|b|c") names its values in the error line; other options do not.
+TEST(Options, BadChoiceErrorsListTheValidOnes) {
+  Toy t;
+  OptionTable table = toy_table(&t);
+  table[1].value_name = "red|green";
+  char flag[] = "--name", value[] = "blue";
+  char* argv[] = {flag, value};
+  table[1].set = [](const std::string& v) { return v == "red" || v == "green"; };
+  EXPECT_NE(parse_options(toy_parser(), table, 2, argv, {})
+                .error.find("--name: bad value 'blue' for name (valid: red|green)\n"),
+            std::string::npos);
+  EXPECT_NE(parse_options(toy_parser(true, true), table, 2, argv, {})
+                .error.find("--name: bad option or value: name 'blue' (valid: red|green)\n"),
+            std::string::npos);
+  EXPECT_NE(parse(&t, {"--port", "x"}).error.find("for port\n"), std::string::npos);
+}
+
+// The KV cache type flags (common/kv_options.h): -k / -v over the pair, in any layer.
+TEST(KvOptions, SidesOverrideThePairInAnyLayer) {
+  KvTypeFlags f;
+  char a0[] = "--kv-cache-type", a1[] = "q8_0";
+  char* argv[] = {a0, a1};
+  OptionParser p;
+  p.env_prefix = "KV_";
+  const ParsedOptions r = parse_options(p, kv_type_option_specs(&f), 2, argv, {{"KV_KV_CACHE_TYPE_V", "bf16"}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(f.k_type(), KvType::kQ8_0);
+  EXPECT_EQ(f.v_type(), KvType::kBf16);
+  EXPECT_EQ(KvTypeFlags{}.k_type(), kDefaultKvType);
+  EXPECT_EQ(kv_type_flag(&f, "kv-cache-type-k"), &f.k);
+  EXPECT_EQ(kv_type_flag(&f, "kv-cache"), nullptr);
+  EXPECT_EQ(kv_type_flag_error("--kv-cache-type", "q5"),
+            "--kv-cache-type must be one of f32, bf16, f16, q8_0, fp8, q4r, got 'q5'");
+  EXPECT_EQ(kv_types_name(KvType::kQ8_0, KvType::kQ8_0), "q8_0");
+  EXPECT_EQ(kv_types_name(KvType::kQ4r, KvType::kF16), "K q4r, V f16");
+}
+
+// A type the model's heads cannot be stored as is named with its flag and the heads.
+TEST(KvOptions, ProblemsNameTheFlagAndTheHeads) {
+  ModelConfig cfg;
+  cfg.n_head_kv = 8;
+  cfg.head_dim = 96;  // a multiple of 32, not a power of two
+  EXPECT_EQ(kv_types_problem(KvType::kQ8_0, KvType::kF16, cfg), "");
+  EXPECT_EQ(kv_types_problem(KvType::kQ4r, KvType::kQ4r, cfg),
+            "--kv-cache-type q4r: needs a power-of-two head_dim (rotation) (the model's KV rows are 8 heads of 96)");
+  EXPECT_EQ(kv_types_problem(KvType::kF32, KvType::kQ4r, cfg).rfind("--kv-cache-type-v q4r: ", 0), 0u);
+  cfg.head_dim = 48;
+  EXPECT_EQ(kv_types_problem(KvType::kQ8_0, KvType::kF32, cfg)
+                .rfind("--kv-cache-type-k q8_0: needs head_dim a multiple of 32", 0),
+            0u);
+}
+
+// KV bytes per token: K and V rows of every attention layer, as their types store them.
+TEST(KvOptions, BytesPerTokenFollowTheTypes) {
+  CacheShapes s;
+  s.n_attention_layers = 3;
+  s.kv_row_floats = 256;  // 2 heads of 128
+  EXPECT_EQ(kv_bytes_per_token(s, KvType::kF32, KvType::kF32), 3u * 2 * 1024);
+  EXPECT_EQ(kv_bytes_per_token(s, KvType::kQ8_0, KvType::kF16), 3u * (256 + 16 + 512));
+  EXPECT_EQ(kv_bytes_per_token(s, KvType::kQ4r, KvType::kFp8), 3u * (128 + 16 + 256));
 }
 
 }  // namespace

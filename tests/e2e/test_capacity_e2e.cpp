@@ -1,7 +1,8 @@
 // Worker-sized KV / GDN pools, end to end (`deltaserve serve`, 2 CPU workers, real HTTP): each
 // worker sizes its pools from its --memory-budget, reports them at Ready, and the server plans
 // with the smallest (the /metrics gauges show it); an explicit --kv-blocks that a worker cannot
-// hold stops start-up with which worker, how many fit and how many were asked.
+// hold stops start-up with which worker, how many fit and how many were asked; a smaller KV cache
+// type (--kv-cache-type f16) buys the blocks its bytes say.
 //
 // Expected numbers (tiny fixture, --layer-split 4,4, --max-seqs 4 with 8 snapshots, 64 blocks
 // per 1024-token context, --memory-budget 3M = 3145728 B for each worker):
@@ -43,8 +44,24 @@ TEST(CapacityE2E, ServerPlansWithTheSmallestWorkersPools) {
   const std::string log = server.log();
   EXPECT_NE(log.find("worker rank 0 holds 149 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
   EXPECT_NE(log.find("worker rank 1 holds 74 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
-  EXPECT_NE(log.find("KV capacity: 74 blocks of 16 tokens (1184 tokens in total)"), std::string::npos) << log;
+  // 1184 tokens * 3 KV pools * (K + V) * 128 values * 4 B = 3.47 MiB.
+  EXPECT_NE(log.find("KV capacity: 74 blocks of 16 tokens (1184 tokens in total, 3.47 MiB of f32 KV)"),
+            std::string::npos)
+      << log;
   // And it serves within that capacity.
+  const HttpReply r =
+      post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 8, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// --kv-cache-type f16 halves a block's bytes: rank 1 holds (3145728 - 12 * 58368) / 16384 = 149
+// blocks (rank 0's 298 are capped by the bound, 256), twice f32's 74 less the rounding.
+TEST(CapacityE2E, HalfPrecisionKvCacheHoldsTwiceTheBlocks) {
+  ServerProcess server(args({"--kv-cache-type", "f16"}));
+  EXPECT_EQ(metric_value(server.port(), "deltaserve:kv_blocks_total"), 149);
+  const std::string log = server.log();
+  EXPECT_NE(log.find("worker rank 1 holds 149 KV blocks, 4 state slots, 8 snapshots"), std::string::npos) << log;
+  EXPECT_NE(log.find("KV cache f16, 1536 bytes per token (3 attention layers)"), std::string::npos) << log;
   const HttpReply r =
       post_completion(server.port(), R"({"prompt": [9707, 11, 1879], "max_tokens": 8, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;

@@ -2,6 +2,7 @@
 
 #include <rapidjson/document.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -10,13 +11,15 @@
 namespace ds::test {
 namespace {
 
-const rapidjson::Document& manifest() {
-  static std::unique_ptr<rapidjson::Document> doc;
+const rapidjson::Document& manifest(const std::string& fixture) {
+  static std::map<std::string, std::unique_ptr<rapidjson::Document>> docs;
+  std::unique_ptr<rapidjson::Document>& doc = docs[fixture];
   if (!doc) {
-    std::vector<uint8_t> bytes = read_file(data_path("reference/manifest.json"));
+    const std::string file = fixture == "qwen35" ? "reference/manifest.json" : "reference/" + fixture + ".json";
+    std::vector<uint8_t> bytes = read_file(data_path(file));
     doc = std::make_unique<rapidjson::Document>();
     doc->Parse(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    if (doc->HasParseError()) throw std::runtime_error("reference manifest does not parse");
+    if (doc->HasParseError()) throw std::runtime_error("reference manifest " + file + " does not parse");
   }
   return *doc;
 }
@@ -51,19 +54,20 @@ std::vector<float> f32_file(const rapidjson::Value& v) {
 
 }  // namespace
 
-ReferencePrompt load_reference_prompt(const std::string& name) {
-  const rapidjson::Value& p = manifest()["fixtures"]["qwen35"]["prompts"][name.c_str()];
+ReferencePrompt load_reference_prompt(const std::string& name, const std::string& fixture) {
+  const rapidjson::Value& p = manifest(fixture)["fixtures"][fixture.c_str()]["prompts"][name.c_str()];
   ReferencePrompt r;
   r.name = name;
   r.ids = array_of<int32_t>(p["ids"]);
   r.logits = summary_of(p["logits_summary"]);
-  r.last_logits = f32_file(p["last_logits"]);
+  if (p.HasMember("last_logits")) r.last_logits = f32_file(p["last_logits"]);
+  for (const char* greedy : {"greedy_32", "greedy_16"}) {
+    if (!p.HasMember(greedy)) continue;
+    r.greedy_tokens = array_of<int32_t>(p[greedy]["tokens"]);
+    r.greedy_margins = array_of<double>(p[greedy]["margins"]);
+  }
   if (p.HasMember("hidden_states")) r.hidden_states = f32_file(p["hidden_states"]);
   if (p.HasMember("final_normed_hidden")) r.final_normed = f32_file(p["final_normed_hidden"]);
-  if (p.HasMember("greedy_32")) {
-    r.greedy_tokens = array_of<int32_t>(p["greedy_32"]["tokens"]);
-    r.greedy_margins = array_of<double>(p["greedy_32"]["margins"]);
-  }
   if (p.HasMember("mtp_logits_summary")) {
     r.has_mtp = true;
     r.mtp_logits = summary_of(p["mtp_logits_summary"]);

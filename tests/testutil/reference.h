@@ -30,7 +30,9 @@ struct ReferencePrompt {
   std::vector<float> mtp_last_logits;  // [V]
 };
 
-// Loads prompt `name` ("chat_basic", "rand_200", "rand_1500") of the qwen35 fixture.
-ReferencePrompt load_reference_prompt(const std::string& name);
+// Loads prompt `name` of a fixture: "qwen35" ("chat_basic", "rand_200", "rand_1500";
+// reference/manifest.json) or "qwen35moe" ("rand_64", "rand_700"; reference/qwen35moe.json, no
+// last-logits file: last_logits stays empty; greedy_16 fills greedy_tokens).
+ReferencePrompt load_reference_prompt(const std::string& name, const std::string& fixture = "qwen35");
 
 }  // namespace ds::test

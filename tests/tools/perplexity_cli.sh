@@ -25,6 +25,7 @@ expect_exit() {
 printf '[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]' > ids.json
 "$PPL" --model "$MODEL" --ids ids.json --ctx 6 --save-base b.bin > a.out
 grep -q '"n_positions": 10, "n_windows": 2, "ctx": 6' a.out
+grep -q '"type_k": "f32", "type_v": "f32"' a.out
 "$PPL" --model "$MODEL" --ids ids.json --ctx 6 --kl-base b.bin > k.out
 grep -q '"top1_pct": 100' k.out
 grep -q 'delta ppl +0' k.out
@@ -41,6 +42,7 @@ expect_exit 2 '\-\-ctx needs an integer' "$PPL" --model "$MODEL" --ids ids.json 
 expect_exit 2 'not both' "$PPL" --model "$MODEL" --ids ids.json --save-base a --kl-base b
 expect_exit 2 'unknown argument' "$PPL" --model "$MODEL" --ids ids.json --bogus
 expect_exit 2 '\-\-prefill-precision must be' "$PPL" --model "$MODEL" --ids ids.json --prefill-precision f16
+expect_exit 2 '\-\-kv-cache-type-v must be one of f32, bf16, f16, q8_0, fp8, q4r' "$PPL" --model "$MODEL" --ids ids.json --kv-cache-type-v q4
 expect_exit 1 'cannot open ids file' "$PPL" --model "$MODEL" --ids no_such.json
 printf '1 2 x' > bad.txt
 expect_exit 1 "'x'" "$PPL" --model "$MODEL" --ids bad.txt

@@ -122,16 +122,17 @@ TEST(BenchCli, JsonRowsThroughTwoWorkerProcesses) {
   expect_rows(json_lines(r.output), {100, 64}, 5, 64, 2, 2);
 }
 
-// --devices and --prefill-precision reach the worker processes (the precision in Assign): each
-// worker logs what it applies ("settings from the coordinator: prefill_precision=f32 ...") on the
+// --devices, --prefill-precision and the KV cache types reach the worker processes (the precision
+// and the types in Assign): each worker logs what it applies ("settings from the coordinator:
+// prefill_precision=f32 ... kv_cache_type_k=f16 kv_cache_type_v=bf16 ...") on the
 // stderr it shares with the bench. CPU workers ignore the GPU list (the engine passes --device to cuda workers only),
 // so on this GPU-less machine only its acceptance is tested here; the bad lists are below.
 TEST(BenchCli, WorkersGetThePrefillPrecisionAndAcceptADeviceList) {
   const std::string err =
       (std::filesystem::path(testing::TempDir()) / ("bench_cli_workers_" + std::to_string(getpid()) + ".err")).string();
-  const CmdResult r =
-      run(kBin + "/deltaserve-bench -m " + tiny_model() +
-          " -p 32 -n 2 --workers 2 --devices 0,0 --prefill-precision f32 -r 1 -t 1 -o json" + " --no-warmup 2>" + err);
+  const CmdResult r = run(kBin + "/deltaserve-bench -m " + tiny_model() +
+                          " -p 32 -n 2 --workers 2 --devices 0,0 --prefill-precision f32 -r 1 -t 1 -o json" +
+                          " --kv-cache-type bf16 --kv-cache-type-k f16 --no-warmup 2>" + err);
   const std::string log = run("cat " + err).output;
   ASSERT_EQ(r.status, 0) << r.output << log;
   expect_rows(json_lines(r.output), {32}, 2, 32, 2, 1);
@@ -143,6 +144,11 @@ TEST(BenchCli, WorkersGetThePrefillPrecisionAndAcceptADeviceList) {
   }
   EXPECT_EQ(workers_told, 2u) << log;
   EXPECT_EQ(workers_with_f32, 2u) << log;
+  const std::string kv = "kv_cache_type_k=f16 kv_cache_type_v=bf16";
+  size_t workers_with_kv = 0;
+  for (size_t at = log.find(kv); at != std::string::npos; at = log.find(kv, at + 1)) ++workers_with_kv;
+  EXPECT_EQ(workers_with_kv, 2u) << log;
+  EXPECT_NE(r.output.find("\"type_k\": \"f16\", \"type_v\": \"bf16\""), std::string::npos) << r.output;
   std::filesystem::remove(err);
 }
 
@@ -293,6 +299,9 @@ TEST(BenchCli, BadFlagsGiveAClearError) {
       {m + " -n", "-n needs a value"},
       {m + " -x 3", "unknown argument '-x'"},
       {m + " --prefill-precision fp16", "--prefill-precision must be bf16 or f32, got 'fp16'"},
+      {m + " --kv-cache-type q4_0", "--kv-cache-type must be one of f32, bf16, f16, q8_0, fp8, q4r, got 'q4_0'"},
+      {m + " --kv-cache-type-k F16", "--kv-cache-type-k must be one of f32, bf16, f16, q8_0, fp8, q4r, got 'F16'"},
+      {m + " --kv-cache-type-v", "--kv-cache-type-v needs a value"},
       {m + " --devices 0,1", "--devices places worker processes: give --workers N"},
       {m + " --workers 2 --devices 0", "--devices must name one GPU per worker: 1 for --workers 2"},
       {m + " --workers 2 --devices 0,0,1", "--devices must name one GPU per worker: 3 for --workers 2"},

@@ -96,6 +96,49 @@ TEST(Synth, TinyRunsThroughTheCpuForwardWithFiniteLogits) {
   EXPECT_TRUE(all_finite(mtp));
 }
 
+// The MoE shapes: the tiny one loads as qwen35moe and runs (MTP block included, with its own
+// experts); the 35B-A3B one has the published sizes (checked without writing 35 GB).
+TEST(Synth, TinyMoeRunsThroughTheCpuForward) {
+  auto g = std::make_shared<const GgufFile>(GgufFile::open(write(shape_by_name("tiny-moe"), "tiny_moe")));
+  const ModelConfig c = load_model_config(*g);
+  EXPECT_EQ(c.arch, "qwen35moe");
+  EXPECT_EQ(c.n_expert, 8u);
+  EXPECT_EQ(c.n_expert_used, 2u);
+  EXPECT_EQ(g->tensor("blk.0.ffn_gate_exps.weight").ne[2], 8u);
+  EXPECT_NE(g->find_tensor("blk.8.ffn_down_exps.weight"), nullptr);  // the MTP block's experts
+  StageOptions so;
+  so.n_threads = 2;
+  auto m = load_cpu_stage(g, c, {0, c.n_layer}, so);
+  StepInput in;
+  in.seqs.push_back({1, 0, {5, 17, 99, 3, 250, 11}, {5}});
+  StepOutput out;
+  m->forward(in, &out);
+  ASSERT_EQ(out.logits.size(), c.n_vocab);
+  EXPECT_TRUE(all_finite(out.logits));
+  EXPECT_GT(spread(out.logits), 0.1);
+  std::vector<float> mtp;
+  m->forward_mtp(1, 0, {9}, out.final_hidden.data(), &mtp);
+  EXPECT_TRUE(all_finite(mtp));
+}
+
+TEST(Synth, MoeShapesHaveThePublishedSizes) {
+  const SynthShape s = shape_by_name("35b-a3b");
+  EXPECT_EQ(s.arch, "qwen35moe");
+  EXPECT_EQ(s.n_layer, 40u);
+  EXPECT_EQ(s.n_embd, 2048u);
+  EXPECT_EQ(s.n_expert, 256u);
+  EXPECT_EQ(s.n_expert_used, 8u);
+  EXPECT_EQ(s.n_ff_exp, 512u);
+  uint64_t total = 0;
+  for (const TensorPlan& t : plan_tensors(s)) {
+    uint64_t n = 1;
+    for (uint64_t d : t.ne) n *= d;
+    total += n;
+  }
+  EXPECT_NEAR(static_cast<double>(total), 35.1e9, 1.0e9);  // 34.66 B published, plus the MTP block
+  EXPECT_EQ(shape_by_name("122b-a10b").n_embd, 3072u);
+}
+
 TEST(Synth, Reduced08BLoadsAndValidates) {
   SynthShape s = shape_by_name("0.8b");
   s.n_layer = 2;

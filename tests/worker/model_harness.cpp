@@ -20,6 +20,17 @@ LoadedModel load_fixture(bool keep_all_hidden, StageRange range, CacheGeometry c
   return m;
 }
 
+LoadedModel load_data_model(const std::string& file, CacheGeometry cache) {
+  LoadedModel m;
+  m.gguf = std::make_shared<const GgufFile>(GgufFile::open(data_path(file)));
+  m.config = load_model_config(*m.gguf);
+  StageOptions o;
+  o.n_threads = 2;
+  o.cache = cache;
+  m.stage = load_cpu_stage(m.gguf, m.config, {0, m.config.n_layer}, o);
+  return m;
+}
+
 std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<int32_t>& ids,
                               const std::vector<uint32_t>& rows, size_t chunk, std::vector<float>* final_hidden) {
   std::vector<float> logits;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/gguf.h"
@@ -19,6 +20,9 @@ struct LoadedModel {
 // `cache`: the stage's memory layout (default self-managed, as tools use it).
 LoadedModel load_fixture(bool keep_all_hidden = false, StageRange range = {0, 0}, CacheGeometry cache = {},
                          uint32_t draft_vocab = 0);
+
+// Any fixture GGUF of tests/data (e.g. "tiny-qwen35moe-q8_0.gguf") as one in-process CPU stage.
+LoadedModel load_data_model(const std::string& file, CacheGeometry cache = {});
 
 // Runs `ids` as sequence `seq_id` from position 0 in chunks of `chunk` tokens (0: one step),
 // returning the logits of `rows` ([rows.size(), V]), rows ascending, and optionally their

@@ -132,11 +132,16 @@ TEST(PagedCache, InterleavedSequencesInOneBatch) {
 
 // Prefill A in two steps cut at a block boundary (128), saving a snapshot there; then B, a new
 // sequence with the same first 128 tokens, shares A's first 8 blocks, loads the snapshot and
-// computes only the rest: its logits equal a full prefill.
-TEST(PagedCache, SnapshotAtBlockBoundaryReplacesThePrefix) {
+// computes only the rest: its logits equal a full prefill. For every KV cache type (the shared
+// blocks are read as they were written; a hit is exact whatever the encoding).
+class PagedCacheKv : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(PagedCacheKv, SnapshotAtBlockBoundaryReplacesThePrefix) {
   const ReferencePrompt ref = load_reference_prompt("rand_200");
-  LoadedModel plain = load_fixture();
-  LoadedModel paged = load_fixture(false, {0, 0}, kGeometry);
+  CacheGeometry self_managed, managed = kGeometry;
+  self_managed.k_type = self_managed.v_type = managed.k_type = managed.v_type = GetParam();
+  LoadedModel plain = load_fixture(false, {0, 0}, self_managed);
+  LoadedModel paged = load_fixture(false, {0, 0}, managed);
   std::vector<int32_t> b_ids = slice(ref.ids, 0, 170);
   b_ids.back() = 77;  // B diverges from A after the shared prefix
   const std::vector<float> want_a = run_prompt(*plain.stage, 1, ref.ids, {199});
@@ -165,6 +170,11 @@ TEST(PagedCache, SnapshotAtBlockBoundaryReplacesThePrefix) {
   again.block_ids.insert(again.block_ids.end(), c_tail.begin(), c_tail.end());
   EXPECT_EQ(step(*paged.stage, 3, 128, slice(ref.ids, 128, 200), again), want_a);
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, PagedCacheKv,
+                         ::testing::Values(KvType::kF32, KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kFp8,
+                                           KvType::kQ4r),
+                         [](const ::testing::TestParamInfo<KvType>& i) { return std::string(kv_type_name(i.param)); });
 
 TEST(PagedCache, SnapshotSurvivesAPlanThatOverwritesIt) {
   // Loads happen before saves: a row may load snapshot 0 while another row of the same plan

@@ -24,14 +24,20 @@ namespace {
 
 constexpr size_t kGenerate = 48;
 
-Generated plain_decode(const std::vector<int32_t>& prompt) {
-  LoadedModel m = load_fixture();
+CacheGeometry with_kv(KvType t) {
+  CacheGeometry g;
+  g.k_type = g.v_type = t;
+  return g;
+}
+
+Generated plain_decode(const std::vector<int32_t>& prompt, KvType kv = KvType::kF32) {
+  LoadedModel m = load_fixture(false, {0, 0}, with_kv(kv));
   return greedy_plain_decode(*m.stage, m.config.n_vocab, prompt, kGenerate);
 }
 
 Generated spec_decode(const std::vector<int32_t>& prompt, uint32_t K, const std::vector<int32_t>* oracle = nullptr,
-                      uint32_t draft_vocab = 0) {
-  LoadedModel m = load_fixture(false, {0, 0}, {}, draft_vocab);
+                      uint32_t draft_vocab = 0, KvType kv = KvType::kF32) {
+  LoadedModel m = load_fixture(false, {0, 0}, with_kv(kv), draft_vocab);
   return greedy_spec_decode(*m.stage, m.config.n_embd, m.config.n_vocab, prompt, K, oracle, kGenerate);
 }
 
@@ -91,6 +97,22 @@ TEST(Speculation, RollbackAfterPartialAcceptanceIsBitExact) {
     EXPECT_LT(got.accepted, got.drafted);
   }
 }
+
+// The same with each KV cache type: rejected drafts' rows are overwritten, never read.
+class SpeculationKv : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(SpeculationKv, RollbackAfterPartialAcceptanceIsBitExact) {
+  const std::vector<int32_t> prompt = load_reference_prompt("chat_basic").ids;
+  const Generated want = plain_decode(prompt, GetParam());
+  const Generated got = spec_decode(prompt, 3, &want.tokens, 0, GetParam());
+  expect_same(want, got);
+  EXPECT_GT(got.accepted, 0u);
+  EXPECT_LT(got.accepted, got.drafted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, SpeculationKv,
+                         ::testing::Values(KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kFp8, KvType::kQ4r),
+                         [](const ::testing::TestParamInfo<KvType>& i) { return std::string(kv_type_name(i.param)); });
 
 TEST(Speculation, RewindNeedsACapturedPosition) {
   LoadedModel m = load_fixture();

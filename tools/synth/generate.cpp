@@ -121,18 +121,25 @@ void add_qwen3_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed)
 
 void add_metadata(GgufStreamWriter& w, const SynthShape& s, uint64_t seed) {
   if (s.arch == "qwen3") return add_qwen3_metadata(w, s, seed);
-  const std::string a = "qwen35.";
-  w.add_string("general.architecture", "qwen35");
+  const std::string a = s.arch + ".";
+  w.add_string("general.architecture", s.arch);
   w.add_string("general.type", "model");
   w.add_string("general.name",
-               "deltaserve-synth qwen35 " + s.name + " (random weights, seed " + std::to_string(seed) + ")");
+               "deltaserve-synth " + s.arch + " " + s.name + " (random weights, seed " + std::to_string(seed) + ")");
   w.add_u32("general.file_type", 7);  // mostly Q8_0
   w.add_u32("general.quantization_version", 2);
   w.add_u32(a + "context_length", s.context_length);
   w.add_u32(a + "embedding_length", s.n_embd);
   w.add_u32(a + "block_count", s.n_layer + s.n_nextn);
   if (s.n_nextn > 0) w.add_u32(a + "nextn_predict_layers", s.n_nextn);
-  w.add_u32(a + "feed_forward_length", s.n_ff);
+  if (s.n_expert > 0) {
+    w.add_u32(a + "expert_count", s.n_expert);
+    w.add_u32(a + "expert_used_count", s.n_expert_used);
+    w.add_u32(a + "expert_feed_forward_length", s.n_ff_exp);
+    w.add_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
+  } else {
+    w.add_u32(a + "feed_forward_length", s.n_ff);
+  }
   w.add_u32(a + "attention.head_count", s.n_head);
   w.add_u32(a + "attention.head_count_kv", s.n_head_kv);
   w.add_u32(a + "attention.key_length", s.head_dim);

@@ -27,6 +27,19 @@ SynthShape real(const char* name, uint32_t D, uint32_t layers, uint32_t H, uint3
   return s;
 }
 
+// Qwen3.5 MoE (decode-kv-moe-anchors.md §C): 256 experts, 8 used, one shared expert of the
+// routed experts' size, 2 KV heads. 35B-A3B: GDN 16 key / 32 value heads (slime's config);
+// 122B-A10B: 64 value heads, UNVERIFIED (the anchors give its attention heads only).
+SynthShape moe(const char* name, uint32_t D, uint32_t layers, uint32_t H, uint32_t F, uint32_t nv) {
+  SynthShape s = real(name, D, layers, H, 2, 0, nv, false);
+  s.arch = "qwen35moe";
+  s.n_expert = 256;
+  s.n_expert_used = 8;
+  s.n_ff_exp = F;
+  s.n_ff_shexp = F;
+  return s;
+}
+
 // The CPU test fixture's dimensions (hidden 64, two value heads per key head, so the tiled
 // GDN head mapping is exercised) with a small vocabulary, so a CPU forward takes milliseconds.
 SynthShape tiny() {
@@ -117,7 +130,22 @@ void add_gdn(std::vector<TensorPlan>& out, const SynthShape& s, const std::strin
   out.push_back({p + "ssm_out.weight", GgmlType::Q8_0, {inner, D}, Init::kMatrix});
 }
 
+// Routed experts stacked as llama.cpp's converter writes them, the router and shared gate in F32.
+void add_moe_ffn(std::vector<TensorPlan>& out, const SynthShape& s, const std::string& p) {
+  const uint64_t D = s.n_embd, E = s.n_expert, Fe = s.n_ff_exp, Fs = s.n_ff_shexp;
+  out.push_back({p + "post_attention_norm.weight", GgmlType::F32, {D}, Init::kNorm});
+  out.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, {D, E}, Init::kMatrix});
+  out.push_back({p + "ffn_gate_exps.weight", GgmlType::Q8_0, {D, Fe, E}, Init::kMatrix});
+  out.push_back({p + "ffn_up_exps.weight", GgmlType::Q8_0, {D, Fe, E}, Init::kMatrix});
+  out.push_back({p + "ffn_down_exps.weight", GgmlType::Q8_0, {Fe, D, E}, Init::kMatrix});
+  out.push_back({p + "ffn_gate_inp_shexp.weight", GgmlType::F32, {D}, Init::kMatrix});
+  out.push_back({p + "ffn_gate_shexp.weight", GgmlType::Q8_0, {D, Fs}, Init::kMatrix});
+  out.push_back({p + "ffn_up_shexp.weight", GgmlType::Q8_0, {D, Fs}, Init::kMatrix});
+  out.push_back({p + "ffn_down_shexp.weight", GgmlType::Q8_0, {Fs, D}, Init::kMatrix});
+}
+
 void add_ffn(std::vector<TensorPlan>& out, const SynthShape& s, const std::string& p) {
+  if (s.n_expert > 0) return add_moe_ffn(out, s, p);
   const uint64_t D = s.n_embd, F = s.n_ff;
   out.push_back({p + "post_attention_norm.weight", GgmlType::F32, {D}, Init::kNorm});
   out.push_back({p + "ffn_gate.weight", GgmlType::Q8_0, {D, F}, Init::kMatrix});
@@ -133,15 +161,29 @@ SynthShape shape_by_name(const std::string& name) {
   if (name == "4b") return real("4b", 2560, 32, 16, 4, 9216, 32, true);  // tied: UNVERIFIED in the spec
   if (name == "9b") return real("9b", 4096, 32, 16, 4, 12288, 32, false);
   if (name == "27b") return real("27b", 5120, 64, 24, 4, 17408, 48, false);
+  if (name == "35b-a3b") return moe("35b-a3b", 2048, 40, 16, 512, 32);
+  if (name == "122b-a10b") return moe("122b-a10b", 3072, 48, 32, 1024, 64);
   if (name == "tiny") return tiny();
+  if (name == "tiny-moe") {  // the tiny shape with 8 experts, 2 used
+    SynthShape s = tiny();
+    s.name = name;
+    s.arch = "qwen35moe";
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+    s.n_ff_shexp = 64;
+    return s;
+  }
   for (const bool rerank : {false, true}) {
     const std::string kind = rerank ? "qwen3-rerank-" : "qwen3-embed-";
     if (name == kind + "0.6b") return qwen3(name, rerank, 1024, 28, 16, 3072);
     if (name == kind + "4b") return qwen3(name, rerank, 2560, 36, 32, 9728);
     if (name == kind + "8b") return qwen3(name, rerank, 4096, 36, 32, 12288);
   }
-  throw ConfigError("unknown shape '" + name +
-                    "' (choose 0.8b, 2b, 4b, 9b, 27b, tiny, or qwen3-embed-|qwen3-rerank- 0.6b|4b|8b)");
+  throw ConfigError(
+      "unknown shape '" + name +
+      "' (choose 0.8b, 2b, 4b, 9b, 27b, 35b-a3b, 122b-a10b, tiny, tiny-moe, or qwen3-embed-|qwen3-rerank- "
+      "0.6b|4b|8b)");
 }
 
 std::vector<TensorPlan> plan_tensors(const SynthShape& s) {

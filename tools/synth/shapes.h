@@ -11,17 +11,22 @@
 namespace ds::synth {
 
 struct SynthShape {
-  std::string name;             // "9b", "tiny", "qwen3-embed-4b", ...
-  std::string arch = "qwen35";  // or "qwen3": the dense Qwen3 stack of Qwen3-Embedding / -Reranker
-  uint32_t pooling_type = 0;    // qwen3: 3 = last token (embedding), 4 = rank (cls.output head)
-  uint32_t n_embd = 0;          // D
-  uint32_t n_layer = 0;         // main stack
-  uint32_t n_head = 0;          // H
-  uint32_t n_head_kv = 0;       // Hkv
-  uint32_t head_dim = 0;        // d
-  uint32_t n_rot = 0;           // r
+  std::string name;  // "9b", "tiny", "qwen3-embed-4b", ...
+  std::string arch =
+      "qwen35";               // "qwen35moe" (n_expert > 0), or "qwen3": the dense stack of Qwen3-Embedding / -Reranker
+  uint32_t pooling_type = 0;  // qwen3: 3 = last token (embedding), 4 = rank (cls.output head)
+  uint32_t n_embd = 0;        // D
+  uint32_t n_layer = 0;       // main stack
+  uint32_t n_head = 0;        // H
+  uint32_t n_head_kv = 0;     // Hkv
+  uint32_t head_dim = 0;      // d
+  uint32_t n_rot = 0;         // r
   std::vector<int32_t> rope_sections{11, 11, 10, 0};
-  uint32_t n_ff = 0;         // F
+  uint32_t n_ff = 0;      // F (dense FFNs)
+  uint32_t n_expert = 0;  // qwen35moe: routed experts E, k of them used per token
+  uint32_t n_expert_used = 0;
+  uint32_t n_ff_exp = 0;     // a routed expert's FFN size
+  uint32_t n_ff_shexp = 0;   // the shared expert's
   uint32_t n_vocab = 0;      // V
   uint32_t ssm_n_group = 0;  // nk
   uint32_t ssm_dt_rank = 0;  // nv
@@ -34,8 +39,8 @@ struct SynthShape {
   uint32_t conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state; }
 };
 
-// "0.8b", "2b", "4b", "9b", "27b", "tiny", or a Qwen3 pooling model's shape
-// "qwen3-{embed,rerank}-{0.6b,4b,8b}"; throws ds::ConfigError naming the choices otherwise.
+// "0.8b", "2b", "4b", "9b", "27b", the MoE "35b-a3b" and "122b-a10b", "tiny", "tiny-moe", or a Qwen3 pooling model's
+// shape "qwen3-{embed,rerank}-{0.6b,4b,8b}"; throws ds::ConfigError naming the choices otherwise.
 SynthShape shape_by_name(const std::string& name);
 
 // How a tensor's values are drawn (the scales keep activations finite through a deep stack).

@@ -11,10 +11,11 @@ namespace {
 // and prefill chunks mixed) is one batched call (Backend::attention_batch: the same result
 // per sequence as attention_causal; on CUDA one tiled launch for the prefill chunks and one
 // launch pair for the decode rows); a lone sequence calls attention_causal.
-void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, const float* q, size_t q_head, float* o) {
+void attend(const StepContext& ctx, const void* k_pool, const void* v_pool, const float* q, size_t q_head, float* o) {
   const size_t H = ctx.cfg.n_head, Hkv = ctx.cfg.n_head_kv, d = ctx.cfg.head_dim, row = Hkv * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const size_t block_size = ctx.cache.kv().block_size();
+  const KvCache& kv = ctx.cache.kv();
+  const size_t block_size = kv.block_size();
   const std::vector<SeqSpan>& spans = ctx.spans;
   if (spans.size() >= 2) {
     std::vector<AttentionBatchSeq>& seqs = ctx.scratch.decode_seqs;
@@ -23,14 +24,14 @@ void attend(const StepContext& ctx, const float* k_pool, const float* v_pool, co
       seqs.push_back(AttentionBatchSeq{size_t{s.start_pos} + s.n_tokens, s.offset * H * q_head, s.offset * H * d,
                                        s.seq->table.data(), s.n_tokens});
     }
-    ctx.be.attention_batch(
-        AttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o, seqs.data(), seqs.size()});
+    ctx.be.attention_batch(AttentionBatch{H, Hkv, d, q_head, row, k_pool, v_pool, block_size, scale, q, o, seqs.data(),
+                                          seqs.size(), kv.k_type(), kv.v_type()});
     return;
   }
   for (const SeqSpan& s : spans) {
     const size_t kv_len = size_t{s.start_pos} + s.n_tokens;
     const AttentionShape shape{s.n_tokens, kv_len, H, Hkv, d, H * q_head, q_head, row, H * d};
-    const KvPages pages{k_pool, v_pool, s.seq->table.data(), block_size};
+    const KvPages pages{k_pool, v_pool, s.seq->table.data(), block_size, kv.k_type(), kv.v_type()};
     ctx.be.attention_causal(shape, q + s.offset * H * q_head, pages, scale, o + s.offset * H * d);
   }
 }
@@ -61,8 +62,9 @@ const float* gated_attention(const StepContext& ctx, const AttentionWeights& w, 
   // q and k heads normed and roped, and every token's K/V row written to its sequence's page
   // (one op: Backend::attention_prep); then each sequence attends over its rows through its
   // block table.
-  float* k_pool = ctx.cache.kv().k(kv_pool);
-  float* v_pool = ctx.cache.kv().v(kv_pool);
+  KvCache& kv = ctx.cache.kv();
+  void* k_pool = kv.k(kv_pool);
+  void* v_pool = kv.v(kv_pool);
   AttentionPrep prep;
   prep.n_tokens = T;
   prep.n_heads = H;
@@ -82,8 +84,12 @@ const float* gated_attention(const StepContext& ctx, const AttentionWeights& w, 
   prep.kv_rows = ctx.kv_rows;
   prep.k_pool = k_pool;
   prep.v_pool = v_pool;
+  prep.k_type = kv.k_type();
+  prep.v_type = kv.v_type();
   be.attention_prep(prep);
   attend(ctx, k_pool, v_pool, q, q_head, o);
+  // Values stored rotated (q4r): the output is rotated too, and H is its own inverse.
+  if (kv_type_rotated(kv.v_type())) be.hadamard_heads(o, T, H * d, H, d, d);
   tap(ctx, layer, "attn_core", o, H * d);
   if (gated) be.sigmoid_gate(o, d, q + d, 2 * d, T * H, d, y, d);
   float* mixed = ctx.ws.get(Slot::kOut, T * D);

@@ -4,7 +4,7 @@ namespace ds {
 
 const float* swiglu_ffn(const StepContext& ctx, const FfnWeights& w, const float* x, uint32_t layer) {
   Backend& be = ctx.be;
-  const size_t D = ctx.cfg.n_embd, F = ctx.cfg.n_ff, T = ctx.T;
+  const size_t D = ctx.cfg.n_embd, F = w.down.cols, T = ctx.T;  // ffn_down's cols: the FFN size
   float* gate = ctx.ws.get(Slot::kProjA, T * F);
   float* up = ctx.ws.get(Slot::kProjB, T * F);
   float* down = ctx.ws.get(Slot::kOut, T * D);

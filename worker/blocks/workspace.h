@@ -10,22 +10,27 @@
 namespace ds {
 
 enum class Slot : int {
-  kHidden,    // residual stream [T, D]
-  kNorm,      // normed input of the current sub-block [T, D]
-  kProjA,     // first projection (GDN qkv / attention q+gate / FFN gate)
-  kProjB,     // second projection (GDN z / attention k / FFN up)
-  kProjC,     // third projection (attention v)
-  kAlpha,     // GDN decay input [T, nv]
-  kBeta,      // GDN write-strength input [T, nv]
-  kGateG,     // GDN log-decay [T, nv]
-  kGateBeta,  // GDN beta [T, nv]
-  kConv,      // GDN conv output [T, C]; MTP concat buffer
-  kMix,       // token-mixer output before the gate [T, heads*dim]
-  kGated,     // gated mixer output [T, heads*dim]
-  kOut,       // output projection [T, D]
-  kPicked,    // rows that need logits [R, D]
-  kHeadNorm,  // final-normed rows [R, D]
-  kLogits,    // [R, V]
+  kHidden,     // residual stream [T, D]
+  kNorm,       // normed input of the current sub-block [T, D]
+  kProjA,      // first projection (GDN qkv / attention q+gate / FFN gate)
+  kProjB,      // second projection (GDN z / attention k / FFN up)
+  kProjC,      // third projection (attention v)
+  kAlpha,      // GDN decay input [T, nv]
+  kBeta,       // GDN write-strength input [T, nv]
+  kGateG,      // GDN log-decay [T, nv]
+  kGateBeta,   // GDN beta [T, nv]
+  kConv,       // GDN conv output [T, C]; MTP concat buffer
+  kMix,        // token-mixer output before the gate [T, heads*dim]
+  kGated,      // gated mixer output [T, heads*dim]
+  kOut,        // output projection [T, D]
+  kPicked,     // rows that need logits [R, D]
+  kHeadNorm,   // final-normed rows [R, D]
+  kLogits,     // [R, V]
+  kRouter,     // MoE router logits [T, E] and the shared expert's gate [T]
+  kExpertIn,   // MoE: one expert's input rows [n, D]
+  kExpertA,    // MoE: its gate projection [n, F]
+  kExpertB,    // MoE: its up projection [n, F]
+  kExpertOut,  // MoE: its output rows [n, D]; the FFN's output [T, D]
   kCount,
 };
 

@@ -7,6 +7,7 @@
 
 #include "common/byte_size.h"
 #include "common/error.h"
+#include "common/kv_options.h"  // kv_types_name
 #include "common/model_config.h"
 #include "common/stage_footprint.h"
 
@@ -30,8 +31,8 @@ uint32_t max_blocks_for(uint32_t block_size) {
 }
 
 std::string describe(const CacheGeometry& g) {
-  return std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) + " tokens, " +
-         std::to_string(g.max_seqs) + " state slots" +
+  return std::to_string(g.num_blocks) + " KV blocks of " + std::to_string(g.block_size) + " tokens (" +
+         kv_types_name(g.k_type, g.v_type) + "), " + std::to_string(g.max_seqs) + " state slots" +
          (g.captures_per_slot ? " with " + std::to_string(g.captures_per_slot) + " speculation rollback records each"
                               : "") +
          ", " + std::to_string(g.num_snapshots) + " snapshots";
@@ -80,11 +81,12 @@ PoolSizing exact_pools(const PoolCosts& c, const CacheGeometry& g, uint64_t budg
 }  // namespace
 
 // The stage's state per sequence (common/stage_footprint.h, which the model allocates from too)
-// in bytes: K and V rows of every attention layer per KV block, one record of every GDN layer.
-PoolCosts stage_pool_costs(const ModelConfig& cfg, uint32_t first, uint32_t last, uint32_t block_size) {
+// in bytes: K and V rows of every attention layer per KV block (as their types store them), one
+// record of every GDN layer.
+PoolCosts stage_pool_costs(const ModelConfig& cfg, uint32_t first, uint32_t last, const CacheGeometry& g) {
   const CacheShapes s = stage_cache_shapes(cfg, StageRange{first, last});
   PoolCosts c;
-  c.kv_block_bytes = uint64_t{s.n_attention_layers} * 2 * block_size * s.kv_row_floats * sizeof(float);
+  c.kv_block_bytes = uint64_t{g.block_size} * kv_bytes_per_token(s, g.k_type, g.v_type);
   c.state_record_bytes = uint64_t{s.n_gdn_layers} * (s.conv_floats + s.ssm_floats) * sizeof(float);
   return c;
 }
@@ -106,9 +108,11 @@ PoolSizing size_pools(const PoolCosts& c, const PoolRequest& r, uint64_t budget)
   auto fits = [&](uint32_t slots) { return add_sat(slot_state(slots), min_kv) <= budget; };
   if (!fits(1)) {
     throw ConfigError("the memory budget of " + format_bytes(budget) + " cannot hold one sequence: one state slot " +
-                      "and " + std::to_string(min_blocks) + " KV blocks (one max_context sequence) need " +
+                      "and " + std::to_string(min_blocks) + " KV blocks of " +
+                      kv_types_name(limit.k_type, limit.v_type) + " (one max_context sequence) need " +
                       format_bytes(add_sat(slot_state(1), min_kv)) +
-                      " (raise the budget, lower --max-context, or spread the layers over more workers)");
+                      " (raise the budget, lower --max-context, use a smaller --kv-cache-type, or spread the layers "
+                      "over more workers)");
   }
   // The largest slot count that fits (fits() is monotone in the slot count).
   uint32_t lo = 1, hi = limit.max_seqs;

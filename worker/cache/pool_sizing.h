@@ -28,9 +28,11 @@ struct PoolCosts {
   uint64_t state_record_bytes = 0;  // one GDN state slot or snapshot: conv + recurrent state of every GDN layer
 };
 
-// The costs of the stage [first_layer, last_layer) of `config` with f32 pools (the last stage
+// The costs of the stage [first_layer, last_layer) of `config` with KV blocks of
+// geometry.block_size rows stored as geometry.k_type / v_type, f32 GDN state (the last stage
 // also runs the MTP block, which has its own KV pool).
-PoolCosts stage_pool_costs(const ModelConfig& config, uint32_t first_layer, uint32_t last_layer, uint32_t block_size);
+PoolCosts stage_pool_costs(const ModelConfig& config, uint32_t first_layer, uint32_t last_layer,
+                           const CacheGeometry& geometry);
 
 // Bytes the pools of `geometry` take, captures included (saturates at UINT64_MAX instead of wrapping).
 uint64_t pool_bytes(const PoolCosts& costs, const CacheGeometry& geometry);

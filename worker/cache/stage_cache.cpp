@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
-#include "kernels/cpu/attention.h"  // kv_row_offset: the one row -> page mapping
+#include "kernels/cpu/attention.h"  // kv_pool_row: the one row -> page mapping
 
 namespace ds {
 namespace {
@@ -24,8 +24,10 @@ std::string who(const SeqStep& s) {
 
 StageCache::StageCache(Backend& backend, const CacheGeometry& geometry, const CacheShapes& shapes)
     : geo_(geometry),
-      kv_(backend, shapes.n_attention_layers, geometry.block_size, shapes.kv_row_floats),
-      states_(backend, shapes.n_gdn_layers, shapes.conv_floats, shapes.ssm_floats) {
+      kv_(backend, shapes.n_attention_layers, geometry.block_size, shapes.kv_row_floats, geometry.k_type,
+          geometry.v_type),
+      states_(backend, shapes.n_gdn_layers, shapes.conv_floats, shapes.ssm_floats),
+      stateless_(shapes.n_gdn_layers == 0) {
   if (geo_.block_size == 0) throw ConfigError("KV block size must be positive");
   if (!geo_.managed()) return;
   if (geo_.max_seqs == 0) throw ConfigError("scheduler-managed memory needs at least one state slot");
@@ -122,7 +124,10 @@ void StageCache::check_managed_row(const SeqStep& s, const SeqCache& c) const {
     const int64_t want = c.load_snapshot ? snapshot_pos_[*c.load_snapshot] : 0;
     if (want < 0) throw ConfigError(who(s) + ": snapshot " + std::to_string(*c.load_snapshot) + " was never saved");
     if (s.rewind) throw ConfigError(who(s) + ": a new sequence cannot rewind");
-    if (s.start_pos != want) {
+    // Without recurrent layers there is no state to restore: a new sequence may start after a
+    // cached prefix whose KV blocks its table shares.
+    const bool stateless = stateless_ && !c.load_snapshot;
+    if (s.start_pos != want && !stateless) {
       throw ConfigError(who(s) + ": new sequence starts at position " + std::to_string(s.start_pos) + " but its " +
                         (c.load_snapshot ? "snapshot holds " : "zero state holds ") + std::to_string(want));
     }
@@ -245,7 +250,7 @@ StageCache::Seq& StageCache::begin_mtp(uint64_t seq_id, uint32_t start_pos, size
 
 void StageCache::append_pool_rows(const Seq& s, uint32_t start_pos, size_t n, std::vector<uint32_t>* rows) const {
   for (size_t p = start_pos; p < start_pos + n; ++p) {
-    rows->push_back(static_cast<uint32_t>(cpu::kv_row_offset(s.table.data(), geo_.block_size, 1, p)));
+    rows->push_back(static_cast<uint32_t>(cpu::kv_pool_row(s.table.data(), geo_.block_size, p)));
   }
 }
 

@@ -69,6 +69,7 @@ class StageCache {
   CacheGeometry geo_;
   KvCache kv_;
   StatePool states_;
+  bool stateless_;  // no recurrent layers: a new sequence may start after a shared prefix
   std::unordered_map<uint64_t, Seq> seqs_;
   // managed: which live sequence holds each slot, and the position each snapshot holds (-1: none)
   std::unordered_map<uint32_t, uint64_t> slot_owner_;

@@ -5,14 +5,17 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
-#include "common/byte_size.h"  // format_bytes
-#include "common/gguf.h"       // GgufFile::open, tensors
+#include "common/byte_size.h"     // format_bytes
+#include "common/gguf.h"          // GgufFile::open, tensors
+#include "common/ipc/protocol.h"  // assign_kv_type
+#include "common/kv_options.h"
 #include "common/log.h"
 #include "common/model_config.h"     // load_model_config
-#include "common/stage_footprint.h"  // stage_reads, stage_weight_bytes
+#include "common/stage_footprint.h"  // stage_reads, stage_weight_bytes, stage_cache_shapes
 #include "worker/cache/pool_sizing.h"
 #include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
 #include "worker/daemon/worker_daemon.h"
@@ -86,14 +89,17 @@ uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t 
   return budget;
 }
 
-// Assign's pool numbers as a sizing request.
-PoolRequest pool_request(const ipc::v1::Assign& a, const ModelConfig& cfg) {
+// Assign's pool numbers as a sizing request, KV blocks of the worker's KV types (Assign's, when
+// it sent them: with_assigned_settings).
+PoolRequest pool_request(const ipc::v1::Assign& a, const ModelConfig& cfg, const WorkerOptions& w) {
   if (a.cache_sizing() != ipc::v1::CACHE_SIZING_EXACT && a.cache_sizing() != ipc::v1::CACHE_SIZING_FIT_BUDGET) {
     throw std::runtime_error("unknown cache_sizing " + std::to_string(static_cast<int>(a.cache_sizing())) +
                              " in Assign");
   }
   PoolRequest r;
   if (a.block_size() != 0) r.limit.block_size = a.block_size();
+  r.limit.k_type = w.kv_cache.k_type();
+  r.limit.v_type = w.kv_cache.v_type();
   r.limit.num_blocks = a.num_blocks();
   r.limit.max_seqs = a.max_seqs();
   r.limit.num_snapshots = a.num_snapshots();
@@ -130,6 +136,32 @@ CopyPlan plan_bf16_copy(const WorkerOptions& o, uint64_t copy_bytes, const std::
   } catch (const std::exception&) {
     return {};  // the copy does not fit beside the weights and the workspace reserve
   }
+}
+
+// Assign's KV cache types over the worker's own (--kv-cache-type[-k|-v]); an unknown name throws.
+void take_kv_types(const ipc::v1::Assign& a, WorkerOptions* w) {
+  const auto take = [](const char* field, const std::string& given, KvType own, std::optional<KvType>* side) {
+    const std::optional<KvType> t = ipc::assign_kv_type(field, given);
+    if (!t) return;
+    if (*t != own) {
+      log::info("worker", log::Msg() << field << " " << kv_type_name(*t)
+                                     << " (the coordinator's; this worker's flag said " << kv_type_name(own) << ")");
+    }
+    *side = t;
+  };
+  take("kv_cache_type_k", a.kv_cache_type_k(), w->kv_cache.k_type(), &w->kv_cache.k);
+  take("kv_cache_type_v", a.kv_cache_type_v(), w->kv_cache.v_type(), &w->kv_cache.v);
+}
+
+// The stage's KV types checked against the model's heads (a clear error naming the flag before
+// any memory is sized), and their cost per token in the log.
+void check_kv_types(const WorkerOptions& w, const ModelConfig& cfg, StageRange range) {
+  const KvType k = w.kv_cache.k_type(), v = w.kv_cache.v_type();
+  if (const std::string problem = kv_types_problem(k, v, cfg); !problem.empty()) throw std::runtime_error(problem);
+  const CacheShapes shapes = stage_cache_shapes(cfg, range);
+  log::info("worker", log::Msg() << "layers [" << range.first_layer << ", " << range.last_layer << "): KV cache "
+                                 << kv_types_name(k, v) << ", " << kv_bytes_per_token(shapes, k, v)
+                                 << " bytes per token over " << shapes.n_attention_layers << " attention layers");
 }
 
 #if DS_HAVE_CUDA_BACKEND
@@ -170,11 +202,14 @@ WorkerOptions with_assigned_settings(const WorkerOptions& own, const ipc::v1::As
   take("prefill_precision", assign.prefill_precision(), {"bf16", "f32"}, &w.prefill_precision);
   take("decode_gemv", assign.decode_gemv(), {"auto", "dp4a", "mma"}, &w.decode_gemv);
   take("bf16_weight_copy", assign.bf16_weight_copy(), {"off", "on", "auto"}, &w.bf16_weight_copy);
+  take_kv_types(assign, &w);
   if (assign.pool_budget_bytes() != 0) w.memory_budget_bytes = assign.pool_budget_bytes();
-  log::info("worker", log::Msg() << "settings from the coordinator: prefill_precision=" << w.prefill_precision
-                                 << " decode_gemv=" << w.decode_gemv << " bf16_weight_copy=" << w.bf16_weight_copy
-                                 << " pool_budget="
-                                 << (w.memory_budget_bytes ? format_bytes(w.memory_budget_bytes) : "(default)"));
+  log::info("worker",
+            log::Msg() << "settings from the coordinator: prefill_precision=" << w.prefill_precision
+                       << " decode_gemv=" << w.decode_gemv << " bf16_weight_copy=" << w.bf16_weight_copy
+                       << " pool_budget=" << (w.memory_budget_bytes ? format_bytes(w.memory_budget_bytes) : "(default)")
+                       << " kv_cache_type_k=" << kv_type_name(w.kv_cache.k_type())
+                       << " kv_cache_type_v=" << kv_type_name(w.kv_cache.v_type()));
   return w;
 }
 
@@ -206,7 +241,8 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   options.draft_vocab = assign.draft_vocab();
   options.head = head;
   const StageRange range{assign.first_layer(), assign.last_layer()};
-  const PoolRequest request = pool_request(assign, config);
+  check_kv_types(worker, config, range);
+  const PoolRequest request = pool_request(assign, config, worker);
   // Pools are sized here, once per worker start: from the budget (FIT_BUDGET, reported in
   // Ready) or exactly as negotiated (EXACT); num_blocks == 0 leaves them to grow on demand.
   const uint64_t copy_bytes = worker.backend == "cuda" && worker.bf16_weight_copy != "off"
@@ -214,7 +250,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
                                   : 0;
   CopyPlan copy;
   if (request.limit.managed() || !request.exact) {
-    const PoolCosts costs = stage_pool_costs(config, range.first_layer, range.last_layer, request.limit.block_size);
+    const PoolCosts costs = stage_pool_costs(config, range.first_layer, range.last_layer, request.limit);
     copy = plan_bf16_copy(
         worker, copy_bytes, [&](uint64_t c) { return pool_budget(assign, worker, out.weight_bytes, c); },
         [&](uint64_t without, uint64_t with) { return fits_beside_pools(costs, request, without, with); });
@@ -223,6 +259,8 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
     options.cache = out.pools.geometry;
   } else {
     options.cache.block_size = request.limit.block_size;
+    options.cache.k_type = request.limit.k_type;
+    options.cache.v_type = request.limit.v_type;
     if (worker.bf16_weight_copy == "on") {
       copy = plan_bf16_copy(worker, copy_bytes, nullptr, nullptr);
     }

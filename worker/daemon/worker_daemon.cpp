@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/byte_size.h"
+#include "common/kv_options.h"  // kv_types_name
 #include "common/log.h"
 #include "worker/daemon/pinned_ring.h"
 
@@ -37,10 +38,10 @@ void report_pools(const LoadedStage& loaded, v1::Ready* ready) {
   ready->set_state_snapshots(g.num_snapshots);
   ready->set_cache_bytes(loaded.pools.bytes);
   ready->set_cache_budget_bytes(loaded.pool_budget_bytes);
-  ds::log::info("worker", ds::log::Msg() << "pools: " << g.num_blocks << " KV blocks of " << g.block_size << " tokens, "
-                                         << g.max_seqs << " state slots, " << g.num_snapshots
-                                         << " snapshots = " << format_bytes(loaded.pools.bytes) << " of a "
-                                         << format_bytes(loaded.pool_budget_bytes) << " budget");
+  ds::log::info("worker", ds::log::Msg() << "pools: " << g.num_blocks << " KV blocks of " << g.block_size << " tokens ("
+                                         << kv_types_name(g.k_type, g.v_type) << "), " << g.max_seqs << " state slots, "
+                                         << g.num_snapshots << " snapshots = " << format_bytes(loaded.pools.bytes)
+                                         << " of a " << format_bytes(loaded.pool_budget_bytes) << " budget");
 }
 
 // Flags this stage's timing (the last one) as fed through a shared-memory ring.

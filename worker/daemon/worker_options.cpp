@@ -8,6 +8,7 @@
 #include <charconv>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/byte_size.h"
@@ -57,7 +58,7 @@ OptionSpec choice(const std::string& name, std::string* field, std::vector<std::
 
 // Every worker option, bound to `o`. The order is the help's and the start-up line's.
 OptionTable worker_table(WorkerOptions* o) {
-  return {
+  OptionTable table = {
       {"rank", "R", "pipeline stage index, 0-based (required)",
        [o](const std::string& v) { return parse_number(v, &o->rank); }, [o] { return shown(o->rank); }, "-"},
       {"coordinator", "ENDPOINT", "coordinator control endpoint, ipc://PATH or tcp://HOST:PORT (required)",
@@ -117,6 +118,8 @@ OptionTable worker_table(WorkerOptions* o) {
        },
        [o] { return shown(busy_poll_window_us(*o)); }, "-1"},
   };
+  for (OptionSpec& spec : kv_type_option_specs(&o->kv_cache)) table.push_back(std::move(spec));
+  return table;
 }
 
 OptionParser worker_parser() {

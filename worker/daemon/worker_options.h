@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/kv_options.h"
+
 namespace ds {
 
 struct WorkerOptions {
@@ -50,6 +52,9 @@ struct WorkerOptions {
   // worker/decode_gemv.h decode_gemv_is_mma). Every step of one server uses the same GEMV, so speculation keeps plain
   // decoding's bits (CudaBackendOptions::split_gemv_mma).
   std::string decode_gemv = "auto";
+  // The KV cache's element types (--kv-cache-type[-k|-v], common/kv_options.h); Assign's
+  // kv_cache_type_k / _v, when set, override each side (with_assigned_settings).
+  KvTypeFlags kv_cache;
   // After each message the worker polls for the next one without sleeping for this long, so a
   // step that follows closely (the next decode step, the previous stage's output) costs no
   // thread wake-up. -1 = auto: 5000 on cuda (covers the other stages' part of a decode step),

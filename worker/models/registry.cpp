@@ -1,10 +1,12 @@
 #include "worker/models/registry.h"
 
 #include "common/error.h"
+#include "common/kv_options.h"  // kv_types_problem
 #include "common/model_config.h"
 #include "worker/backend.h"
 #include "worker/models/qwen3.h"
 #include "worker/models/qwen35.h"
+#include "worker/models/qwen35moe.h"
 
 namespace ds {
 
@@ -12,6 +14,7 @@ namespace {
 
 constexpr ModelArch kArchs[] = {
     {"qwen35", &load_qwen35_stage},
+    {"qwen35moe", &load_qwen35moe_stage},
     {"qwen3", &load_qwen3_stage},
 };
 
@@ -43,6 +46,9 @@ std::unique_ptr<StageModel> load_stage(std::shared_ptr<const GgufFile> gguf, con
   // Every architecture serves the LM head; the others only where the model says so (qwen35
   // has no embedding or classifier mode: its last stage always ends in the LM head and MTP).
   if (const std::string why = output_head_problem(config, options.head); !why.empty()) {
+    throw ConfigError("load_stage: " + why);
+  }
+  if (const std::string why = kv_types_problem(options.cache.k_type, options.cache.v_type, config); !why.empty()) {
     throw ConfigError("load_stage: " + why);
   }
   return arch->load(std::move(gguf), config, range, options, std::move(backend));

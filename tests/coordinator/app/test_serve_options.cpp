@@ -1,7 +1,8 @@
 // `deltaserve serve` options: --prefill-precision comes from a flag, DELTASERVE_PREFILL_PRECISION
 // or the config file (flag > environment > file), bad values are refused with their source, and
 // the winning value reaches the workers serve spawns as one --prefill-precision flag, which the
-// worker's own parser accepts.
+// worker's own parser accepts. The KV cache types (--kv-cache-type[-k|-v]) travel in Assign and
+// every worker takes them over its own flags.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,10 +10,14 @@
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/ipc/protocol.h"  // set_assign_kv_types
+#include "common/kv_format.h"
+#include "coordinator/app/model_host.h"  // side_model_options, ModelHost
 #include "coordinator/app/serve_options.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/daemon/worker_options.h"
@@ -55,7 +60,10 @@ WorkerOptions worker_under(const ServeOptions& serve, WorkerOptions own = {}) {
   a.set_decode_gemv(serve.engine.decode_gemv);
   a.set_bf16_weight_copy(serve.engine.bf16_weight_copy);
   a.set_pool_budget_bytes(serve.engine.pool_budget_bytes);
-  return with_assigned_settings(own, a);
+  ipc::set_assign_kv_types(&a, serve.engine.cache.k_type, serve.engine.cache.v_type);
+  ipc::v1::Assign wire;  // through the wire format, as a worker receives it
+  EXPECT_TRUE(wire.ParseFromString(a.SerializeAsString()));
+  return with_assigned_settings(own, wire);
 }
 
 TEST(ServeOptions, PrefillPrecisionUnsetSendsTheDefaultToEveryWorker) {
@@ -280,6 +288,9 @@ TEST(ServeOptions, DescribeAndHelpListEveryOption) {
                                           "prefill-precision",
                                           "bf16-weight-copy",
                                           "decode-gemv",
+                                          "kv-cache-type",
+                                          "kv-cache-type-k",
+                                          "kv-cache-type-v",
                                           "log-format"};
   Argv help_argv({"--help"});
   bool help = false;
@@ -298,6 +309,129 @@ TEST(ServeOptions, DescribeAndHelpListEveryOption) {
   EXPECT_TRUE(o.engine.worker_extra_args.empty());
   EXPECT_EQ(o.engine.pool_budget_bytes, uint64_t{2} << 30);  // sent in Assign
   EXPECT_EQ(worker_under(o).memory_budget_bytes, uint64_t{2} << 30);
+}
+
+// --kv-cache-type T: every type reaches the engine's geometry (sent in Assign), and a worker
+// started with another flag takes the server's; unset, kDefaultKvType.
+TEST(ServeOptions, KvCacheTypeReachesEveryWorker) {
+  std::string error;
+  ServeOptions unset;
+  ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &unset, &error)) << error;
+  EXPECT_EQ(unset.engine.cache.k_type, kDefaultKvType);
+  EXPECT_EQ(unset.engine.cache.v_type, kDefaultKvType);
+  EXPECT_NE(describe(unset).find(" kv_cache_type=f32 kv_cache_type_k=f32 kv_cache_type_v=f32 "), std::string::npos)
+      << describe(unset);
+  for (const std::string name : {"f32", "bf16", "f16", "q8_0", "fp8", "q4r"}) {
+    ServeOptions o;
+    ASSERT_TRUE(parse({"--model", "m.gguf", "--kv-cache-type", name}, {}, &o, &error)) << error;
+    EXPECT_EQ(kv_type_name(o.engine.cache.k_type), name);
+    EXPECT_EQ(kv_type_name(o.engine.cache.v_type), name);
+    WorkerOptions own;
+    own.kv_cache.both = name == "f16" ? KvType::kQ8_0 : KvType::kF16;  // an external worker's other flag
+    const WorkerOptions w = worker_under(o, own);
+    EXPECT_EQ(kv_type_name(w.kv_cache.k_type()), name);
+    EXPECT_EQ(kv_type_name(w.kv_cache.v_type()), name);
+  }
+}
+
+// -k / -v override one side over --kv-cache-type, whatever the order or the layer each came from.
+TEST(ServeOptions, KvCacheTypeKAndVOverrideOneSide) {
+  std::string error;
+  ServeOptions v_only;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--kv-cache-type-v", "f16", "--kv-cache-type", "q8_0"}, {}, &v_only, &error))
+      << error;
+  EXPECT_EQ(v_only.engine.cache.k_type, KvType::kQ8_0);
+  EXPECT_EQ(v_only.engine.cache.v_type, KvType::kF16);
+  const WorkerOptions w = worker_under(v_only);
+  EXPECT_EQ(w.kv_cache.k_type(), KvType::kQ8_0);
+  EXPECT_EQ(w.kv_cache.v_type(), KvType::kF16);
+
+  ServeOptions k_from_env;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--kv-cache-type", "bf16"}, {{"DELTASERVE_KV_CACHE_TYPE_K", "q4r"}},
+                    &k_from_env, &error))
+      << error;
+  EXPECT_EQ(k_from_env.engine.cache.k_type, KvType::kQ4r);
+  EXPECT_EQ(k_from_env.engine.cache.v_type, KvType::kBf16);
+
+  ServeOptions k_only;
+  ASSERT_TRUE(parse({"--model", "m.gguf", "--kv-cache-type-k=fp8"}, {}, &k_only, &error)) << error;
+  EXPECT_EQ(k_only.engine.cache.k_type, KvType::kFp8);
+  EXPECT_EQ(k_only.engine.cache.v_type, kDefaultKvType);
+}
+
+TEST(ServeOptions, BadKvCacheTypeNamesTheFlagAndTheTypes) {
+  for (const std::string flag : {"kv-cache-type", "kv-cache-type-k", "kv-cache-type-v"}) {
+    for (const std::string bad : {"q4_0", "F32", "", "int8"}) {
+      ServeOptions o;
+      std::string error;
+      EXPECT_FALSE(parse({"--model", "m.gguf", "--" + flag, bad}, {}, &o, &error)) << flag << " " << bad;
+      EXPECT_NE(
+          error.find("--" + flag + ": bad value '" + bad + "' for " + flag + " (valid: f32|bf16|f16|q8_0|fp8|q4r)\n"),
+          std::string::npos)
+          << error;
+    }
+  }
+  ServeOptions o;
+  std::string error;
+  EXPECT_FALSE(parse({"--model", "m.gguf"}, {{"DELTASERVE_KV_CACHE_TYPE", "q8"}}, &o, &error));
+  EXPECT_NE(error.find("environment DELTASERVE_KV_CACHE_TYPE: bad value 'q8'"), std::string::npos) << error;
+}
+
+// Assign's types are checked: empty keeps the worker's own flag, an unknown name (a newer or
+// corrupt peer) is an error naming the field and the types.
+TEST(ServeOptions, WorkersRefuseAnUnknownKvCacheTypeFromTheWire) {
+  WorkerOptions own;
+  own.kv_cache.both = KvType::kBf16;
+  const WorkerOptions kept = with_assigned_settings(own, ipc::v1::Assign{});
+  EXPECT_EQ(kept.kv_cache.k_type(), KvType::kBf16);
+  EXPECT_EQ(kept.kv_cache.v_type(), KvType::kBf16);
+  ipc::v1::Assign bad;
+  bad.set_kv_cache_type_k("q8_0");
+  bad.set_kv_cache_type_v("q3_k");
+  try {
+    with_assigned_settings(own, bad);
+    ADD_FAILURE() << "an unknown KV cache type was taken";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "Assign.kv_cache_type_v = 'q3_k' is not a KV cache type (f32, bf16, f16, q8_0, fp8, q4r)");
+  }
+}
+
+// The hosted embedding / reranker models store their KV cache as the chat model does.
+TEST(ServeOptions, PeerModelsGetTheChatModelsKvCacheTypes) {
+  ServeOptions o;
+  std::string error;
+  ASSERT_TRUE(
+      parse({"--model", "m.gguf", "--embed-model", "e.gguf", "--kv-cache-type", "q8_0", "--kv-cache-type-v", "f16"}, {},
+            &o, &error))
+      << error;
+  const ServeOptions embed = side_model_options(o, o.embed_model, "embed");
+  EXPECT_EQ(embed.kv_cache.k_type(), KvType::kQ8_0);
+  EXPECT_EQ(embed.kv_cache.v_type(), KvType::kF16);
+  EXPECT_EQ(embed.engine.cache.k_type, KvType::kQ8_0);
+  EXPECT_EQ(embed.engine.cache.v_type, KvType::kF16);
+}
+
+// A type the model's heads cannot be stored as fails when the model is opened, before any worker
+// starts, naming the flag (the tiny embedding fixture: 1 KV head of 32, rows of 32 values).
+TEST(ServeOptions, KvCacheTypeTheModelCannotStoreFailsBeforeTheWorkersStart) {
+  const std::string model = std::string(DS_TESTDATA_DIR) + "/tiny-qwen3-embed-q8_0.gguf";
+  for (const char* bad : {"q4r", "q8_0"}) {  // 18 and 34 B rows: not whole floats
+    ServeOptions o;
+    std::string error;
+    ASSERT_TRUE(parse({"--model", model, "--kv-cache-type", bad}, {}, &o, &error)) << error;
+    try {
+      ModelHost host(o);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), model + ": --kv-cache-type " + bad +
+                                           ": needs rows of a multiple of 4 bytes (the model's KV rows are 1 heads "
+                                           "of 32)");
+    }
+  }
+  ServeOptions fine;
+  std::string error;
+  ASSERT_TRUE(parse({"--model", model, "--kv-cache-type", "fp8"}, {}, &fine, &error)) << error;
+  EXPECT_NO_THROW(ModelHost{fine});
 }
 
 TEST(ServeOptions, PeerModelsAndUpstreams) {

@@ -90,6 +90,22 @@ TEST(WorkerCapacity, PipelineUsesTheMinimumOfEveryField) {
                std::invalid_argument);
 }
 
+// Ready does not report the KV types: the capacity keeps Assign's, so the geometry the pipeline
+// adopts (and assigns to a restarted worker) still has them.
+TEST(WorkerCapacity, KvTypesAreTheAssignedOnes) {
+  CacheGeometry asked = kAsked;
+  asked.k_type = KvType::kQ8_0;
+  asked.v_type = KvType::kF16;
+  const WorkerCapacity w0 = ready_capacity(ready(0, cache_geometry(16, 60, 4, 8)), asked, false, kMinBlocks);
+  const WorkerCapacity w1 = ready_capacity(ready(1, cache_geometry(16, 50, 3, 8)), asked, false, kMinBlocks);
+  EXPECT_EQ(w0.pools.k_type, KvType::kQ8_0);
+  EXPECT_EQ(w0.pools.v_type, KvType::kF16);
+  const CacheGeometry common = common_capacity({w0, w1});
+  EXPECT_EQ(common.num_blocks, 50u);
+  EXPECT_EQ(common.k_type, KvType::kQ8_0);
+  EXPECT_EQ(common.v_type, KvType::kF16);
+}
+
 TEST(WorkerCapacity, ExplicitBlockCountNamesTheWorkerThatCannotHoldIt) {
   const std::vector<WorkerCapacity> caps{{0, cache_geometry(16, 100, 4, 8), 1, 1u << 30},
                                          {1, cache_geometry(16, 60, 4, 8), 1, 3u << 20}};

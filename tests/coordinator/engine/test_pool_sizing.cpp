@@ -200,13 +200,62 @@ TEST(PoolSizing, StageCostsCountTheStagesLayers) {
   // Last stage [2, 4): GDN layer 2; attention layer 3 + the MTP pool.
   // KV block: 2 pools * (K + V) * 16 rows * 2 heads * 64 * 4 B = 32768.
   // State record: conv 3 * (2*2*32 + 128) = 768 floats + ssm 4 * 32 * 32 = 4096 floats = 19456 B.
-  const PoolCosts last = stage_pool_costs(cfg, 2, 4, 16);
+  const PoolCosts last = stage_pool_costs(cfg, 2, 4, cache_geometry(16, 0, 0, 0));
   EXPECT_EQ(last.kv_block_bytes, 32768u);
   EXPECT_EQ(last.state_record_bytes, 19456u);
   // First stage [0, 2): two GDN layers, no attention, no MTP.
-  const PoolCosts first = stage_pool_costs(cfg, 0, 2, 16);
+  const PoolCosts first = stage_pool_costs(cfg, 0, 2, cache_geometry(16, 0, 0, 0));
   EXPECT_EQ(first.kv_block_bytes, 0u);
   EXPECT_EQ(first.state_record_bytes, 2u * 19456);
+}
+
+CacheGeometry kv_typed(KvType k, KvType v) {
+  CacheGeometry g = cache_geometry(16, 0, 0, 0);
+  g.k_type = k;
+  g.v_type = v;
+  return g;
+}
+
+// 4 KV heads of 64: rows of 256 values, which every KV type can store (kv_type_problem).
+ModelConfig four_kv_heads() {
+  ModelConfig cfg = small_config();
+  cfg.n_head_kv = 4;
+  return cfg;
+}
+
+// A KV block costs what its rows' types store (kv_row_bytes), K and V each; the GDN state stays f32.
+TEST(PoolSizing, StageCostsFollowTheKvTypes) {
+  const ModelConfig cfg = four_kv_heads();
+  // Last stage: 2 pools * 16 rows. q8_0: 256 + 8 scales * 2 B = 272 B a row: 2 * 16 * (272 + 272) = 17408.
+  EXPECT_EQ(stage_pool_costs(cfg, 2, 4, kv_typed(KvType::kQ8_0, KvType::kQ8_0)).kv_block_bytes, 17408u);
+  // K f16 (512 B) + V q4r (128 + 16 = 144 B): 2 * 16 * 656 = 20992.
+  EXPECT_EQ(stage_pool_costs(cfg, 2, 4, kv_typed(KvType::kF16, KvType::kQ4r)).kv_block_bytes, 20992u);
+  for (KvType t : {KvType::kF32, KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kFp8, KvType::kQ4r}) {
+    const PoolCosts c = stage_pool_costs(cfg, 2, 4, kv_typed(t, t));
+    EXPECT_EQ(c.kv_block_bytes, 2u * 16 * 2 * kv_row_bytes(t, 256)) << kv_type_name(t);
+    EXPECT_EQ(c.state_record_bytes, 19456u) << kv_type_name(t);
+  }
+}
+
+// The same budget buys kv_row_bytes(f32) / kv_row_bytes(q8_0) = 1024 / 272 times the KV blocks.
+TEST(PoolSizing, Q8KvCacheHoldsMoreBlocksInTheSameMemory) {
+  const ModelConfig cfg = four_kv_heads();
+  const PoolCosts f32 = stage_pool_costs(cfg, 2, 4, kv_typed(KvType::kF32, KvType::kF32));
+  const PoolCosts q8 = stage_pool_costs(cfg, 2, 4, kv_typed(KvType::kQ8_0, KvType::kQ8_0));
+  PoolRequest r = fit(cache_geometry(16, 1'000'000, 4, 0), 10);
+  r.limit.k_type = r.limit.v_type = KvType::kQ8_0;
+  // 4 slots take 77824 B of state; the rest buys 1000 f32 blocks of 65536 B, or 3764 q8_0 ones of 17408.
+  const uint64_t budget = 4 * 19456 + 1000 * f32.kv_block_bytes;
+  const PoolSizing a = size_pools(f32, r, budget), b = size_pools(q8, r, budget);
+  EXPECT_EQ(a.geometry.num_blocks, 1000u);
+  EXPECT_EQ(b.geometry.num_blocks, 1000u * 1024 / 272);  // 3764
+  EXPECT_EQ(b.geometry.k_type, KvType::kQ8_0) << "the sized geometry keeps the request's types";
+  EXPECT_EQ(b.bytes, 4 * 19456 + 3764u * 17408);
+  PoolRequest exact = r;
+  exact.exact = true;
+  exact.limit.num_blocks = 10;
+  EXPECT_NE(error_of(q8, exact, 1000).find("(10 KV blocks of 16 tokens (q8_0), 4 state slots"), std::string::npos)
+      << error_of(q8, exact, 1000);
 }
 
 TEST(ByteSize, ParsesUnitsAndRejectsJunk) {

@@ -1,8 +1,11 @@
 // deltaserve.v1 contract: round trips, rejection of malformed / wrong-version frames, and the
-// engine's plan codec (new sequences in full once, running ones as deltas).
+// engine's plan codec (new sequences in full once, running ones as deltas), Assign's KV types.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "common/ipc/protocol.h"
 #include "coordinator/engine/step_codec.h"
@@ -40,6 +43,31 @@ TEST(Protocol, ControlMessagesRoundTrip) {
   hello.mutable_hello()->set_instance_id(0xfeedfacecafebeefull);
   EXPECT_EQ(round_trip(hello).hello().instance_id(), 0xfeedfacecafebeefull);
   EXPECT_STREQ(ipc::body_name(hello), "hello");
+}
+
+// Assign's KV cache types: every pair survives the envelope; empty means "the worker's own";
+// a name no build knows is a clear error, never a crash.
+TEST(Protocol, AssignKvCacheTypesRoundTrip) {
+  const KvType types[] = {KvType::kF32, KvType::kBf16, KvType::kF16, KvType::kQ8_0, KvType::kFp8, KvType::kQ4r};
+  for (KvType k : types) {
+    for (KvType v : types) {
+      v1::Envelope env;
+      ipc::set_assign_kv_types(env.mutable_assign(), k, v);
+      const v1::Assign back = round_trip(env).assign();
+      EXPECT_EQ(ipc::assign_kv_type("kv_cache_type_k", back.kv_cache_type_k()), k);
+      EXPECT_EQ(ipc::assign_kv_type("kv_cache_type_v", back.kv_cache_type_v()), v);
+    }
+  }
+  EXPECT_EQ(ipc::assign_kv_type("kv_cache_type_k", v1::Assign{}.kv_cache_type_k()), std::nullopt);
+  for (const char* bad : {"q4_0", "F32", "f32 ", "\x01"}) {
+    try {
+      ipc::assign_kv_type("kv_cache_type_k", bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "Assign.kv_cache_type_k = '" + std::string(bad) +
+                                           "' is not a KV cache type (f32, bf16, f16, q8_0, fp8, q4r)");
+    }
+  }
 }
 
 TEST(Protocol, StepMessagesRoundTrip) {

@@ -177,10 +177,10 @@ TEST(WorkerOptions, DescribeListsEveryOption) {
   ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "3", "--memory-budget", "3M"}, &o, &error)) << error;
   const std::string line = describe(o);
   EXPECT_EQ(line.rfind("rank=3 coordinator=ipc:///x ", 0), 0u) << line;
-  for (const char* key :
-       {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
-        "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=", "early_handoff=",
-        "prefill_precision=", "bf16_weight_copy=", "decode_gemv=", "busy_poll_us=0"}) {
+  for (const char* key : {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
+                          "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=",
+                          "early_handoff=", "prefill_precision=", "bf16_weight_copy=", "decode_gemv=", "busy_poll_us=0",
+                          "kv_cache_type=f32", "kv_cache_type_k=f32", "kv_cache_type_v=f32"}) {
     EXPECT_NE(line.find(std::string(" ") + key), std::string::npos) << key << " in " << line;
   }
 }
@@ -224,6 +224,45 @@ TEST(WorkerOptions, BusyPollWindowAutoByBackendAndExplicit) {
   EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--busy-poll-us", "-2"}, &bad, &error));
   EXPECT_NE(error.find("busy-poll-us"), std::string::npos) << error;
   EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--busy-poll-us", "soon"}, &bad, &error));
+}
+
+// --kv-cache-type T sets K and V, -k / -v one side over it (in any order, from any layer); every
+// type name is taken, anything else is refused naming the flag and the types.
+TEST(WorkerOptions, KvCacheTypeFlags) {
+  std::string error;
+  WorkerOptions o;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0"}, &o, &error)) << error;
+  EXPECT_EQ(o.kv_cache.k_type(), kDefaultKvType);
+  EXPECT_EQ(o.kv_cache.v_type(), kDefaultKvType);
+  for (const char* name : {"f32", "bf16", "f16", "q8_0", "fp8", "q4r"}) {
+    WorkerOptions w;
+    ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--kv-cache-type", name}, &w, &error)) << error;
+    EXPECT_STREQ(kv_type_name(w.kv_cache.k_type()), name);
+    EXPECT_STREQ(kv_type_name(w.kv_cache.v_type()), name);
+  }
+  WorkerOptions split;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--kv-cache-type-v", "f16", "--kv-cache-type", "q8_0"},
+                    &split, &error))
+      << error;
+  EXPECT_EQ(split.kv_cache.k_type(), KvType::kQ8_0);
+  EXPECT_EQ(split.kv_cache.v_type(), KvType::kF16) << "-v wins whatever the order";
+  EXPECT_NE(describe(split).find(" kv_cache_type=q8_0 kv_cache_type_k=q8_0 kv_cache_type_v=f16"), std::string::npos)
+      << describe(split);
+  setenv("DELTASERVE_WORKER_KV_CACHE_TYPE_K", "fp8", 1);
+  WorkerOptions env_k;
+  ASSERT_TRUE(parse({"--coordinator", "ipc:///x", "--rank", "0", "--kv-cache-type", "bf16"}, &env_k, &error)) << error;
+  EXPECT_EQ(env_k.kv_cache.k_type(), KvType::kFp8) << "a side set in the environment beats both set by flag";
+  EXPECT_EQ(env_k.kv_cache.v_type(), KvType::kBf16);
+  unsetenv("DELTASERVE_WORKER_KV_CACHE_TYPE_K");
+  for (const char* flag : {"--kv-cache-type", "--kv-cache-type-k", "--kv-cache-type-v"}) {
+    WorkerOptions bad;
+    EXPECT_FALSE(parse({"--coordinator", "ipc:///x", "--rank", "0", flag, "q4_0"}, &bad, &error)) << flag;
+    const std::string name = std::string(flag).substr(2);
+    EXPECT_NE(
+        error.find(std::string(flag) + ": bad option or value: " + name + " 'q4_0' (valid: f32|bf16|f16|q8_0|fp8|q4r)"),
+        std::string::npos)
+        << error;
+  }
 }
 
 }  // namespace

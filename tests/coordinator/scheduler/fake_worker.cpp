@@ -15,6 +15,7 @@ int32_t fake_model_token(std::span<const int32_t> history, uint32_t vocab) {
 FakeWorker::FakeWorker(const SchedulerConfig& config, uint32_t vocab)
     : block_size_(config.block_size),
       vocab_(vocab),
+      stateless_(config.stateless),
       kv_(config.num_blocks, std::vector<int32_t>(config.block_size, -1)),
       state_(config.max_seqs),
       owner_(config.max_seqs),
@@ -68,6 +69,14 @@ std::string FakeWorker::setup(const ScheduledSeq& row) {
     const auto& snap = snapshots_.at(*row.load_snapshot);
     if (!snap) return "load of a snapshot never saved";
     state_[row.state_slot] = *snap;
+  } else if (stateless_) {
+    // No recurrent state: the history is what the shared KV blocks hold before start_pos.
+    for (uint32_t p = 0; p < row.start_pos; ++p) {
+      if (p / block_size_ >= row.block_ids.size()) return "no block for cached position of " + row.request_id;
+      const std::vector<int32_t>& block = kv_.at(row.block_ids[p / block_size_]);
+      if (block[p % block_size_] < 0) return "cached position never written for " + row.request_id;
+      state_[row.state_slot].push_back(block[p % block_size_]);
+    }
   }
   return {};
 }

@@ -44,6 +44,7 @@ class FakeWorker {
 
   uint32_t block_size_;
   uint32_t vocab_;
+  bool stateless_;  // SchedulerConfig::stateless: a new row's history comes from its shared blocks
   std::vector<std::vector<int32_t>> kv_;     // per block, one token per position
   std::vector<std::vector<int32_t>> state_;  // per slot: tokens folded in
   std::vector<std::string> owner_;           // per slot: request id, "" when free

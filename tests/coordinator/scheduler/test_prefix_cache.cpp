@@ -93,6 +93,29 @@ TEST(PrefixCache, NoHitBelowOneBlockOrWithoutSnapshots) {
   EXPECT_EQ(run_alone(off, "b", iota_tokens(22), 2).start_pos, 0u);
 }
 
+// A model without recurrent layers (qwen3 rerankers): a later prompt hits every cached block it
+// shares, wherever it diverges, with no snapshot saved or loaded, even with num_snapshots 0.
+TEST(PrefixCache, StatelessModelHitsAnySharedBlockWithoutSnapshots) {
+  for (const uint32_t snapshots : {8u, 0u}) {
+    SchedulerConfig c = cache_config();
+    c.stateless = true;
+    c.num_snapshots = snapshots;
+    Harness h(c);
+    const std::vector<int32_t> shared = iota_tokens(13);  // 3 full blocks, then one token
+    const ScheduledSeq a = run_alone(h, "a", concat(shared, {100, 101, 102, 103, 104}), 1);
+    EXPECT_EQ(a.token_ids.size(), 18u);  // no snapshot point: the whole prompt in one row
+    EXPECT_FALSE(a.save_snapshot.has_value());
+    const std::vector<int32_t> b_prompt = concat(shared, {200, 201, 202});
+    const ScheduledSeq b = run_alone(h, "b", b_prompt, 1);
+    EXPECT_TRUE(b.is_new);
+    EXPECT_EQ(b.start_pos, 12u) << snapshots;
+    EXPECT_FALSE(b.load_snapshot.has_value());
+    EXPECT_EQ(std::vector<uint32_t>(b.block_ids.begin(), b.block_ids.begin() + 3),
+              std::vector<uint32_t>(a.block_ids.begin(), a.block_ids.begin() + 3));
+    EXPECT_EQ(h.finished["b"].cached_tokens, 12u);
+  }
+}
+
 TEST(PrefixCache, MultiTurnConversationReusesThePreviousTurn) {
   Harness h(cache_config());
   std::vector<int32_t> turn1 = iota_tokens(21);

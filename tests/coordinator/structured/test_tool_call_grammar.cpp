@@ -229,6 +229,26 @@ TEST(ToolCallGrammar, ForbidsParameterCloseInsideStringValue) {
   EXPECT_TRUE(m.accept_bytes("s"));
 }
 
+// A JSON-valued parameter ends at </parameter> as a raw one does: no JSON string in it (values,
+// keys, constrained or not) may hold the tag; escaped as <\/parameter> it reads back intact.
+TEST(ToolCallGrammar, ForbidsParameterCloseInsideJsonStrings) {
+  auto g = tool_grammar(kTools);
+  const auto filters = [](const std::string& json) { return call("search", {{"query", "q"}, {"filters", json}}); };
+  EXPECT_FALSE(accepts_bytes(g, filters(R"({"lang":"e</parameter>n"})")));
+  EXPECT_TRUE(accepts_bytes(g, filters(R"({"lang":"e<\/parameter>n"})")));
+  expect_arguments(filters(R"({"lang":"e<\/parameter>n"})"), "search",
+                   R"({"query":"q","filters":{"lang":"e</parameter>n"}})");
+  const char* kAny = R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"o":{"type":"object"},"p":{"type":"string","pattern":"^a.*$"}}}}}])";
+  auto any = tool_grammar(kAny);
+  const auto f = [](const std::string& name, const std::string& json) { return call("f", {{name, json}}); };
+  EXPECT_TRUE(accepts_bytes(any, f("o", R"({"k":["x</parameterx"]})")));
+  EXPECT_FALSE(accepts_bytes(any, f("o", R"({"k":["x</parameter>"]})")));  // a value in any JSON
+  EXPECT_FALSE(accepts_bytes(any, f("o", R"({"</parameter>":1})")));       // a key
+  EXPECT_TRUE(accepts_bytes(any, f("p", "a</parameterb")));                // raw string: as before
+  EXPECT_FALSE(accepts_bytes(any, f("p", "a</parameter>b")));
+}
+
 TEST(ToolCallGrammar, BoundsWhitespace) {
   GrammarOptions opt;
   opt.max_ws = 2;

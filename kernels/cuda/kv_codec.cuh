@@ -1,0 +1,126 @@
+// Device side of the KV cache's element types (common/kv_format.h): typed row readers for the
+// attention kernels, the per-type kernel dispatch, and the warp-level encoder and Hadamard
+// rotation the KV writes use. The codecs are common/kv_format.h's (integer arithmetic), so the
+// bytes written equal kernels/cpu/kv_codec.cpp's for the same floats.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/kv_format.h"
+
+namespace ds::cuda::detail {
+
+// The rows of one pool as a kernel reads them: value c of pool row r.
+template <KvType T>
+struct KvRead {
+  const uint8_t* pool;
+  size_t row_bytes, data_bytes;
+  __device__ __forceinline__ float at(size_t row, size_t c) const {
+    return kv_load<T>(pool + row * row_bytes, data_bytes, c);
+  }
+};
+
+template <KvType T>
+__host__ __device__ KvRead<T> kv_read(const void* pool, size_t row_values) {
+  return KvRead<T>{static_cast<const uint8_t*>(pool), kv_row_bytes(T, row_values), kv_data_bytes(T, row_values)};
+}
+
+template <KvType T>
+using KvTypeTag = std::integral_constant<KvType, T>;
+
+// f(KvTypeTag<K>{}, KvTypeTag<V>{}) for the pools' types. The kernels are built for K and V of
+// the same type (each pair is a kernel set); another pair is cudaErrorNotSupported.
+template <typename F>
+cudaError_t with_kv_types(KvType k, KvType v, F&& f) {
+  if (k != v) return cudaErrorNotSupported;
+  switch (k) {
+    case KvType::kF32:
+      return f(KvTypeTag<KvType::kF32>{}, KvTypeTag<KvType::kF32>{});
+    case KvType::kBf16:
+      return f(KvTypeTag<KvType::kBf16>{}, KvTypeTag<KvType::kBf16>{});
+    case KvType::kF16:
+      return f(KvTypeTag<KvType::kF16>{}, KvTypeTag<KvType::kF16>{});
+    case KvType::kQ8_0:
+      return f(KvTypeTag<KvType::kQ8_0>{}, KvTypeTag<KvType::kQ8_0>{});
+    case KvType::kFp8:
+      return f(KvTypeTag<KvType::kFp8>{}, KvTypeTag<KvType::kFp8>{});
+    case KvType::kQ4r:
+      return f(KvTypeTag<KvType::kQ4r>{}, KvTypeTag<KvType::kQ4r>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+__device__ __forceinline__ float kv_warp_max(float v) {
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The whole warp encodes 32 consecutive values of a row (x: lane's value, element chunk * 32 +
+// lane) into the row's bytes. Block types: the chunk is one scale block.
+__device__ __forceinline__ void warp_encode_chunk(KvType t, float x, uint8_t* row, size_t data_bytes, size_t chunk,
+                                                  unsigned lane) {
+  const size_t i = chunk * kKvQuantBlock + lane;
+  switch (t) {
+    case KvType::kF32:
+      reinterpret_cast<float*>(row)[i] = x;
+      return;
+    case KvType::kBf16:
+      reinterpret_cast<uint16_t*>(row)[i] = kv_encode_bf16(x);
+      return;
+    case KvType::kF16:
+      reinterpret_cast<uint16_t*>(row)[i] = kv_encode_f16(x);
+      return;
+    case KvType::kFp8:
+      row[i] = kv_encode_fp8(x);
+      return;
+    case KvType::kQ8_0:
+    case KvType::kQ4r: {
+      const bool q8 = t == KvType::kQ8_0;
+      const float levels = q8 ? 127.0f : 7.0f;
+      const uint16_t s16 = kv_block_scale(kv_warp_max(fabsf(x)), levels);
+      const int code = kv_block_code(x, kv_decode_f16(s16), static_cast<int>(levels));
+      if (lane == 0) reinterpret_cast<uint16_t*>(row + data_bytes)[chunk] = s16;
+      if (q8) {
+        row[i] = static_cast<uint8_t>(static_cast<int8_t>(code));
+      } else {
+        const int hi = __shfl_down_sync(0xffffffffu, code, 1);
+        if (lane % 2 == 0) row[i / 2] = static_cast<uint8_t>((code + 8) | ((hi + 8) << 4));
+      }
+      return;
+    }
+  }
+}
+
+// The normalised Walsh-Hadamard rotation of one head held by a warp: lane holds values lane +
+// 32 e for e < n_e (head_dim = 32 n_e, a power of two). Butterfly strides 1, 2, 4, ... as
+// kernels/cpu/kv_codec.cpp's hadamard_heads, the same adds and subtracts, then `inv` =
+// 1/sqrt(head_dim) computed on the host: the same bits.
+template <int kMaxE>
+__device__ __forceinline__ void warp_hadamard(float (&v)[kMaxE], int n_e, unsigned lane, float inv) {
+  for (unsigned len = 1; len < kKvQuantBlock; len *= 2) {
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[e], len);
+      if (e < n_e) v[e] = (lane & len) ? other - v[e] : v[e] + other;
+    }
+  }
+#pragma unroll
+  for (int len = 1; len < kMaxE; len *= 2) {  // compile-time strides keep v in registers
+    if (len >= n_e) break;
+#pragma unroll
+    for (int e = 0; e + len < kMaxE; ++e) {
+      if (e + len >= n_e || (e & len) != 0) continue;
+      const float a = v[e], b = v[e + len];
+      v[e] = a + b;
+      v[e + len] = a - b;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kMaxE; ++e) v[e] *= inv;
+}
+
+}  // namespace ds::cuda::detail
