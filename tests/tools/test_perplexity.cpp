@@ -155,6 +155,39 @@ TEST_F(SmallModel, BaseReadAgainstTheRunThatSavedItGivesZeroKlAndFullTopOneAgree
   EXPECT_LE(r.kl_p99, r.kl_max);
 }
 
+// The q8_0 KV cache on the trained model (issue 30's CI check): KL against the f32 CPU base below
+// the default's 0.001 bound on both held-out files (measured 2.7e-6..1.4e-5 over six files,
+// docs/PERFORMANCE.md), top-1 within 1% of the base; f16 KV at the f16 base's floor; fp8 (no
+// scale) clearly worse than q8_0, so the comparison can fail. A KV type that wrote or read the
+// wrong rows would put KL at the scale of unrelated distributions (> 0.1).
+TEST_F(SmallModel, QuantizedKvCachesStayWithinTheirKlBounds) {
+  auto gguf = std::make_shared<const ds::GgufFile>(
+      ds::GgufFile::open(std::string(DS_TESTDATA_DIR) + "/small-qwen35-q8_0.gguf"));
+  const auto with_kv = [&](ds::KvType t) {
+    ds::StageOptions so;
+    so.n_threads = 2;
+    so.cache.k_type = so.cache.v_type = t;
+    return ds::load_cpu_stage(gguf, cfg_, {0, cfg_.n_layer}, so);
+  };
+  const auto q8 = with_kv(ds::KvType::kQ8_0), f16 = with_kv(ds::KvType::kF16), fp8 = with_kv(ds::KvType::kFp8);
+  for (size_t i = 0; i < heldout_->size(); ++i) {
+    const HeldOut& h = (*heldout_)[i];
+    ds::ppl::Options save;
+    save.save_base = temp_path("ppl_kv_base_" + std::to_string(i));
+    ds::ppl::evaluate(h.ids, cfg_.n_vocab, save, ds::ppl::stage_logits(*model_, 0));
+    ds::ppl::Options kl;
+    kl.kl_base = save.save_base;
+    const ds::ppl::Report rq = ds::ppl::evaluate(h.ids, cfg_.n_vocab, kl, ds::ppl::stage_logits(*q8, 0));
+    const ds::ppl::Report rh = ds::ppl::evaluate(h.ids, cfg_.n_vocab, kl, ds::ppl::stage_logits(*f16, 0));
+    const ds::ppl::Report r8 = ds::ppl::evaluate(h.ids, cfg_.n_vocab, kl, ds::ppl::stage_logits(*fp8, 0));
+    std::remove(save.save_base.c_str());
+    EXPECT_LE(rq.kl_mean, 1e-3) << "file " << i;
+    EXPECT_GE(rq.top1_pct, 99.0) << "file " << i;
+    EXPECT_LE(rh.kl_mean, 2e-6) << "file " << i;  // the f16 base's floor is ~8e-7
+    EXPECT_GT(r8.kl_mean, 4 * rq.kl_mean) << "file " << i;
+  }
+}
+
 // Deterministic fake logits over a small vocabulary (no model): row r of a window is a ramp
 // shifted by the window's first token and r, so the base depends on the ids.
 ds::ppl::WindowLogits fake_logits(size_t n_vocab, std::vector<size_t>* window_sizes = nullptr) {
