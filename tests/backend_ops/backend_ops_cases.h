@@ -55,6 +55,15 @@ struct Case {
   std::function<Outs(Backend&, const Target&)> run;
 };
 
+// n distinct values in [0, range), shuffled (pool rows, block ids).
+inline std::vector<uint32_t> distinct(Rng& rng, size_t n, size_t range) {
+  std::vector<uint32_t> v(range);
+  for (size_t i = 0; i < range; ++i) v[i] = static_cast<uint32_t>(i);
+  for (size_t i = range - 1; i > 0; --i) std::swap(v[i], v[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
+  v.resize(n);
+  return v;
+}
+
 // Backend buffers released at scope end.
 class Dev {
  public:

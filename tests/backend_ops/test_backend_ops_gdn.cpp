@@ -23,15 +23,6 @@ const char* const kRowWhy = "f32 conv/norm/gates: reduction order, expf ulps (te
 const char* const kGdnWhy = "f32 recurrence, 8 partial sums a column (test_cuda_gdn.cpp, test_cuda_gdn_slots.cpp)";
 const char* const kGdnTcWhy = "bf16 mode: chunked prefill on tf32 tensor cores (test_cuda_gdn_chunked.cpp kTcTol)";
 
-// Distinct values in [0, range), shuffled.
-std::vector<uint32_t> distinct(Rng& rng, size_t n, size_t range) {
-  std::vector<uint32_t> v(range);
-  std::iota(v.begin(), v.end(), 0u);
-  for (size_t i = range - 1; i > 0; --i) std::swap(v[i], v[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
-  v.resize(n);
-  return v;
-}
-
 // ---- attention ----------------------------------------------------------------------------------
 
 Case attention_causal_case(size_t n_q, size_t past, size_t d) {

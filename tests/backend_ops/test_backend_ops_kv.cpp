@@ -66,14 +66,6 @@ double code_step(KvType t) {
   return 0;
 }
 
-std::vector<uint32_t> distinct(Rng& rng, size_t n, size_t range) {
-  std::vector<uint32_t> v(range);
-  std::iota(v.begin(), v.end(), 0u);
-  for (size_t i = range - 1; i > 0; --i) std::swap(v[i], v[static_cast<size_t>(rng.integer(0, static_cast<int>(i)))]);
-  v.resize(n);
-  return v;
-}
-
 Case kv_write_case(KvType t, size_t n_rows, size_t n) {
   return {"kv_write", name_of(t) + " " + std::to_string(n_rows) + " rows x " + std::to_string(n),
           [=](Backend& be, const Target&) {

@@ -251,6 +251,13 @@ TEST_F(PoolingE2E, RerankSortsCutsAndMapsIndices) {
   rapidjson::Document s = parse(score);
   ASSERT_EQ(s["data"].Size(), 3u);
   EXPECT_NEAR(s["data"][1]["score"].GetDouble(), cases[1]["score"].GetDouble(), 1e-4) << "request order";
+  // The documents share the prompt's template and query: the first runs alone and the others
+  // reuse its KV blocks (the scores above are the reference's all the same).
+  const HttpReply m = http_request(rerank_->port(), "GET", "/metrics", "");
+  const std::string key = "\ndeltaserve:prefix_cache_hit_tokens_total ";
+  const size_t at = m.body.find(key);
+  ASSERT_NE(at, std::string::npos) << m.body;
+  EXPECT_GE(std::stod(m.body.substr(at + key.size())), 2.0 * 3 * 16) << "two blocks for each follower, three requests";
 }
 
 TEST_F(PoolingE2E, RerankErrors) {

@@ -31,6 +31,23 @@ LoadedModel load_data_model(const std::string& file, CacheGeometry cache) {
   return m;
 }
 
+std::vector<int32_t> greedy_tokens(StageModel& m, size_t n_vocab, uint64_t seq_id, const std::vector<int32_t>& prompt,
+                                   size_t n_tokens) {
+  std::vector<float> logits = run_prompt(m, seq_id, prompt, {static_cast<uint32_t>(prompt.size() - 1)});
+  std::vector<int32_t> got;
+  uint32_t pos = static_cast<uint32_t>(prompt.size());
+  for (size_t step = 0; step < n_tokens; ++step) {
+    const int32_t next = argmax(logits.data(), n_vocab);
+    got.push_back(next);
+    StepInput in;
+    in.seqs.push_back({seq_id, pos++, {next}, {0}});
+    StepOutput out;
+    m.forward(in, &out);
+    logits = out.logits;
+  }
+  return got;
+}
+
 std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<int32_t>& ids,
                               const std::vector<uint32_t>& rows, size_t chunk, std::vector<float>* final_hidden) {
   std::vector<float> logits;

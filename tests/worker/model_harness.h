@@ -37,6 +37,11 @@ std::vector<float> run_prompt(StageModel& m, uint64_t seq_id, const std::vector<
 std::vector<float> mtp_rows_for_prompt(StageModel& m, size_t n_embd, uint64_t seq_id,
                                        const std::vector<int32_t>& prompt);
 
+// Greedy decoding: runs `prompt` as sequence `seq_id`, then n_tokens steps of one token each,
+// every one the argmax of the previous logits; returns the n_tokens ids.
+std::vector<int32_t> greedy_tokens(StageModel& m, size_t n_vocab, uint64_t seq_id, const std::vector<int32_t>& prompt,
+                                   size_t n_tokens);
+
 // All rows 0..n-1.
 std::vector<uint32_t> all_rows(size_t n);
 

@@ -92,19 +92,7 @@ TEST_P(Qwen35Hidden, Greedy32TokensMatch) {
   const ReferencePrompt ref = load_reference_prompt(GetParam());
   ASSERT_EQ(ref.greedy_tokens.size(), 32u);
   LoadedModel m = load_fixture();
-  const size_t V = m.config.n_vocab;
-  std::vector<float> logits = run_prompt(*m.stage, 7, ref.ids, {static_cast<uint32_t>(ref.ids.size() - 1)});
-  std::vector<int32_t> got;
-  uint32_t pos = static_cast<uint32_t>(ref.ids.size());
-  for (size_t step = 0; step < 32; ++step) {
-    const int32_t next = argmax(logits.data(), V);
-    got.push_back(next);
-    StepInput in;
-    in.seqs.push_back({7, pos++, {next}, {0}});
-    StepOutput out;
-    m.stage->forward(in, &out);
-    logits = out.logits;
-  }
+  const std::vector<int32_t> got = greedy_tokens(*m.stage, m.config.n_vocab, 7, ref.ids, 32);
   // Our error (~1e-5) is far below every reference margin (smallest 4.2e-3), so all 32 match.
   EXPECT_EQ(got, ref.greedy_tokens);
 }
