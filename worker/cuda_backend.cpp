@@ -311,7 +311,10 @@ class CudaBackend final : public Backend {
   void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) override;
   void kv_write(KvType t, const float* src, const uint32_t* host_rows, size_t n_rows, size_t n, void* pool) override;
   void hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
-                      size_t head_dim) override;
+                      size_t head_dim) override {
+    on_device();
+    DS_CUDA_CHECK(cuda::hadamard_heads(x, n_rows, row_stride, n_heads, head_stride, head_dim, stream_));
+  }
   void synchronize() override {
     on_device();
     DS_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -708,10 +711,8 @@ void CudaBackend::attention_batch(const AttentionBatch& b) {
   }
 }
 
-// An attention layer's q/k norm + rope and K/V cache write in one launch (kernels/cuda/
-// attention_prep.h); its positions and pool rows travel as one upload, skipped after the first
-// attention layer of a step (the same bytes). Head dims off the kernel's range, or the fused ops
-// switched off: the six separate ops.
+// An attention layer's q/k prep and K/V write in one launch (kernels/cuda/attention_prep.h; its
+// positions and pool rows are one upload per step); else (fused ops off, heads off its range) the separate ops.
 void CudaBackend::attention_prep(const AttentionPrep& p) {
   if (const char* why = cpu::attention_prep_problem(p)) {
     throw std::invalid_argument(std::string("attention_prep: ") + why);
@@ -788,12 +789,6 @@ void CudaBackend::kv_write(KvType t, const float* src, const uint32_t* host_rows
   on_device();
   const auto* rows = static_cast<const uint32_t*>(kv_rows_.put(host_rows, n_rows * sizeof(uint32_t), stream_));
   DS_CUDA_CHECK(cuda::kv_write_rows(t, src, n, rows, n_rows, n, pool, stream_));
-}
-
-void CudaBackend::hadamard_heads(float* x, size_t n_rows, size_t row_stride, size_t n_heads, size_t head_stride,
-                                 size_t head_dim) {
-  on_device();
-  DS_CUDA_CHECK(cuda::hadamard_heads(x, n_rows, row_stride, n_heads, head_stride, head_dim, stream_));
 }
 
 }  // namespace
