@@ -23,6 +23,25 @@ void encode_blocks(const float* x, size_t n, float levels, uint8_t* scales, PutC
   }
 }
 
+// q4r's blocks: the scale from the block's value of largest magnitude (the first on ties), then
+// 4-bit codes, value 2i in the low nibble of byte i.
+void encode_q4_blocks(const float* x, size_t n, uint8_t* dst) {
+  for (size_t b = 0; b < n / kKvQuantBlock; ++b) {
+    const float* xb = x + b * kKvQuantBlock;
+    float m = 0.0f;
+    for (size_t i = 0; i < kKvQuantBlock; ++i) {
+      if (std::fabs(xb[i]) > std::fabs(m)) m = xb[i];
+    }
+    const uint16_t s16 = kv_encode_f16(m / -8.0f);
+    std::memcpy(dst + n / 2 + 2 * b, &s16, 2);
+    const float scale = kv_decode_f16(s16);
+    for (size_t i = 0; i < kKvQuantBlock; ++i) {
+      const size_t c = b * kKvQuantBlock + i;
+      dst[c / 2] |= static_cast<uint8_t>((kv_q4_code(xb[i], scale) + 8) << (4 * (c % 2)));
+    }
+  }
+}
+
 template <KvType T>
 void decode_range(const uint8_t* row, size_t n, size_t first, size_t count, float* out) {
   const size_t data = kv_data_bytes(T, n);
@@ -57,8 +76,7 @@ void kv_encode_row(KvType t, const float* x, size_t n, uint8_t* dst) {
       return;
     case KvType::kQ4r:
       std::memset(dst, 0, n / 2);
-      encode_blocks(x, n, 7.0f, dst + n / 2,
-                    [&](size_t i, int q) { dst[i / 2] |= static_cast<uint8_t>((q + 8) << (4 * (i % 2))); });
+      encode_q4_blocks(x, n, dst);
       return;
   }
 }

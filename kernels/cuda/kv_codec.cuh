@@ -59,6 +59,18 @@ __device__ __forceinline__ float kv_warp_max(float v) {
   return v;
 }
 
+// The warp's value of largest magnitude, the lowest lane's on ties (as the CPU's first-index scan).
+__device__ __forceinline__ float kv_warp_signed_max(float x, unsigned lane) {
+  float a = fabsf(x);
+  int at = static_cast<int>(lane);
+  for (int o = 16; o > 0; o /= 2) {
+    const float oa = __shfl_xor_sync(0xffffffffu, a, o);
+    const int oat = __shfl_xor_sync(0xffffffffu, at, o);
+    if (oa > a || (oa == a && oat < at)) a = oa, at = oat;
+  }
+  return __shfl_sync(0xffffffffu, x, at);
+}
+
 // The whole warp encodes 32 consecutive values of a row (x: lane's value, element chunk * 32 +
 // lane) into the row's bytes. Block types: the chunk is one scale block.
 __device__ __forceinline__ void warp_encode_chunk(KvType t, float x, uint8_t* row, size_t data_bytes, size_t chunk,
@@ -77,19 +89,19 @@ __device__ __forceinline__ void warp_encode_chunk(KvType t, float x, uint8_t* ro
     case KvType::kFp8:
       row[i] = kv_encode_fp8(x);
       return;
-    case KvType::kQ8_0:
-    case KvType::kQ4r: {
-      const bool q8 = t == KvType::kQ8_0;
-      const float levels = q8 ? 127.0f : 7.0f;
-      const uint16_t s16 = kv_block_scale(kv_warp_max(fabsf(x)), levels);
-      const int code = kv_block_code(x, kv_decode_f16(s16), static_cast<int>(levels));
+    case KvType::kQ8_0: {
+      const uint16_t s16 = kv_block_scale(kv_warp_max(fabsf(x)), 127.0f);
+      const int code = kv_block_code(x, kv_decode_f16(s16), 127);
       if (lane == 0) reinterpret_cast<uint16_t*>(row + data_bytes)[chunk] = s16;
-      if (q8) {
-        row[i] = static_cast<uint8_t>(static_cast<int8_t>(code));
-      } else {
-        const int hi = __shfl_down_sync(0xffffffffu, code, 1);
-        if (lane % 2 == 0) row[i / 2] = static_cast<uint8_t>((code + 8) | ((hi + 8) << 4));
-      }
+      row[i] = static_cast<uint8_t>(static_cast<int8_t>(code));
+      return;
+    }
+    case KvType::kQ4r: {
+      const uint16_t s16 = kv_encode_f16(kv_warp_signed_max(x, lane) / -8.0f);
+      const int code = kv_q4_code(x, kv_decode_f16(s16));
+      if (lane == 0) reinterpret_cast<uint16_t*>(row + data_bytes)[chunk] = s16;
+      const int hi = __shfl_down_sync(0xffffffffu, code, 1);
+      if (lane % 2 == 0) row[i / 2] = static_cast<uint8_t>((code + 8) | ((hi + 8) << 4));
       return;
     }
   }

@@ -85,8 +85,10 @@ double bound(KvType t, float x, float amax) {
     // half a step, plus the f16 scale's rounding carried over the block (<= 127 steps)
     case KvType::kQ8_0:
       return amax / 127 * (0.5 + 127 * std::ldexp(1.0, -11)) + 1e-12;
+    // half a step of amax / 8; a value of the other sign at the block's magnitude clamps to 7
+    // steps: one whole step off (plus the scale's rounding)
     case KvType::kQ4r:
-      return amax / 7 * (0.5 + 7 * std::ldexp(1.0, -11)) + 1e-12;
+      return amax / 8 * (1 + 8 * std::ldexp(1.0, -11)) + 1e-12;
   }
   return 0;
 }
