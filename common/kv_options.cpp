@@ -41,7 +41,8 @@ std::string side_problem(const char* flag, KvType t, const ModelConfig& cfg) {
   const char* why = kv_type_problem(t, head_dim, row);
   if (why == nullptr) return "";
   return std::string(flag) + " " + kv_type_name(t) + ": " + why + " (the model's KV rows are " +
-         std::to_string(cfg.n_head_kv) + " heads of " + std::to_string(head_dim) + ")";
+         std::to_string(cfg.n_head_kv) + (cfg.n_head_kv == 1 ? " head of " : " heads of ") + std::to_string(head_dim) +
+         ")";
 }
 
 }  // namespace

@@ -155,6 +155,8 @@ void ModelHost::start() {
   pipeline_ = std::make_unique<PipelineEngine>(o_.engine);
   pipeline_->start();
   plan_with_worker_capacity(name, pipeline_->cache_geometry(), kv_token_bytes_, &bo.scheduler);
+  bo.kv_cache_type = kv_types_name(pipeline_->cache_geometry().k_type, pipeline_->cache_geometry().v_type);
+  bo.kv_bytes_per_token = kv_token_bytes_;
   for (const WorkerInfo& w : pipeline_->workers()) {
     log::info("deltaserve", log::Msg() << name << ": rank " << w.rank << " layers [" << w.layers.first_layer << ", "
                                        << w.layers.last_layer << ") pid " << w.pid << " " << w.state);

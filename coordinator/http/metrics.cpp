@@ -137,6 +137,14 @@ std::string ServerMetrics::render(const EngineHealth& health) const {
   sample(out, "deltaserve:kv_blocks_total", "", health.kv_blocks_total);
   header(out, "deltaserve:kv_blocks_used", "KV cache blocks held by live sequences.", "gauge");
   sample(out, "deltaserve:kv_blocks_used", "", health.kv_blocks_used);
+  header(out, "deltaserve:kv_cache_info", "The KV cache's element type (label; 1).", "gauge");
+  sample(out, "deltaserve:kv_cache_info", "type=\"" + health.kv_cache_type + "\"", 1);
+  header(out, "deltaserve:kv_cache_bytes_per_token", "One token's K and V over every attention layer, as stored.",
+         "gauge");
+  sample(out, "deltaserve:kv_cache_bytes_per_token", "", static_cast<double>(health.kv_bytes_per_token));
+  header(out, "deltaserve:kv_cache_capacity_bytes", "Bytes of the KV blocks the workers hold.", "gauge");
+  sample(out, "deltaserve:kv_cache_capacity_bytes", "",
+         static_cast<double>(health.kv_bytes_per_token) * health.kv_blocks_total * health.kv_block_size);
   header(out, "deltaserve:kv_cache_usage_perc", "Fraction of the KV cache blocks in use (0..1).", "gauge");
   sample(out, "deltaserve:kv_cache_usage_perc", "",
          health.kv_blocks_total ? static_cast<double>(health.kv_blocks_used) / health.kv_blocks_total : 0.0);

@@ -173,6 +173,9 @@ void BatchEngine::update_health() {
   h.prefix_cache_hit_tokens = s.prefix_hit_tokens;
   h.kv_blocks_total = opt_.scheduler.num_blocks;
   h.kv_blocks_used = opt_.scheduler.num_blocks - std::min(s.free_blocks, opt_.scheduler.num_blocks);
+  h.kv_block_size = opt_.scheduler.block_size;
+  h.kv_cache_type = opt_.kv_cache_type;
+  h.kv_bytes_per_token = opt_.kv_bytes_per_token;
   h.slots_total = opt_.scheduler.max_seqs;
   h.slots_used = opt_.scheduler.max_seqs - std::min(s.free_slots, opt_.scheduler.max_seqs);
   h.preemptions = s.preemptions;

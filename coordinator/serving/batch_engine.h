@@ -52,6 +52,9 @@ struct BatchEngineOptions {
   // Plans in flight at once (at least scheduler.decode_groups; the scheduler's
   // max_steps_in_flight is set to it). 1 = one plan at a time.
   uint32_t max_plans_in_flight = 1;
+  // What the workers' KV pools hold, for /metrics (EngineHealth): the types' name and bytes per token.
+  std::string kv_cache_type = "f32";
+  uint64_t kv_bytes_per_token = 0;
 };
 
 class BatchEngine final : public Engine {

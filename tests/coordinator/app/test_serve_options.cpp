@@ -424,7 +424,7 @@ TEST(ServeOptions, KvCacheTypeTheModelCannotStoreFailsBeforeTheWorkersStart) {
       ADD_FAILURE() << bad << " was accepted";
     } catch (const std::runtime_error& e) {
       EXPECT_EQ(std::string(e.what()), model + ": --kv-cache-type " + bad +
-                                           ": needs rows of a multiple of 4 bytes (the model's KV rows are 1 heads "
+                                           ": needs rows of a multiple of 4 bytes (the model's KV rows are 1 head "
                                            "of 32)");
     }
   }

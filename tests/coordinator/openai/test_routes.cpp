@@ -187,6 +187,9 @@ TEST_F(ServiceTest, MetricsExportCacheAndSlotGauges) {
   EngineHealth h{true, 2, 2, 0, 1, 3, 4096};
   h.kv_blocks_total = 512;
   h.kv_blocks_used = 40;
+  h.kv_block_size = 16;
+  h.kv_cache_type = "q8_0/f16";
+  h.kv_bytes_per_token = 19584;
   h.slots_total = 8;
   h.slots_used = 3;
   h.preemptions = 5;
@@ -200,11 +203,13 @@ TEST_F(ServiceTest, MetricsExportCacheAndSlotGauges) {
   for (const char* line :
        {"deltaserve:num_requests_waiting 1", "deltaserve:num_requests_running 3", "deltaserve:kv_blocks_total 512",
         "deltaserve:kv_blocks_used 40", "deltaserve:kv_cache_usage_perc 0.078125", "deltaserve:gdn_slots_total 8",
-        "deltaserve:gdn_slots_used 3", "deltaserve:num_preemptions_total 5",
-        "deltaserve:prefix_cache_queried_tokens_total 1000", "deltaserve:prefix_cache_hit_tokens_total 640",
-        "deltaserve:engine_steps_total 42", "deltaserve:engine_host_seconds_total 0.25",
-        "deltaserve:engine_wait_seconds_total 1.5", "# TYPE deltaserve:engine_host_seconds_total counter",
-        "# TYPE deltaserve:num_preemptions_total counter", "# TYPE deltaserve:kv_blocks_used gauge"}) {
+        "deltaserve:kv_cache_info{type=\"q8_0/f16\"} 1", "deltaserve:kv_cache_bytes_per_token 19584",
+        "deltaserve:kv_cache_capacity_bytes 160432128", "deltaserve:gdn_slots_used 3",
+        "deltaserve:num_preemptions_total 5", "deltaserve:prefix_cache_queried_tokens_total 1000",
+        "deltaserve:prefix_cache_hit_tokens_total 640", "deltaserve:engine_steps_total 42",
+        "deltaserve:engine_host_seconds_total 0.25", "deltaserve:engine_wait_seconds_total 1.5",
+        "# TYPE deltaserve:engine_host_seconds_total counter", "# TYPE deltaserve:num_preemptions_total counter",
+        "# TYPE deltaserve:kv_blocks_used gauge"}) {
     EXPECT_NE(m.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << m;
   }
 }
