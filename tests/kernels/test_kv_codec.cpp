@@ -59,7 +59,9 @@ TEST(KvCodec, Fp8IsTheNearestCodeTiesToEven) {
     }
     const uint8_t got = kv_encode_fp8(x);
     ASSERT_EQ(got & 0x7f, best) << x;
-    if (a != 0.0f) ASSERT_EQ(got >> 7, std::signbit(x) ? 1 : 0) << x;
+    if (a != 0.0f) {
+      ASSERT_EQ(got >> 7, std::signbit(x) ? 1 : 0) << x;
+    }
   }
 }
 

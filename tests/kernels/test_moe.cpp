@@ -17,7 +17,7 @@ namespace {
 
 TEST(MoeRoute, MatchesFloat64Reference) {
   test::Rng rng(11);
-  for (const auto [E, k] : {std::pair{8, 2}, std::pair{256, 8}, std::pair{512, 10}, std::pair{4, 4}}) {
+  for (const auto& [E, k] : {std::pair{8, 2}, std::pair{256, 8}, std::pair{512, 10}, std::pair{4, 4}}) {
     const size_t T = 7;
     const std::vector<float> logits = rng.vec(T * E, -4, 4);
     std::vector<int32_t> experts(T * k);
