@@ -126,7 +126,7 @@ struct EngineHealth {
   uint32_t kv_blocks_total = 0;              // KV blocks the workers hold
   uint32_t kv_blocks_used = 0;               // held by live sequences (cached-but-idle blocks count as free)
   uint32_t kv_block_size = 0;                // tokens per KV block
-  std::string kv_cache_type;                 // the workers' KV element types: "q8_0", "K q8_0, V f16"
+  std::string kv_cache_type = "f32";         // the workers' KV element types: "q8_0", "K q8_0, V f16"
   uint64_t kv_bytes_per_token = 0;           // one token's K + V over every attention layer, as stored
   uint32_t slots_total = 0;                  // GDN state slots
   uint32_t slots_used = 0;

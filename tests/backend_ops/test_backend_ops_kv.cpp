@@ -73,8 +73,11 @@ Case kv_write_case(KvType t, size_t n_rows, size_t n) {
             const size_t pool_rows = 3 * n_rows + 2, row_floats = kv_row_bytes(t, n) / sizeof(float);
             const std::vector<uint32_t> rows = distinct(rng, n_rows, pool_rows);
             std::vector<float> src = rng.vec(n_rows * n, -3, 3);
-            src[0] = 0.0f;  // zeros, a tiny value and a large one: the codecs' edges
-            if (src.size() > 2) src[1] = 1e-7f, src[2] = 500.0f;
+            if (src.size() > 2) {  // a zero, a tiny value and a large one: the codecs' edges
+              src[0] = 0.0f;
+              src[1] = 1e-7f;
+              src[2] = 500.0f;
+            }
             Dev d(be);
             float* pool = d.put(rng.vec(pool_rows * row_floats));
             be.kv_write(t, d.put(src), rows.data(), n_rows, n, pool);

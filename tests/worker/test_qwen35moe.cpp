@@ -52,7 +52,9 @@ TEST_P(Qwen35MoeReference, EveryPositionMatches) {
     }
     const cpu::LogitDigest d = cpu::logit_digest(row, V, 16);
     ASSERT_NEAR(d.logsumexp, s.logsumexp[t], kLogitTol) << "pos " << t;
-    if (s.topk_logits[t][0] - s.topk_logits[t][1] > kTop1Margin) ASSERT_EQ(d.top_ids[0], s.topk_ids[t][0]) << t;
+    if (s.topk_logits[t][0] - s.topk_logits[t][1] > kTop1Margin) {
+      ASSERT_EQ(d.top_ids[0], s.topk_ids[t][0]) << t;
+    }
   }
 }
 
