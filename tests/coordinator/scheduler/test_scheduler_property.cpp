@@ -75,10 +75,13 @@ struct Totals : SchedulerStats {
 
 // spec_k > 0: MTP speculation on (the fake worker verifies and drafts, see fake_worker.h).
 // in_flight > 1: that many steps in flight, and 1..in_flight decode groups.
-void run_one(uint32_t seed, Totals& total, uint32_t spec_k = 0, uint32_t in_flight = 1) {
+// stateless: a model without recurrent layers (prefix hits at any cached block; the fake worker
+// rebuilds a new row's history from the blocks it shares).
+void run_one(uint32_t seed, Totals& total, uint32_t spec_k = 0, uint32_t in_flight = 1, bool stateless = false) {
   Workload w{std::mt19937(seed), {}, {}};
   for (int i = 0; i < 3; ++i) w.system_prompts.push_back(w.tokens(w.uniform(8, 30)));
   SchedulerConfig config = random_config(w);
+  config.stateless = stateless;
   config.spec_k = spec_k;
   config.max_steps_in_flight = in_flight;
   config.decode_groups = in_flight > 1 ? w.uniform(1, in_flight) : 1;
@@ -150,6 +153,20 @@ TEST(SchedulerProperty, RandomTrafficKeepsMemoryConsistentAndOutputsExact) {
       static_cast<unsigned long>(total.preemptions), static_cast<unsigned long>(total.prefix_hit_tokens),
       static_cast<unsigned long>(total.prefix_queried_tokens), static_cast<unsigned long>(total.block_evictions),
       static_cast<unsigned long>(total.snapshot_evictions));
+}
+
+// The same traffic for a model without recurrent state: every shared cached block is a hit, no
+// snapshot is kept, and the outputs (a function of each sequence's whole history, which the fake
+// worker reads back from the shared blocks) are still exactly the fake model's.
+TEST(SchedulerProperty, StatelessModelTrafficKeepsOutputsExact) {
+  Totals total;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    run_one(seed, total, 0, 1, true);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(total.prefix_hit_tokens, total.prefix_queried_tokens / 20);
+  EXPECT_EQ(total.snapshot_evictions, 0u);
+  EXPECT_GT(total.preemptions, 10u);
 }
 
 // The same traffic with speculation: drafts in rows, rollback after rejections, block
