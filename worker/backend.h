@@ -16,8 +16,10 @@
 #include "common/logit_adjust.h"
 #include "common/sampling.h"
 #include "common/token_mask.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_prep.h"
+#include "kernels/cpu/attention_segments.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/matmul.h"
 
@@ -31,7 +33,9 @@ using cpu::AttentionPrep;
 using cpu::AttentionShape;
 using cpu::GdnRawGates;
 using cpu::GdnShape;
+using cpu::GeluKind;
 using cpu::KvPages;
+using cpu::SegmentAttention;
 using cpu::WeightView;
 
 // One sequence's rows of a Gated DeltaNet step (Backend::gdn_mix).
@@ -314,6 +318,17 @@ class Backend {
     add_inplace(x, delta, n_rows * dim);
     rms_norm(x, dim, w, eps, n_rows, dim, y, dim);
   }
+  // ---- encoder ops (the vision tower, worker/models/qwen35_vision.h) --------------------------
+  // Same contracts as their kernels/cpu twins: layer_norm (norm.h), gelu and add_bias
+  // (activation.h), rope_2d (rope.h; positions are host arrays), attention_segments
+  // (attention_segments.h; a.starts is a host array).
+  virtual void layer_norm(const float* x, size_t x_stride, const float* w, const float* b, float eps, size_t n_rows,
+                          size_t dim, float* y, size_t y_stride) = 0;
+  virtual void gelu(GeluKind kind, const float* x, size_t n, float* y) = 0;
+  virtual void add_bias(float* y, size_t y_stride, size_t n_rows, size_t dim, const float* bias) = 0;
+  virtual void rope_2d(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride,
+                       size_t head_dim, const int32_t* host_positions, float theta) = 0;
+  virtual void attention_segments(const SegmentAttention& a) = 0;
   // Copies rows: dst[i] = src[rows[i]] (row length `dim`, host row indices).
   virtual void gather_rows(const float* src, const uint32_t* host_rows, size_t n_rows, size_t dim, float* dst) = 0;
   virtual void synchronize() = 0;

@@ -120,6 +120,20 @@ class CpuBackend final : public Backend {
     cpu::sigmoid_gate(x, xs, gate, gs, rows, dim, y, ys);
   }
   void add_inplace(float* y, const float* x, size_t n) override { cpu::add_inplace(y, x, n); }
+  // ---- encoder ops (the vision tower) ----
+  void layer_norm(const float* x, size_t xs, const float* w, const float* b, float eps, size_t rows, size_t dim,
+                  float* y, size_t ys) override {
+    cpu::layer_norm(x, xs, w, b, eps, rows, dim, y, ys);
+  }
+  void gelu(GeluKind kind, const float* x, size_t n, float* y) override { cpu::gelu(kind, x, n, y); }
+  void add_bias(float* y, size_t ys, size_t rows, size_t dim, const float* bias) override {
+    cpu::add_bias(y, ys, rows, dim, bias);
+  }
+  void rope_2d(float* x, size_t n_tokens, size_t ts, size_t n_heads, size_t hs, size_t head_dim,
+               const int32_t* positions, float theta) override {
+    cpu::rope_2d(x, n_tokens, ts, n_heads, hs, head_dim, positions, theta);
+  }
+  void attention_segments(const SegmentAttention& a) override { cpu::attention_segments(a, &pool_); }
   void edit_logits(float* logits, size_t n_rows, size_t n_vocab, const LogitEdit* edits, size_t n_edits) override {
     apply_logit_edits(logits, n_rows, n_vocab, edits, n_edits);
   }

@@ -1,14 +1,12 @@
-// CUDA backend: host C++ over the launchers of kernels/cuda (no device code here, so it builds
-// with the project's C++ standard and warning set). One stream; ops queue work on it and only
-// download() and synchronize() wait. Small host control arrays (token ids, positions, row
-// indices) go through grow-only device buffers; the model's Workspace holds everything else, so
-// the step path allocates nothing once the buffers have grown.
+// CUDA backend: host C++ over the launchers of kernels/cuda (no device code here, so it builds with the project's
+// C++ standard and warning set). One stream; ops queue work on it and only download() and synchronize() wait. Small
+// host control arrays (token ids, positions, row indices) go through grow-only device buffers; the model's Workspace
+// holds everything else, so the step path allocates nothing once the buffers have grown.
 #include "worker/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +41,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/stream_signal.h"
 #include "kernels/cuda/swiglu_matmul.h"
+#include "worker/cuda_backend_encoder.h"
 #include "worker/cuda_buffers.h"
 
 namespace ds {
@@ -52,7 +51,7 @@ using cuda_buffers::ControlBuffer;
 using cuda_buffers::DeviceScratch;
 using cuda_buffers::PinnedScratch;
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public CudaEncoderOps {  // the encoder ops: worker/cuda_backend_encoder.h
  public:
   CudaBackend(int device, const CudaBackendOptions& options, const CudaAblations& ablations)
       : device_(device),
@@ -78,6 +77,7 @@ class CudaBackend final : public Backend {
     }
     DS_CUDA_CHECK(cudaSetDevice(device_));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    bind_encoder_stream(device_, stream_);
     // The small decode ops (norms, activations, conv, decode attention, gather/scatter, digest)
     // follow the GEMV's switch (kernels/cuda/dependent_launch.h).
     cuda::set_dependent_launches(stream_, decode_pdl_);

@@ -46,6 +46,33 @@ void gated_rms_norm(const float* o, const float* z, const float* w, float eps, s
   }
 }
 
+// torch's LayerNorm in f32: mean and biased variance per row (accumulated in double here, then
+// rounded to f32 like the references' f32 statistics), then (x - mean) * rstd * w + b. Two passes,
+// so a row's statistics are read before any of its outputs is written (y may alias x).
+void layer_norm(const float* x, size_t x_stride, const float* w, const float* b, float eps, size_t n_rows, size_t dim,
+                float* y, size_t y_stride) {
+  for (size_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * x_stride;
+    float* yr = y + r * y_stride;
+    double sum = 0;
+    for (size_t i = 0; i < dim; ++i) sum += xr[i];
+    const float mean = static_cast<float>(sum / static_cast<double>(dim));
+    double sq = 0;
+    for (size_t i = 0; i < dim; ++i) {
+      const double c = static_cast<double>(xr[i]) - mean;
+      sq += c * c;
+    }
+    const float var = static_cast<float>(sq / static_cast<double>(dim));
+    const float rstd = 1.0f / std::sqrt(var + eps);
+    for (size_t i = 0; i < dim; ++i) {
+      float v = (xr[i] - mean) * rstd;
+      if (w != nullptr) v *= w[i];
+      if (b != nullptr) v += b[i];
+      yr[i] = v;
+    }
+  }
+}
+
 void l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride) {
   for (size_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * x_stride;

@@ -14,6 +14,11 @@ void rms_norm(const float* x, size_t x_stride, const float* w, float eps, size_t
 // Gated RMSNorm of GDN outputs: y = rms_norm(o; w) * silu(z). Rows contiguous (stride = dim).
 void gated_rms_norm(const float* o, const float* z, const float* w, float eps, size_t n_rows, size_t dim, float* y);
 
+// LayerNorm with gain and bias (the vision tower): y = (x - mean) / sqrt(var + eps) * w + b, the
+// variance over `dim` (biased, as torch). w / b may be nullptr (gain 1 / bias 0).
+void layer_norm(const float* x, size_t x_stride, const float* w, const float* b, float eps, size_t n_rows, size_t dim,
+                float* y, size_t y_stride);
+
 // y = x / sqrt(sum(x^2) + eps)  (HF/FLA l2norm form).
 void l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride);
 

@@ -1,6 +1,7 @@
 #include "kernels/cpu/rope.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 namespace ds::cpu {
@@ -42,6 +43,39 @@ void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, s
     for (size_t h = 0; h < n_heads; ++h) {
       float* z = x + t * token_stride + h * head_stride;
       // NEOX pairing (z_i, z_{i+half}) -> (a cos - b sin, b cos + a sin)
+      for (size_t i = 0; i < half; ++i) {
+        const float a = z[i], b = z[i + half];
+        z[i] = a * cos_v[i] - b * sin_v[i];
+        z[i + half] = b * cos_v[i] + a * sin_v[i];
+      }
+    }
+  }
+}
+
+// The same f32 angle recipe as rope_neox, over the 2D table Qwen3-VL builds: d/4 frequencies
+// 1 / theta^(2j / (d/2)), the first d/4 pairs turned by the patch's row, the next d/4 by its column
+// (cos = cat(row f, col f) repeated over both NEOX halves).
+void rope_2d(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride, size_t head_dim,
+             const int32_t* positions, float theta) {
+  if (head_dim % 4 != 0) throw std::invalid_argument("rope_2d: head_dim must be a multiple of 4");
+  const size_t half = head_dim / 2, quarter = head_dim / 4;
+  std::vector<float> inv_freq(quarter);
+  for (size_t j = 0; j < quarter; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(half);
+    inv_freq[j] = 1.0f / std::pow(theta, exponent);
+  }
+
+  std::vector<float> cos_v(half), sin_v(half);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float row = static_cast<float>(positions[t]);
+    const float col = static_cast<float>(positions[n_tokens + t]);
+    for (size_t i = 0; i < half; ++i) {
+      const float angle = i < quarter ? row * inv_freq[i] : col * inv_freq[i - quarter];
+      cos_v[i] = std::cos(angle);
+      sin_v[i] = std::sin(angle);
+    }
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* z = x + t * token_stride + h * head_stride;
       for (size_t i = 0; i < half; ++i) {
         const float a = z[i], b = z[i + half];
         z[i] = a * cos_v[i] - b * sin_v[i];

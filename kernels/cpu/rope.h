@@ -16,4 +16,12 @@ namespace ds::cpu {
 void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride, size_t head_dim,
                size_t n_rot, const int32_t* positions, std::array<int32_t, 4> sections, float theta);
 
+// The vision tower's 2D rotary embedding (Qwen3-VL "axial"): NEOX pairing (z_i, z_{i+d/2}) over
+// the whole head (head_dim = d, a multiple of 4); pair i < d/4 turns by row * f_i, pair i >= d/4 by
+// col * f_{i-d/4}, with f_j = 1 / theta^(2j / (d/2)) in f32. positions: [2][n_tokens] (row
+// stream, then column stream), the patch's place in its image. Throws std::invalid_argument when
+// head_dim is not a multiple of 4.
+void rope_2d(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, size_t head_stride, size_t head_dim,
+             const int32_t* positions, float theta);
+
 }  // namespace ds::cpu

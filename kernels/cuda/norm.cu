@@ -134,6 +134,50 @@ __global__ void __launch_bounds__(kWideThreads)
   for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = xr[i] * s;
 }
 
+// ---- LayerNorm (the vision tower): the same row layouts, a warp or a block per row -------------
+// Two f32 passes: the mean, then the squared deviations from it (no E[x^2] - mean^2 cancellation).
+// Each thread reads and writes only its own indices, so y == x is safe.
+__device__ __forceinline__ float layer_norm_value(float x, float mean, float rstd, const float* w, const float* b,
+                                                  size_t i) {
+  float v = (x - mean) * rstd;
+  if (w != nullptr) v *= w[i];
+  if (b != nullptr) v += b[i];
+  return v;
+}
+
+__global__ void layer_norm_kernel(const float* x, size_t xs, const float* w, const float* b, float eps, size_t n_rows,
+                                  size_t dim, float* y, size_t ys) {
+  detail::wait_for_previous_kernel();
+  const size_t row = warp_row(n_rows);
+  if (row == n_rows) return;
+  const unsigned lane = threadIdx.x % kWarp;
+  const float* xr = x + row * xs;
+  float* yr = y + row * ys;
+  float sum = 0.0f;
+  for (size_t i = lane; i < dim; i += kWarp) sum += xr[i];
+  const float mean = detail::warp_sum(sum) / static_cast<float>(dim);
+  float dev = 0.0f;
+  for (size_t i = lane; i < dim; i += kWarp) dev += (xr[i] - mean) * (xr[i] - mean);
+  const float rstd = 1.0f / sqrtf(detail::warp_sum(dev) / static_cast<float>(dim) + eps);
+  for (size_t i = lane; i < dim; i += kWarp) yr[i] = layer_norm_value(xr[i], mean, rstd, w, b, i);
+}
+
+__global__ void __launch_bounds__(kWideThreads)
+    layer_norm_wide_kernel(const float* x, size_t xs, const float* w, const float* b, float eps, size_t dim, float* y,
+                           size_t ys) {
+  detail::wait_for_previous_kernel();
+  const float* xr = x + size_t{blockIdx.x} * xs;
+  float* yr = y + size_t{blockIdx.x} * ys;
+  float sum = 0.0f;
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) sum += xr[i];
+  const float mean = block_total(sum) / static_cast<float>(dim);
+  __syncthreads();  // block_total's shared partials are written again below: every thread has read them
+  float dev = 0.0f;
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) dev += (xr[i] - mean) * (xr[i] - mean);
+  const float rstd = 1.0f / sqrtf(block_total(dev) / static_cast<float>(dim) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += kWideThreads) yr[i] = layer_norm_value(xr[i], mean, rstd, w, b, i);
+}
+
 // x += delta, then y = rms_norm(x): a block per row for every width (the decode rows are
 // 4096-5120 wide; the prefill rows as many blocks). Every load of a thread's part of the row is
 // issued before its first store: x, delta and y may alias (y == delta is allowed), so a loop that
@@ -349,6 +393,21 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps
   }
   return detail::launch_dependent_if_enabled(add_rms_norm_rows_kernel, dim3(row_blocks(n_rows)),
                                              dim3(kRowsPerBlock * kWarp), 0, stream, x, delta, w, eps, n_rows, dim, y);
+}
+
+cudaError_t layer_norm(const float* x, size_t x_stride, const float* w, const float* b, float eps, size_t n_rows,
+                       size_t dim, float* y, size_t y_stride, cudaStream_t stream) {
+  if (n_rows == 0 || dim == 0) return cudaSuccess;
+  if (const cudaError_t e = check_rows(x, x_stride, y, y_stride, n_rows, dim); e != cudaSuccess) return e;
+  if ((w != nullptr && !detail::aligned_to(w, 4)) || (b != nullptr && !detail::aligned_to(b, 4))) {
+    return cudaErrorMisalignedAddress;
+  }
+  if (dim >= kWideMinDim) {
+    return detail::launch_dependent_if_enabled(layer_norm_wide_kernel, dim3(static_cast<unsigned>(n_rows)),
+                                               dim3(kWideThreads), 0, stream, x, x_stride, w, b, eps, dim, y, y_stride);
+  }
+  return detail::launch_dependent_if_enabled(layer_norm_kernel, dim3(row_blocks(n_rows)), dim3(kRowsPerBlock * kWarp),
+                                             0, stream, x, x_stride, w, b, eps, n_rows, dim, y, y_stride);
 }
 
 cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride,

@@ -25,6 +25,12 @@ cudaError_t gated_rms_norm(const float* o, const float* z, const float* w, float
 cudaError_t add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim, float* y,
                          cudaStream_t stream);
 
+// LayerNorm (the vision tower): y = (x - mean) / sqrt(var + eps) * w + b, var biased (as torch);
+// w / b may be nullptr (gain 1 / bias 0). Two passes over the row in f32 (mean, then the sum of
+// squared deviations): agrees with the CPU's to f32 reduction order (relative ~1e-6).
+cudaError_t layer_norm(const float* x, size_t x_stride, const float* w, const float* b, float eps, size_t n_rows,
+                       size_t dim, float* y, size_t y_stride, cudaStream_t stream);
+
 // y = x / sqrt(sum(x^2) + eps).
 cudaError_t l2_norm(const float* x, size_t x_stride, float eps, size_t n_rows, size_t dim, float* y, size_t y_stride,
                     cudaStream_t stream);

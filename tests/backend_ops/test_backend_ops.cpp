@@ -135,6 +135,7 @@ std::vector<Case> all_cases() {
   add_attention_cases(cases);
   add_gdn_cases(cases);
   add_kv_cases(cases);
+  add_vision_cases(cases);
   return cases;
 }
 
