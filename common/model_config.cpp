@@ -1,5 +1,6 @@
 #include "common/model_config.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/error.h"
@@ -137,6 +138,18 @@ int32_t label_token(const std::vector<std::string_view>& tokens, const std::stri
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (tokens[i] == spelling) return static_cast<int32_t>(i);
     }
+  }
+  return -1;
+}
+
+// The vocabulary id of Qwen's image placeholder token, -1 when absent. Searched from the end: the
+// added (special) tokens come after the BPE vocabulary.
+int32_t image_token_id(const GgufFile& g, uint32_t n_vocab) {
+  const char* tk = "tokenizer.ggml.tokens";
+  if (!g.has(tk)) return -1;
+  const std::vector<std::string_view>& tokens = g.get_string_array(tk);
+  for (size_t i = std::min<size_t>(tokens.size(), n_vocab); i-- > 0;) {
+    if (tokens[i] == "<|image_pad|>") return static_cast<int32_t>(i);
   }
   return -1;
 }
@@ -355,6 +368,7 @@ ModelConfig load_model_config(const GgufFile& g) {
   c.n_vocab = static_cast<uint32_t>(embd.ne[1]);
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
   if (c.arch == "qwen3") read_qwen3_heads(g, c);
+  if (c.hybrid()) c.image_token_id = image_token_id(g, c.n_vocab);
   check_tensors(g, c);
   return c;
 }

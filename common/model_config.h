@@ -55,6 +55,11 @@ struct ModelConfig {
   // The Qwen3.5 hybrid stack (Gated DeltaNet + gated attention), dense or MoE.
   bool hybrid() const { return arch == "qwen35" || arch == "qwen35moe"; }
 
+  // Vision input (hybrid models): the id of `<|image_pad|>` in tokenizer.ggml.tokens, the token
+  // every image position holds (HF's image_token_id). llama.cpp's converter writes no key for it,
+  // so it comes from the vocabulary; -1 when the vocabulary has no such token.
+  int32_t image_token_id = -1;
+
   bool tied_embeddings = false;             // no output.weight: the LM head is token_embd
   bool attn_output_gate = true;             // qwen35: attn_q carries [query | gate] per head
   bool norm_weights_plus_one_baked = true;  // informational: +1 folded by the converter

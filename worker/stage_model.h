@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "common/image_patches.h"  // RgbImage
+#include "common/image_span.h"     // ImageSpan
 #include "common/logit_adjust.h"
 #include "common/sampling.h"     // DigestRequest, LogitDigest
 #include "common/stage_types.h"  // SeqCache, StageRange, CacheGeometry, OutputHead
@@ -49,6 +51,10 @@ struct SeqStep {
   //    the captured GDN state that holds exactly start_pos positions. The coordinator decides.
   uint32_t n_draft = 0;
   bool rewind = false;
+  // Vision input: every image of the sequence whose first_pos < start_pos + n_tokens (the earlier
+  // ones too: the M-RoPE positions of later text depend on them), in position order. Every stage
+  // gets them (attention ropes by them); empty for a text-only sequence.
+  std::vector<ImageSpan> images;
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
 };
 
@@ -75,6 +81,13 @@ class PendingTokenMasks {
   mutable bool fetched_ = true;
 };
 
+// The pixels of one image of a step (stage 0 only), already resized by the coordinator to the
+// final size (sides multiples of patch * merge); `hash` is the ImageSpan::hash that names it.
+struct StepImage {
+  uint64_t hash = 0;
+  RgbImage image;
+};
+
 struct StepInput {
   std::vector<SeqStep> seqs;  // token rows are concatenated in this order
   // Last stage: final_hidden for every token row, not only the logit rows (MTP catch-up).
@@ -91,6 +104,10 @@ struct StepInput {
   // Last stage, optional: grammar masks of logit rows (TokenMasks::rows index them likewise),
   // applied after the edits.
   PendingTokenMasks token_masks;
+  // Stage 0, vision input: the pixels of every image that has tokens among this step's rows
+  // (SeqStep::images names them by hash). An image split over several steps (chunked prefill)
+  // comes again in each; the stage encodes it once (ImageEmbedder's cache).
+  std::vector<StepImage> images;
 };
 
 struct StepOutput {
@@ -125,6 +142,10 @@ struct StageOptions {
   // and grammar masks apply to kLanguageModel only. A model that cannot serve the head fails its
   // load with ConfigError (common/model_config.h: output_head_problem).
   OutputHead head = OutputHead::kLanguageModel;
+  // Vision input: the mmproj GGUF (the vision tower). Stage 0 (first_layer == 0) then builds the
+  // tower on its backend and embeds the images of a step; other stages ignore it. Without it,
+  // a step with image pixels or image tokens to embed is refused (ConfigError).
+  std::shared_ptr<const GgufFile> mmproj;
 };
 
 class StageModel {

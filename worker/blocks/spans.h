@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/image_span.h"
 #include "worker/backend.h"
 #include "worker/cache/stage_cache.h"
 
@@ -19,6 +20,9 @@ struct SeqSpan {
   size_t n_tokens;
   uint32_t start_pos;
   uint32_t n_draft = 0;  // trailing draft rows: GDN state captured after each verify row but the last
+  // Vision input: the sequence's images (SeqStep::images), whose M-RoPE positions its rows take;
+  // nullptr for text (plain positions).
+  const std::vector<ImageSpan>* images = nullptr;
 };
 
 // Plain decode: every span is one token (no drafts) and span i sits at row i.

@@ -17,6 +17,12 @@ void check_drafts(const SeqStep& s, const StepLimits& limits, const std::string&
   }
 }
 
+void check_images(const SeqStep& s, const StepLimits& limits, const std::string& who) {
+  if (s.images.empty()) return;
+  if (!limits.images) throw ConfigError(who + ": " + limits.arch + " takes no images");
+  if (const char* problem = image_spans_problem(s.images)) throw ConfigError(who + ": " + problem);
+}
+
 }  // namespace
 
 void check_step(const StepInput& in, const StepLimits& limits, const StageCache& cache) {
@@ -36,6 +42,7 @@ void check_step(const StepInput& in, const StepLimits& limits, const StageCache&
       if (r >= s.n_tokens()) throw ConfigError(who + ": logit row " + std::to_string(r) + " outside the step");
     }
     check_drafts(s, limits, who);
+    check_images(s, limits, who);
     if (limits.max_context && size_t{s.start_pos} + s.n_tokens() > limits.max_context) {
       throw ConfigError(who + ": exceeds the context limit of " + std::to_string(limits.max_context));
     }
@@ -47,10 +54,15 @@ void fill_positions(const std::vector<SeqSpan>& spans, size_t T, const StageCach
                     std::vector<int32_t>* positions, std::vector<uint32_t>* kv_rows) {
   positions->resize(3 * T);
   kv_rows->clear();
+  int32_t* p = positions->data();
   for (const SeqSpan& s : spans) {
-    for (size_t j = 0; j < s.n_tokens; ++j) {
-      const auto pos = static_cast<int32_t>(s.start_pos + j);
-      for (size_t stream = 0; stream < 3; ++stream) (*positions)[stream * T + s.offset + j] = pos;
+    if (s.images != nullptr) {
+      mrope_positions(*s.images, s.start_pos, s.n_tokens, p + s.offset, p + T + s.offset, p + 2 * T + s.offset);
+    } else {
+      for (size_t j = 0; j < s.n_tokens; ++j) {
+        const auto pos = static_cast<int32_t>(s.start_pos + j);
+        for (size_t stream = 0; stream < 3; ++stream) p[stream * T + s.offset + j] = pos;
+      }
     }
     cache.append_pool_rows(*s.seq, s.start_pos, s.n_tokens, kv_rows);
   }
@@ -75,8 +87,10 @@ std::vector<SeqSpan> lay_out_step(const StepInput& in, StageCache& cache, std::v
   std::vector<SeqSpan> spans;
   size_t T = 0;
   for (size_t i = 0; i < in.seqs.size(); ++i) {
-    spans.push_back({seqs[i], T, in.seqs[i].n_tokens(), in.seqs[i].start_pos, in.seqs[i].n_draft});
-    T += in.seqs[i].n_tokens();
+    const SeqStep& s = in.seqs[i];
+    seqs[i]->images = s.images;  // for the MTP rows after this step
+    spans.push_back({seqs[i], T, s.n_tokens(), s.start_pos, s.n_draft, s.images.empty() ? nullptr : &s.images});
+    T += s.n_tokens();
   }
   fill_positions(spans, T, cache, positions, kv_rows);
   return spans;

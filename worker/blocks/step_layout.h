@@ -23,20 +23,25 @@ struct StepLimits {
   // so a step with drafts or a rewind is refused.
   uint32_t max_drafts = 0;
   const char* arch = "";  // named in errors
+  // Whether the model ropes by M-RoPE positions, so a sequence may carry images
+  // (SeqStep::images); a step with images for any other model is refused.
+  bool images = false;
 };
 
 // Throws ConfigError naming the sequence and the problem: no tokens, a sequence twice, a token
 // id outside the vocabulary, a logit row outside the step, drafts the model cannot verify, the
-// context limit; then the cache's own checks (StageCache::check_step).
+// context limit, images the model cannot take or that are malformed (image_spans_problem); then
+// the cache's own checks (StageCache::check_step). Image pixels are the embedder's to check.
 void check_step(const StepInput& in, const StepLimits& limits, const StageCache& cache);
 
-// Rope positions ([3][T]: three identical M-RoPE streams for text) and the pool row of every
-// token's K/V ([T]) for the spans' rows.
+// Rope positions ([3][T]: the M-RoPE streams t, h, w; three identical ones for text, the
+// image-aware ones of mrope_positions for a span with images) and the pool row of every token's
+// K/V ([T]) for the spans' rows.
 void fill_positions(const std::vector<SeqSpan>& spans, size_t T, const StageCache& cache,
                     std::vector<int32_t>* positions, std::vector<uint32_t>* kv_rows);
 
-// Places the (checked) step's sequences (StageCache::begin_step) and lays out their rows in
-// order, then fill_positions.
+// Places the (checked) step's sequences (StageCache::begin_step), records their images on them
+// (StageCache::Seq::images) and lays out their rows in order, then fill_positions.
 std::vector<SeqSpan> lay_out_step(const StepInput& in, StageCache& cache, std::vector<int32_t>* positions,
                                   std::vector<uint32_t>* kv_rows);
 

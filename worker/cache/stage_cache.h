@@ -30,6 +30,9 @@ class StageCache {
     // Speculation: GDN captures of the last verify step; capture j holds capture_first + j positions.
     uint32_t capture_first = 0;
     uint32_t n_captures = 0;
+    // Vision input: the sequence's images as its last step named them (SeqStep::images), so
+    // the MTP rows after it take their M-RoPE positions too. Empty for text.
+    std::vector<ImageSpan> images;
   };
 
   StageCache(Backend& backend, const CacheGeometry& geometry, const CacheShapes& shapes);

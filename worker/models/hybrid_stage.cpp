@@ -24,6 +24,7 @@
 #include "worker/backend.h"
 #include "worker/blocks/gated_attention.h"
 #include "worker/blocks/gated_delta_net.h"
+#include "worker/blocks/image_embedder.h"
 #include "worker/blocks/lm_head.h"
 #include "worker/blocks/spans.h"
 #include "worker/blocks/step_layout.h"
@@ -66,6 +67,7 @@ class HybridStage final : public StageModel {
         bind_ffn_(std::move(bind_ffn)) {
     bind_weights();
     cache_ = std::make_unique<StageCache>(*be_, opt_.cache, cache_shapes());
+    if (opt_.mmproj && is_first()) embedder_ = std::make_unique<ImageEmbedder>(opt_.mmproj, *be_, cfg_);
   }
 
   const StageRange& range() const override { return range_; }
@@ -93,6 +95,7 @@ class HybridStage final : public StageModel {
   const float* f(const std::string& name) const { return be_->f32_tensor(gguf_->tensor(name)); }
 
   CacheShapes cache_shapes();
+  void prepare_images(const StepInput& in);
   float* run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std::vector<int32_t>& token_ids, const float* hidden);
 
   StepContext context(const std::vector<SeqSpan>& spans, size_t T);
@@ -121,9 +124,10 @@ class HybridStage final : public StageModel {
   // block's attention has the pool after the main layers'.
   std::vector<size_t> cache_index_;
   size_t mtp_pool_ = 0;
-  std::unique_ptr<StageCache> cache_;  // after be_: released before the backend goes
-  std::vector<int32_t> positions_;     // host [3][T]
-  std::vector<uint32_t> kv_rows_;      // host [T]: pool row of every token of the step
+  std::unique_ptr<StageCache> cache_;        // after be_: released before the backend goes
+  std::unique_ptr<ImageEmbedder> embedder_;  // stage 0 with an mmproj; after be_ likewise
+  std::vector<int32_t> positions_;           // host [3][T]
+  std::vector<uint32_t> kv_rows_;            // host [T]: pool row of every token of the step
   BlockScratch block_scratch_;
   std::vector<std::vector<float>> layer_hidden_;
   const float* output_rows_ = nullptr;  // the residual stream the last forward() left
@@ -269,8 +273,27 @@ void HybridStage::lm_head(const float* rows, size_t n_rows, const float* norm, c
               LmHeadOutput{logits, normed_out, digests}, masks);
 }
 
+// Vision input, before any state changes: stage 0 checks the step's images and encodes those it
+// has not encoded yet; a stage that cannot embed refuses pixels or image rows to embed.
+void HybridStage::prepare_images(const StepInput& in) {
+  if (!is_first()) {
+    if (!in.images.empty()) throw ConfigError("image pixels sent to a stage after the first (only stage 0 embeds)");
+    return;
+  }
+  if (!embedder_) {
+    if (!in.images.empty() || step_has_image_rows(in))
+      throw ConfigError("this worker has no --mmproj: it cannot embed the step's images");
+    return;
+  }
+  embedder_->check(in);
+  embedder_->prepare(in);
+}
+
 void HybridStage::forward(const StepInput& in, StepOutput* out) {
-  check_step(in, StepLimits{cfg_.n_vocab, opt_.max_context, StatePool::kMaxCaptures, cfg_.arch.c_str()}, *cache_);
+  check_step(in, StepLimits{cfg_.n_vocab, opt_.max_context, StatePool::kMaxCaptures, cfg_.arch.c_str(), true}, *cache_);
+  const bool images = !in.images.empty() ||
+                      std::any_of(in.seqs.begin(), in.seqs.end(), [](const SeqStep& s) { return !s.images.empty(); });
+  if (images) prepare_images(in);
   const std::vector<SeqSpan> spans = lay_out_step(in, *cache_, &positions_, &kv_rows_);
   const size_t D = cfg_.n_embd;
   const size_t T = spans.back().offset + spans.back().n_tokens;
@@ -279,6 +302,7 @@ void HybridStage::forward(const StepInput& in, StepOutput* out) {
     std::vector<int32_t> ids;
     for (const SeqStep& s : in.seqs) ids.insert(ids.end(), s.token_ids.begin(), s.token_ids.end());
     be_->embed_rows(token_embd_, ids.data(), T, x);
+    if (images && embedder_) embedder_->write_rows(x);
   }
   layer_hidden_.clear();
   const StepContext ctx = context(spans, T);
@@ -354,7 +378,8 @@ float* HybridStage::run_mtp_block(uint64_t seq_id, uint32_t start_pos, const std
   }
   StageCache::Seq& seq = cache_->begin_mtp(seq_id, start_pos, token_ids.size());
   const size_t D = cfg_.n_embd, T = token_ids.size();
-  const std::vector<SeqSpan> spans{{&seq, 0, T, start_pos}};
+  // A sequence with images ropes its MTP rows by the positions its last step's images give.
+  const std::vector<SeqSpan> spans{{&seq, 0, T, start_pos, 0, seq.images.empty() ? nullptr : &seq.images}};
   fill_positions(spans, T, *cache_, &positions_, &kv_rows_);
   float* e = ws_.get(Slot::kProjA, T * D);
   float* h = ws_.get(Slot::kProjB, T * D);
