@@ -44,8 +44,9 @@ namespace {
 const ds::cli::Usage kUsage{
     "deltaserve-bench-grammar",
     "--maskbench PATH(.tar.xz|dir) --model GGUF [--vocab-size N] [--extend-vocab N] [--limit K] [--compile-only] "
-    "[--shard I/N] [--times FILE] [--verbose]\n"
+    "[--shard I/N] [--times FILE] [--max-ws N] [--verbose]\n"
     "  --shard I/N: only the schemas whose index is I modulo N (run N processes side by side);\n"
+    "  --max-ws N: the grammar's whitespace run limit (default 8; 0 = compact JSON only)\n"
     "  --times FILE: also write every compile and mask time and the counts there, for\n"
     "  tools/merge_grammar_shards.py to add the shards up"};
 
@@ -136,6 +137,7 @@ void write_times(const std::string& path, const Stats& st) {
 int main(int argc, char** argv) {
   std::string maskbench, model;
   size_t vocab_size = 0, extend = 0, limit = SIZE_MAX, shard = 0, n_shards = 1;
+  uint32_t max_ws = GrammarOptions{}.max_ws;
   std::string times_path;
   bool verbose = false, compile_only = false;
   ds::cli::ArgReader args(kUsage, argc, argv);
@@ -150,6 +152,8 @@ int main(int argc, char** argv) {
       extend = ds::cli::parse_number<size_t>(kUsage, a, args.value(), 1);
     else if (a == "--limit")
       limit = ds::cli::parse_number<size_t>(kUsage, a, args.value(), 1);
+    else if (a == "--max-ws")
+      max_ws = ds::cli::parse_number<uint32_t>(kUsage, a, args.value(), 0);
     else if (a == "--compile-only")
       compile_only = true;
     else if (a == "--verbose")
@@ -200,7 +204,9 @@ int main(int argc, char** argv) {
       std::shared_ptr<const Grammar> g;
       const double t0 = now_us();
       try {
-        g = compile_json_schema(d["schema"], GrammarOptions{});
+        GrammarOptions opt;
+        opt.max_ws = max_ws;
+        g = compile_json_schema(d["schema"], opt);
       } catch (const SchemaError& e) {
         ++st.refused[e.keyword];
         if (verbose) std::printf("refused %s: %s\n", f.filename().c_str(), e.what());

@@ -20,19 +20,52 @@ double now_s() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-// Thompson NFA: epsilon, byte-set and call edges.
+// Thompson NFA: epsilon, byte-set and call edges. Edges are appended as the fragments are built
+// and grouped by source state once (group()): three edge arrays rather than three small vectors
+// per state, whose allocations were a large part of a schema's compile time.
 struct Nfa {
-  struct St {
-    std::vector<int32_t> eps;
-    std::vector<std::pair<ByteSet, int32_t>> bytes;
-    std::vector<std::pair<int32_t, int32_t>> calls;
+  struct Eps {
+    int32_t from, to;
   };
-  std::vector<St> st;
+  struct Bytes {
+    int32_t from, to;
+    ByteSet set;
+  };
+  struct Call {
+    int32_t from, rule, to;
+  };
+  int32_t n_states = 0;
+  std::vector<Eps> eps;
+  std::vector<Bytes> bytes;
+  std::vector<Call> calls;
+  // After group(): state s's edges of each kind are [row[s], row[s + 1]).
+  std::vector<uint32_t> eps_row, bytes_row, calls_row;
   Budget* budget = nullptr;
+
   int32_t add() {
-    if ((st.size() & 1023) == 0) budget->charge(1024);
-    st.emplace_back();
-    return static_cast<int32_t>(st.size() - 1);
+    if ((n_states & 1023) == 0) budget->charge(1024);
+    return n_states++;
+  }
+  void add_eps(int32_t from, int32_t to) { eps.push_back({from, to}); }
+  void add_bytes(int32_t from, const ByteSet& set, int32_t to) { bytes.push_back({from, to, set}); }
+  void add_call(int32_t from, int32_t rule, int32_t to) { calls.push_back({from, rule, to}); }
+  void group() {
+    group_by_source(eps, eps_row);
+    group_by_source(bytes, bytes_row);
+    group_by_source(calls, calls_row);
+  }
+
+ private:
+  // Stable counting sort by `from` (an edge's order within its state is kept).
+  template <class E>
+  void group_by_source(std::vector<E>& edges, std::vector<uint32_t>& row) const {
+    row.assign(static_cast<size_t>(n_states) + 1, 0);
+    for (const E& e : edges) ++row[e.from + 1];
+    for (int32_t s = 0; s < n_states; ++s) row[s + 1] += row[s];
+    std::vector<E> out(edges.size());
+    std::vector<uint32_t> fill(row.begin(), row.end() - 1);
+    for (const E& e : edges) out[fill[e.from]++] = e;
+    edges.swap(out);
   }
 };
 
@@ -44,19 +77,19 @@ Frag build(Nfa& n, const Expr& e);
 
 Frag build_embed(Nfa& n, const Dfa& d) {
   Frag f{n.add(), n.add()};
-  const int32_t base = static_cast<int32_t>(n.st.size());
+  const int32_t base = n.n_states;
   for (size_t s = 0; s < d.size(); ++s) n.add();
-  n.st[f.in].eps.push_back(base);
+  n.add_eps(f.in, base);
   std::vector<ByteSet> cls_bytes(static_cast<size_t>(d.ncls));
   for (int b = 0; b < 256; ++b) cls_bytes[d.cls[b]].set(static_cast<uint8_t>(b));
   for (size_t s = 0; s < d.size(); ++s) {
     const int32_t ns = base + static_cast<int32_t>(s);
     for (int c = 0; c < d.ncls; ++c) {
       const int32_t t = d.next[s * d.ncls + c];
-      if (t >= 0) n.st[ns].bytes.emplace_back(cls_bytes[c], base + t);
+      if (t >= 0) n.add_bytes(ns, cls_bytes[c], base + t);
     }
-    for (auto [r, t] : d.calls[s]) n.st[ns].calls.emplace_back(r, base + t);
-    if (d.accept[s]) n.st[ns].eps.push_back(f.out);
+    for (auto [r, t] : d.calls[s]) n.add_call(ns, r, base + t);
+    if (d.accept[s]) n.add_eps(ns, f.out);
   }
   return f;
 }
@@ -65,12 +98,12 @@ Frag build_graph(Nfa& n, const Expr& e) {
   Frag f{n.add(), n.add()};
   std::vector<int32_t> node(static_cast<size_t>(e.n_nodes));
   for (auto& x : node) x = n.add();
-  n.st[f.in].eps.push_back(node[0]);
-  for (int32_t a : e.accept_nodes) n.st[node[a]].eps.push_back(f.out);
+  n.add_eps(f.in, node[0]);
+  for (int32_t a : e.accept_nodes) n.add_eps(node[a], f.out);
   for (const auto& edge : e.edges) {
     Frag k = build(n, *edge.e);
-    n.st[node[edge.from]].eps.push_back(k.in);
-    n.st[k.out].eps.push_back(node[edge.to]);
+    n.add_eps(node[edge.from], k.in);
+    n.add_eps(k.out, node[edge.to]);
   }
   return f;
 }
@@ -80,24 +113,24 @@ Frag build_repeat(Nfa& n, const Expr& e) {
   int32_t cur = f.in;
   for (uint32_t i = 0; i < e.min; ++i) {
     Frag k = build(n, *e.kids[0]);
-    n.st[cur].eps.push_back(k.in);
+    n.add_eps(cur, k.in);
     cur = k.out;
   }
   const int32_t out = n.add();
   if (e.max == kUnbounded) {
     Frag k = build(n, *e.kids[0]);
-    n.st[cur].eps.push_back(k.in);
-    n.st[k.out].eps.push_back(cur);
-    n.st[cur].eps.push_back(out);
+    n.add_eps(cur, k.in);
+    n.add_eps(k.out, cur);
+    n.add_eps(cur, out);
   } else {
     // Optional copies chain: each one may stop early.
     for (uint32_t i = e.min; i < e.max; ++i) {
-      n.st[cur].eps.push_back(out);
+      n.add_eps(cur, out);
       Frag k = build(n, *e.kids[0]);
-      n.st[cur].eps.push_back(k.in);
+      n.add_eps(cur, k.in);
       cur = k.out;
     }
-    n.st[cur].eps.push_back(out);
+    n.add_eps(cur, out);
   }
   f.out = out;
   return f;
@@ -113,12 +146,12 @@ Frag build(Nfa& n, const Expr& e) {
     }
     case Expr::Kind::Bytes: {
       Frag f{n.add(), n.add()};
-      n.st[f.in].bytes.emplace_back(e.bytes, f.out);
+      n.add_bytes(f.in, e.bytes, f.out);
       return f;
     }
     case Expr::Kind::Call: {
       Frag f{n.add(), n.add()};
-      n.st[f.in].calls.emplace_back(e.rule, f.out);
+      n.add_call(f.in, e.rule, f.out);
       return f;
     }
     case Expr::Kind::Seq: {
@@ -126,7 +159,7 @@ Frag build(Nfa& n, const Expr& e) {
       int32_t cur = s;
       for (const auto& k : e.kids) {
         Frag kf = build(n, *k);
-        n.st[cur].eps.push_back(kf.in);
+        n.add_eps(cur, kf.in);
         cur = kf.out;
       }
       return Frag{s, cur};
@@ -135,8 +168,8 @@ Frag build(Nfa& n, const Expr& e) {
       Frag f{n.add(), n.add()};
       for (const auto& k : e.kids) {
         Frag kf = build(n, *k);
-        n.st[f.in].eps.push_back(kf.in);
-        n.st[kf.out].eps.push_back(f.out);
+        n.add_eps(f.in, kf.in);
+        n.add_eps(kf.out, f.out);
       }
       return f;
     }
@@ -163,26 +196,25 @@ int byte_classes(const Nfa& n, std::array<uint8_t, 256>& cls, std::vector<ByteSe
     return (b.w[0] * 0x9E3779B97F4A7C15ull) ^ (b.w[1] * 0xC2B2AE3D27D4EB4Full) ^ (b.w[2] * 0x165667B19E3779F9ull) ^
            (b.w[3] * 0x27D4EB2F165667C5ull);
   };
-  for (const auto& s : n.st)
-    for (const auto& e : s.bytes) {
-      size_t k = (hash(e.first) >> 20) & (slot.size() - 1);
-      while (slot[k] >= 0 && !(all[slot[k]] == e.first)) k = (k + 1) & (slot.size() - 1);
-      if (slot[k] >= 0) {
-        edge_set.push_back(slot[k]);
-        continue;
-      }
-      slot[k] = static_cast<int32_t>(all.size());
+  for (const Nfa::Bytes& e : n.bytes) {  // grouped: in state order
+    size_t k = (hash(e.set) >> 20) & (slot.size() - 1);
+    while (slot[k] >= 0 && !(all[slot[k]] == e.set)) k = (k + 1) & (slot.size() - 1);
+    if (slot[k] >= 0) {
       edge_set.push_back(slot[k]);
-      all.push_back(e.first);
-      if (2 * all.size() > slot.size()) {
-        slot.assign(slot.size() * 2, -1);
-        for (size_t i = 0; i < all.size(); ++i) {
-          size_t j = (hash(all[i]) >> 20) & (slot.size() - 1);
-          while (slot[j] >= 0) j = (j + 1) & (slot.size() - 1);
-          slot[j] = static_cast<int32_t>(i);
-        }
+      continue;
+    }
+    slot[k] = static_cast<int32_t>(all.size());
+    edge_set.push_back(slot[k]);
+    all.push_back(e.set);
+    if (2 * all.size() > slot.size()) {
+      slot.assign(slot.size() * 2, -1);
+      for (size_t i = 0; i < all.size(); ++i) {
+        size_t j = (hash(all[i]) >> 20) & (slot.size() - 1);
+        while (slot[j] >= 0) j = (j + 1) & (slot.size() - 1);
+        slot[j] = static_cast<int32_t>(i);
       }
     }
+  }
   {
     for (const ByteSet& bs : all) {
       std::array<int, 512> remap;
@@ -255,8 +287,8 @@ void eps_closure(const Nfa& n, std::vector<int32_t>& set, std::vector<uint8_t>& 
   while (!work.empty()) {
     const int32_t s = work.back();
     work.pop_back();
-    for (int32_t t : n.st[s].eps)
-      if (!mark[t]) {
+    for (uint32_t k = n.eps_row[s]; k < n.eps_row[s + 1]; ++k)
+      if (const int32_t t = n.eps[k].to; !mark[t]) {
         mark[t] = 1;
         set.push_back(t);
         work.push_back(t);
@@ -367,6 +399,7 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
   Nfa n;
   n.budget = &budget;
   const Frag f = build(n, *e);
+  n.group();
   auto d = std::make_shared<Dfa>();
   std::vector<ByteSet> sets_of_bytes;
   std::vector<int32_t> edge_set;
@@ -383,14 +416,13 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
   // class in every DFA state that contains it.
   // NFA state s's moves: moves[move_row[s] .. move_row[s + 1]).
   std::vector<std::pair<int32_t, int32_t>> moves;
-  std::vector<uint32_t> move_row(n.st.size() + 1, 0);
-  size_t edge = 0;
-  for (size_t s = 0; s < n.st.size(); ++s) {
-    for (const auto& bt : n.st[s].bytes)
-      for (int32_t c : set_cls[edge_set[edge++]]) moves.emplace_back(c, bt.second);
+  std::vector<uint32_t> move_row(static_cast<size_t>(n.n_states) + 1, 0);
+  for (int32_t s = 0; s < n.n_states; ++s) {
+    for (uint32_t k = n.bytes_row[s]; k < n.bytes_row[s + 1]; ++k)
+      for (int32_t c : set_cls[edge_set[k]]) moves.emplace_back(c, n.bytes[k].to);
     move_row[s + 1] = static_cast<uint32_t>(moves.size());
   }
-  std::vector<uint8_t> mark(n.st.size(), 0);
+  std::vector<uint8_t> mark(static_cast<size_t>(n.n_states), 0);
   // States are looked up by their kernel (the move targets, before the epsilon closure) first:
   // kernels are small and most lookups hit, so the closure is computed once per new kernel.
   SetTable ids, by_kernel;  // ids: entry i is DFA state i
@@ -422,7 +454,7 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
     bool calls = false;
     for (int32_t s : cur) {
       for (uint32_t k = move_row[s]; k < move_row[s + 1]; ++k) buckets[moves[k].first].push_back(moves[k].second);
-      calls = calls || !n.st[s].calls.empty();
+      calls = calls || n.calls_row[s] != n.calls_row[s + 1];
     }
     for (int c = 0; c < d->ncls; ++c) {
       d->next.push_back(buckets[c].empty() ? -1 : intern(buckets[c]));
@@ -432,7 +464,7 @@ std::shared_ptr<Dfa> build_dfa(const ExprPtr& e, Budget& budget) {
     if (!calls) continue;
     std::map<int32_t, std::vector<int32_t>> by_rule;
     for (int32_t s : cur)
-      for (auto [r, t] : n.st[s].calls) by_rule[r].push_back(t);
+      for (uint32_t k = n.calls_row[s]; k < n.calls_row[s + 1]; ++k) by_rule[n.calls[k].rule].push_back(n.calls[k].to);
     for (auto& [r, tgt] : by_rule) {
       const int32_t t = intern(tgt);
       d->calls[i].emplace_back(r, t);

@@ -1,7 +1,8 @@
 #include "coordinator/structured/grammar.h"
 
+#include <algorithm>
 #include <chrono>
-#include <unordered_map>
+#include <vector>
 
 #include "coordinator/structured/regex.h"
 
@@ -123,22 +124,31 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish(int32_t root) {
 
 std::string Grammar::lexeme_signature(int32_t g) const {
   // BFS renumbering from g; per state: accept flag, then (first byte, target) runs. Two call-free
-  // states with equal signatures accept the same byte strings, in any grammar.
+  // states with equal signatures accept the same byte strings, in any grammar. Byte steps never
+  // leave g's rule, so one class table serves the whole walk, and bytes of the class just looked
+  // at are skipped (same target: no new run). Numbering uses a per-thread stamped table instead
+  // of a map: this runs on the decode path for every state whose mask is not cached yet.
   constexpr size_t kMaxStates = 4096;
+  thread_local std::vector<uint32_t> stamp;
+  thread_local std::vector<int32_t> bfs_id;
+  thread_local uint32_t gen = 0;
+  if (stamp.size() < states_.size()) stamp.resize(states_.size(), 0), bfs_id.resize(states_.size());
+  if (++gen == 0) std::fill(stamp.begin(), stamp.end(), 0), gen = 1;
+  const std::array<uint8_t, 256>& cls = classes(g);
   std::vector<int32_t> order{g};
-  std::unordered_map<int32_t, int32_t> ids{{g, 0}};
+  stamp[g] = gen, bfs_id[g] = 0;
   std::string sig;
   for (size_t i = 0; i < order.size(); ++i) {
     const int32_t s = order[i];
     sig.push_back(states_[s].accept ? 'A' : 'N');
     int32_t prev = -2;
     for (int b = 0; b < 256; ++b) {
-      const int32_t t = step(s, static_cast<uint8_t>(b));
+      if (b > 0 && cls[b] == cls[b - 1]) continue;
+      const int32_t t = step_class(s, cls[b]);
       int32_t tid = -1;
       if (t >= 0) {
-        auto [it, fresh] = ids.emplace(t, static_cast<int32_t>(order.size()));
-        if (fresh) order.push_back(t);
-        tid = it->second;
+        if (stamp[t] != gen) stamp[t] = gen, bfs_id[t] = static_cast<int32_t>(order.size()), order.push_back(t);
+        tid = bfs_id[t];
       }
       if (tid != prev) {
         sig.push_back(static_cast<char>(b));

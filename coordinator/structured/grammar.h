@@ -65,6 +65,9 @@ class Grammar {
     const State& s = states_[g];
     return next_[s.row + cls_[s.rule][b]];
   }
+  // The byte classes of g's rule (bytes of one class always step alike) and the step on one.
+  const std::array<uint8_t, 256>& classes(int32_t g) const { return cls_[states_[g].rule]; }
+  int32_t step_class(int32_t g, uint8_t c) const { return next_[states_[g].row + c]; }
   const Call* calls_begin(int32_t g) const { return calls_.data() + states_[g].call_begin; }
   const Call* calls_end(int32_t g) const { return calls_.data() + states_[g].call_end; }
   // Canonical text of the lexeme automaton reachable from call-free state g (cache key shared

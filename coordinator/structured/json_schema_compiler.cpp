@@ -22,6 +22,8 @@ constexpr size_t kMaxRequiredSet = 8;
 // Arrays are unrolled item by item up to this many positions.
 constexpr uint64_t kMaxUnroll = 2000;
 constexpr uint64_t kMaxLength = 1 << 16;
+// Arrays unrolled to at least this many positions take an item's leading whitespace into a rule.
+constexpr uint64_t kMinSpacedItems = 8;
 
 std::string_view sv(const JValue& v) {
   return {v.GetString(), v.GetStringLength()};
@@ -420,10 +422,23 @@ class Compiler {
     return e_call(r);
   }
 
-  // "key" ws : ws value, as a rule of its own (members are symbols of the object automaton).
+  // ws "key" ws : ws value ws, as a rule of its own (members are symbols of the object
+  // automaton). The whitespace around a member is the member's, not the object's: the object
+  // automaton has a copy of everything between two members for every set of members seen (up to
+  // 256), so what moves into the member rule is compiled (and its masks computed) once instead.
   int32_t member_rule(ExprPtr key, const JValue& value_schema) {
     const int32_t r = b_.new_rule();
-    b_.define(r, e_seq({std::move(key), ws_, e_byte(':'), ws_, e_call(rule_for(value_schema))}));
+    b_.define(r, e_seq({ws_, std::move(key), ws_, e_byte(':'), ws_, e_call(rule_for(value_schema)), ws_}));
+    return r;
+  }
+
+  // ws value: an array item after "[" or ",", for the same reason (a copy per unrolled position).
+  int32_t spaced_item_rule(const JValue& item_schema) {
+    auto it = spaced_items_.find(&item_schema);
+    if (it != spaced_items_.end()) return it->second;
+    const int32_t r = b_.new_rule();
+    spaced_items_.emplace(&item_schema, r);
+    b_.define(r, e_seq({ws_, e_call(rule_for(item_schema))}));
     return r;
   }
 
@@ -488,6 +503,7 @@ class Compiler {
   SchemaStore store_;
   ExprPtr ws_;
   std::unordered_map<const JValue*, int32_t> rules_;
+  std::unordered_map<const JValue*, int32_t> spaced_items_;  // spaced_item_rule's rules
   int32_t any_rule_ = -1, any_obj_ = -1;
   int32_t string_rule_ = -1, number_rule_ = -1, integer_rule_ = -1;
   std::shared_ptr<Dfa> one_char_;
@@ -644,7 +660,7 @@ ExprPtr Compiler::object_for(const JValue& s) {
   const bool subset = R <= kMaxRequiredSet;
   if (!track_all) full_mask = subset ? (size_t{1} << R) - 1 : 0;
   // Nodes: 0 start, 1 after "{", then per level (mask or count) A (expects a member) and B
-  // (after a member); the last node accepts.
+  // (after a member); the last node accepts. The whitespace around a member is in its rule.
   const size_t levels = subset ? (size_t{1} << R) : R + 1;
   const int32_t fin = static_cast<int32_t>(2 + 2 * levels);
   auto A = [](size_t l) { return static_cast<int32_t>(2 + 2 * l); };
@@ -659,10 +675,10 @@ ExprPtr Compiler::object_for(const JValue& s) {
     return std::min(l + 1, R);
   };
   std::vector<Expr::Edge> edges;
-  edges.push_back({0, 1, e_seq({e_byte('{'), ws_})});
-  if (closes(0)) edges.push_back({1, fin, e_byte('}')});
-  const ExprPtr comma = e_seq({ws_, e_byte(','), ws_});
-  const ExprPtr close = e_seq({ws_, e_byte('}')});
+  const ExprPtr comma = e_byte(',');
+  const ExprPtr close = e_byte('}');
+  edges.push_back({0, 1, e_byte('{')});
+  if (closes(0)) edges.push_back({1, fin, e_seq({ws_, close})});
   for (size_t l = 0; l < levels; ++l) {
     for (const auto& [rule, ri] : syms) {
       const auto nl = next_level(l, ri);
@@ -701,12 +717,19 @@ ExprPtr Compiler::array_for(const JValue& s) {
   // Nodes: 0 start, 1 + i after i items, last accepts.
   const int32_t fin = static_cast<int32_t>(len + 2);
   auto N = [](uint64_t i) { return static_cast<int32_t>(1 + i); };
-  auto item = [&](uint64_t i) { return e_call(rule_for(i < tuple.size() ? *tuple[i] : *rest)); };
+  // Many positions: items bring their leading whitespace (spaced_item_rule); a few positions are
+  // not worth a rule of their own. (Trailing whitespace in the item rule, as members have it,
+  // measured slower masks here for no compile gain.)
+  const bool spaced = len >= kMinSpacedItems;
+  auto item = [&](uint64_t i) {
+    const JValue& schema = i < tuple.size() ? *tuple[i] : *rest;
+    return spaced ? e_call(spaced_item_rule(schema)) : e_seq({ws_, e_call(rule_for(schema))});
+  };
   std::vector<Expr::Edge> edges;
-  edges.push_back({0, N(0), e_seq({e_byte('['), ws_})});
-  if (mn == 0) edges.push_back({N(0), fin, e_byte(']')});
-  const ExprPtr comma = e_seq({ws_, e_byte(','), ws_});
+  const ExprPtr comma = e_seq({ws_, e_byte(',')});
   const ExprPtr close = e_seq({ws_, e_byte(']')});
+  edges.push_back({0, N(0), e_byte('[')});
+  if (mn == 0) edges.push_back({N(0), fin, close});
   for (uint64_t i = 0; i < len; ++i) {
     edges.push_back({N(i), N(i + 1), i == 0 ? item(0) : e_seq({comma, item(i)})});
     if (i + 1 >= mn) edges.push_back({N(i + 1), fin, close});

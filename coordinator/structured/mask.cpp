@@ -1,6 +1,7 @@
 #include "coordinator/structured/mask.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -147,12 +148,28 @@ class Walker {
   std::vector<Head> work_;
 };
 
+// slice_next as a table ([l][b]; -1 outside the slice): slice_limit's inner loop.
+const std::array<std::array<int8_t, 256>, 8>& slice_table() {
+  static const auto table = [] {
+    std::array<std::array<int8_t, 256>, 8> t{};
+    for (int l = 0; l < 8; ++l)
+      for (int b = 0; b < 256; ++b) t[l][b] = static_cast<int8_t>(slice_next(l, static_cast<uint8_t>(b)));
+    return t;
+  }();
+  return table;
+}
+
 // Checks state q against the string slice (token_trie.h). Returns k when every slice string of
 // at most k characters stays alive in q's rule by byte steps alone (so those tokens are allowed
 // whatever the stack) and every longer one dies there with no state on its way that could return
 // or call (so the PDA cannot take it either); -1 when the slice does not describe q exactly.
+// Runs for every state whose mask is computed: bytes that share q's rule class and slice state
+// step alike (tried once), and the answer is -1 as soon as one slice string dies while another
+// lives or a state on the way could return or call.
 int32_t slice_limit(const Grammar& g, int32_t q, int32_t max_chars) {
-  std::vector<int32_t> layer{q}, next;  // grammar states at a character boundary
+  const auto& slice = slice_table();
+  const std::array<uint8_t, 256>& cls = g.classes(q);  // byte steps stay in q's rule
+  std::vector<int32_t> layer{q}, next;                 // grammar states at a character boundary
   std::vector<std::pair<int32_t, int32_t>> work, seen;
   bool unsafe = false;  // over all the layers: a longer string passes through each of them
   for (int32_t k = 0; k < max_chars; ++k) {
@@ -165,17 +182,24 @@ int32_t slice_limit(const Grammar& g, int32_t q, int32_t max_chars) {
       work.pop_back();
       const Grammar::State& st = g.state(s);
       unsafe = unsafe || st.accept || st.call_begin != st.call_end;
+      if (dies && unsafe) return -1;
       // Bytes the slice may take in state l: a lead byte at a boundary, else a continuation.
       const int lo = l == 0 ? 0x20 : 0x80, hi = l == 0 ? 0xF4 : 0xBF;
+      int tried = -1;  // (class, slice state) of the last byte stepped
       for (int b = lo; b <= hi; ++b) {
-        const int32_t nl = slice_next(l, static_cast<uint8_t>(b));
-        if (nl < 0) continue;
-        const int32_t t = g.step(s, static_cast<uint8_t>(b));
+        const int32_t nl = slice[l][b];
+        if (nl < 0 || cls[b] * 8 + nl == tried) continue;
+        tried = cls[b] * 8 + nl;
+        const int32_t t = g.step_class(s, cls[b]);
         if (t < 0) {
+          if (lives || unsafe) return -1;
           dies = true;
           continue;
         }
-        if (l == 0) lives = true;
+        if (l == 0) {
+          if (dies) return -1;
+          lives = true;
+        }
         if (nl == 0) {
           if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
         } else if (std::find(seen.begin(), seen.end(), std::make_pair(t, nl)) == seen.end()) {

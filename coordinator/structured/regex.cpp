@@ -118,10 +118,18 @@ ExprPtr hex_digit_of(unsigned v) {
   return e_bytes(b);
 }
 
-// `\u00XX` for a control character, either hex case.
-ExprPtr u_escape(uint32_t cp) {
-  return e_seq({e_lit("\\u"), hex_digit_of((cp >> 12) & 15), hex_digit_of((cp >> 8) & 15), hex_digit_of((cp >> 4) & 15),
-                hex_digit_of(cp & 15)});
+// `\u00XX` for the control characters of `s`: one alternative per high hex digit (0 or 1) with
+// the low digits as one byte set, rather than one per character (a pattern's `.` or `[^x]` has
+// all 32: a compact NFA makes every pattern DFA cheaper to build; same language).
+void add_control_escapes(const CpSet& s, std::vector<ExprPtr>& alts) {
+  static const char* kLower = "0123456789abcdef";
+  static const char* kUpper = "0123456789ABCDEF";
+  for (unsigned high = 0; high < 2; ++high) {
+    ByteSet low;
+    for (unsigned v = 0; v < 16; ++v)
+      if (in_set(s, high * 16 + v)) low.set(static_cast<uint8_t>(kLower[v])), low.set(static_cast<uint8_t>(kUpper[v]));
+    if (!low.empty()) alts.push_back(e_seq({e_lit("\\u00"), hex_digit_of(high), e_bytes(low)}));
+  }
 }
 
 // ---- pattern parser ------------------------------------------------------------------------
@@ -453,8 +461,7 @@ ExprPtr json_char(const CpSet& s0, bool all_escapes) {
     hex.set_range('0', '9'), hex.set_range('a', 'f'), hex.set_range('A', 'F');
     alts.push_back(e_seq({e_lit("\\u"), e_rep(e_bytes(hex), 4, 4)}));
   } else {
-    for (auto [lo, hi] : s)
-      for (uint32_t cp = lo; cp <= std::min<uint32_t>(hi, 0x1F); ++cp) alts.push_back(u_escape(cp));
+    add_control_escapes(s, alts);
   }
   return e_alt(std::move(alts));
 }
