@@ -65,7 +65,11 @@ inline std::optional<KvType> parse_kv_type(std::string_view s) {
 }
 
 inline constexpr const char* kKvTypeNames = "f32, bf16, f16, q8_0, fp8, q4r";
-constexpr KvType kDefaultKvType = KvType::kF32;  // every --kv-cache-type default; f32 until measured
+// The serving default (serve, workers, bench): the smallest type whose KL divergence against the
+// f32 path stays <= 0.001 on the trained small-qwen35 on both backends (docs/PERFORMANCE.md, KV
+// cache types: fp8 1.2e-4 - 5.5e-4; q4r crosses it on CUDA). Exact tools (logits, perplexity)
+// keep f32 (KvTypeFlags::fallback).
+constexpr KvType kDefaultKvType = KvType::kFp8;
 
 constexpr bool kv_type_has_scales(KvType t) {
   return t == KvType::kQ8_0 || t == KvType::kQ4r;

@@ -55,13 +55,13 @@ std::optional<KvType>* kv_type_flag(KvTypeFlags* flags, const std::string& name)
 }
 
 std::vector<OptionSpec> kv_type_option_specs(KvTypeFlags* f) {
-  const std::string fallback = kv_type_name(kDefaultKvType);
+  const std::string fallback = kv_type_name(f->fallback);
   return {
       spec(
           "kv-cache-type", &f->both,
           "KV cache element type of K and V: f32, bf16, f16, fp8 (e4m3), q8_0 (int8, a scale per\n"
           "32 values) or q4r (4-bit after a Hadamard rotation); sent to every worker",
-          [f] { return f->both.value_or(kDefaultKvType); }, fallback + " for now"),
+          [f] { return f->both.value_or(f->fallback); }, fallback),
       spec(
           "kv-cache-type-k", &f->k, "the K cache's type, over --kv-cache-type", [f] { return f->k_type(); },
           "--kv-cache-type"),

@@ -1,7 +1,8 @@
 // The KV cache type flags every deltaserve process takes (serve, the worker, bench, logits,
 // perplexity): --kv-cache-type T sets K and V, --kv-cache-type-k T / --kv-cache-type-v T set
 // one side over it, whichever layer (flag, environment, config file) each came from. T is one
-// of kKvTypeNames (common/kv_format.h); unset, kDefaultKvType.
+// of kKvTypeNames (common/kv_format.h); unset, KvTypeFlags::fallback (kDefaultKvType but
+// in the exact tools).
 #pragma once
 
 #include <optional>
@@ -17,8 +18,9 @@ struct ModelConfig;
 
 struct KvTypeFlags {
   std::optional<KvType> both, k, v;  // --kv-cache-type, --kv-cache-type-k, --kv-cache-type-v
-  KvType k_type() const { return k.value_or(both.value_or(kDefaultKvType)); }
-  KvType v_type() const { return v.value_or(both.value_or(kDefaultKvType)); }
+  KvType fallback = kDefaultKvType;  // unset: the serving default; f32 for the exact tools
+  KvType k_type() const { return k.value_or(both.value_or(fallback)); }
+  KvType v_type() const { return v.value_or(both.value_or(fallback)); }
 };
 
 // The field of `flags` behind an option name ("kv-cache-type", "kv-cache-type-k",

@@ -39,7 +39,7 @@
 // aggregate tok/s that byte count allows and the fraction reached. Each --repeat run prefills
 // its N sequences afresh and drops them afterwards.
 //
-// --kv-cache-type[-k|-v] T: the KV cache's element types (common/kv_options.h; default f32), for
+// --kv-cache-type[-k|-v] T: the KV cache's element types (common/kv_options.h; default fp8, as serve), for
 // the in-process stage and the workers alike (sent in Assign, as serve does).
 //
 // Roofline context: weight bytes streamed per decode token (every main-stack weight, the LM

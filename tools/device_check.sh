@@ -70,7 +70,7 @@ tiny_trio() {
       1) flags=(--backend cuda --workers 1 --devices 0 --prefill-precision f32) ;;
       2) flags=(--backend cuda --prefill-precision f32 --spec-k 3 "$@") ;;
     esac
-    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --port $((port + i)) --max-seqs 8 "${flags[@]}" \
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --kv-cache-type f32 --port $((port + i)) --max-seqs 8 "${flags[@]}" \
       > "$O/serve_${tag}_$((port + i)).log" 2>&1 &
     TRIO_PIDS="$TRIO_PIDS $!"
   done
@@ -135,7 +135,7 @@ if want serve; then
   serve_check() {  # $1 = workers, $2 = GPU of each worker, $3.. = extra serve flags
     local w=$1 dev=$2; shift 2
     local log="$O/serve_${w}_$(echo "$*" | tr -c 'a-z0-9' '_').log"
-    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend cuda --workers "$w" --devices "$dev" \
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --kv-cache-type f32 --backend cuda --workers "$w" --devices "$dev" \
       --port 18080 --max-seqs 8 "$@" > "$log" 2>&1 &
     local pid=$!
     wait_listening "$log" || { note "serve workers=$w $*: did not start"; tail -5 "$log"; kill -TERM $pid; wait $pid; return; }
@@ -168,7 +168,7 @@ fi
 if want spec16; then
   echo "==== 16 concurrent greedy requests on CUDA workers: --spec-k 3 vs --spec-k 0, each decode GEMV"
   spec16() {  # $1 = spec k, $2 = decode GEMV; writes the 16 completions to $O/spec16_k$1_$2.json
-    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --backend cuda --workers 2 --devices 0,0 \
+    "$B/bin/deltaserve" serve --model "$DATA/tiny-qwen35-q8_0.gguf" --kv-cache-type f32 --backend cuda --workers 2 --devices 0,0 \
       --port 18082 --max-seqs 16 --prefill-precision f32 --spec-k "$1" --decode-gemv "$2" > "$O/serve_spec16_k$1_$2.log" 2>&1 &
     local pid=$!
     if wait_listening "$O/serve_spec16_k$1_$2.log"; then

@@ -38,7 +38,7 @@ struct Options {
   std::string backend = "cpu";  // cpu | cuda
   int device = 0;               // CUDA device for --backend cuda
   uint32_t workers = 0;         // 0: in-process; N: N deltaserve-worker processes (pipeline)
-  ds::KvTypeFlags kv_cache;     // --kv-cache-type[-k|-v]
+  ds::KvTypeFlags kv_cache{{}, {}, {}, ds::KvType::kF32};  // --kv-cache-type[-k|-v]; f32 unset (exact logits)
 };
 
 using ds::cli::parse_number;

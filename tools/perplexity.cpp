@@ -51,7 +51,8 @@ struct Options {
   bool bf16_prefill = true;  // --prefill-precision (cuda; the CPU always computes in f32)
   bool bf16_weights = false;
   std::string decode_gemv = "auto";
-  ds::KvTypeFlags kv_cache;  // --kv-cache-type[-k|-v]: measure a quantized KV cache against an f32 base
+  // --kv-cache-type[-k|-v]: measure a quantized KV cache against an f32 base (f32 when unset)
+  ds::KvTypeFlags kv_cache{{}, {}, {}, ds::KvType::kF32};
 };
 
 using ds::cli::parse_number;
@@ -79,7 +80,7 @@ const ds::cli::Usage kUsage{"deltaserve-perplexity",
       "  --kv-cache-type T, --kv-cache-type-k T, --kv-cache-type-v T\n"
       "                  the KV cache's element types (K and V, or one side), T one of %s; default %s\n"
       "Prints a few lines, then one JSON line (ppl, n_positions, and the KL figures with --kl-base).\n",
-      kUsage.tool, kUsage.synopsis, ds::kKvTypeNames, ds::kv_type_name(ds::kDefaultKvType));
+      kUsage.tool, kUsage.synopsis, ds::kKvTypeNames, ds::kv_type_name(ds::KvType::kF32));
   std::exit(0);
 }
 

@@ -54,7 +54,7 @@ struct SeqStep {
   // Vision input: every image of the sequence whose first_pos < start_pos + n_tokens (the earlier
   // ones too: the M-RoPE positions of later text depend on them), in position order. Every stage
   // gets them (attention ropes by them); empty for a text-only sequence.
-  std::vector<ImageSpan> images;
+  std::vector<ImageSpan> images{};  // a default initializer: SeqStep{id, pos, ids, rows} stays warning-free
   uint32_t n_tokens() const { return static_cast<uint32_t>(token_ids.size()); }
 };
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -52,6 +53,12 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args) {
   log_path_ = tmpl;
   std::vector<std::string> argv_s = {std::string(DS_BIN_DIR) + "/deltaserve", "serve"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
+  // The tests compare tokens with the reference's exact path: an f32 KV cache unless a test asks
+  // for a type (serve's default, fp8, moves the nearly flat logits of the random-weight fixtures).
+  const bool kv_type_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.rfind("--kv-cache-type", 0) == 0;
+  });
+  if (!kv_type_given) argv_s.insert(argv_s.end(), {"--kv-cache-type", "f32"});
   pid_ = fork();
   if (pid_ == 0) {
     dup2(fd, 2);
