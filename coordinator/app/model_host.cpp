@@ -8,6 +8,7 @@
 #include "common/kv_options.h"
 #include "common/log.h"
 #include "common/stage_footprint.h"  // stage_cache_shapes, kv_bytes_per_token
+#include "common/vision_config.h"
 #include "coordinator/engine/gpu_share.h"
 
 namespace ds {
@@ -100,12 +101,40 @@ void apply_mode(const ModelConfig& cfg, ServeOptions* o) {
                        : head == OutputHead::kRankClassifier ? "rerank"
                                                              : "chat";
   o->http.embedding_size = cfg.n_embd;
+  // fp8, the default, was chosen by generation quality (KL); a pooling model's KV lives for one
+  // request only, so it keeps the exact f32 cache unless a --kv-cache-type flag says otherwise.
+  if (head != OutputHead::kLanguageModel) o->kv_cache.fallback = KvType::kF32;
   if (head != OutputHead::kLanguageModel && o->spec_k > 0) {
     throw std::runtime_error("--spec-k: a " + o->http.model_kind + " model generates nothing to speculate on");
   }
   log::info("deltaserve", log::Msg() << file_name(o->engine.model_path) << ": serving a " << o->http.model_kind
                                      << " model (" << output_head_name(head) << " head"
                                      << (o->mode == "auto" ? ", from the GGUF" : ", --mode") << ")");
+}
+
+// --mmproj: the preprocessing the chat routes need (patch size, spatial merge) from the mmproj's
+// keys; the workers check its tensors against the model when stage 0 loads it.
+void apply_mmproj(const ModelConfig& cfg, ServeOptions* o) {
+  const std::string& path = o->engine.mmproj_path;
+  if (path.empty()) return;
+  if (o->http.model_kind != "chat")
+    throw std::runtime_error("--mmproj: a " + o->http.model_kind + " model takes no images");
+  if (cfg.image_token_id < 0) {
+    throw std::runtime_error("--mmproj: " + o->engine.model_path + " has no <|image_pad|> token in its vocabulary");
+  }
+  const VisionConfig v = read_vision_config(GgufFile::open(path));
+  if (v.out_hidden != cfg.n_embd) {
+    throw std::runtime_error("--mmproj " + path + ": projection_dim " + std::to_string(v.out_hidden) +
+                             " differs from the model's hidden size " + std::to_string(cfg.n_embd));
+  }
+  VisionOptions& vo = o->http.vision;
+  vo.enabled = true;
+  vo.patch_size = v.patch_size;
+  vo.merge = v.merge;
+  vo.image_token_id = cfg.image_token_id;
+  log::info("deltaserve", log::Msg() << file_name(path) << ": vision input on (patch " << v.patch_size << ", merge "
+                                     << v.merge << ", " << vo.image_min_tokens << ".." << vo.image_max_tokens
+                                     << " tokens per image, at most " << vo.max_images_per_request << " per request)");
 }
 
 }  // namespace
@@ -117,6 +146,7 @@ ModelHost::ModelHost(ServeOptions options)
       tokenizer_(gguf_),
       chat_template_(ChatTemplate::from_gguf(gguf_)) {
   apply_mode(cfg_, &o_);
+  apply_mmproj(cfg_, &o_);
   kv_token_bytes_ = check_kv_cache(o_, cfg_);
   o_.engine.max_context = resolve_max_context(o_, cfg_);
   if (o_.http.served_model_name.empty()) o_.http.served_model_name = file_name(o_.engine.model_path);
@@ -193,6 +223,8 @@ ServeOptions side_model_options(const ServeOptions& main, const SideModelOptions
   o.draft_vocab = 0;
   o.kv_blocks = 0;
   o.http.served_model_name = side.served_model_name;
+  o.engine.mmproj_path.clear();
+  o.http.vision = {};
   o.embed_model = {};
   o.rerank_model = {};
   o.embed_upstream.clear();

@@ -143,6 +143,33 @@ std::vector<OptionSpec> side_model_specs(const std::string& kind, const std::str
   };
 }
 
+// Vision input (issue 31): the mmproj and how image parts are read and sized.
+std::vector<OptionSpec> vision_specs(EngineOptions* e, VisionOptions* v) {
+  return {
+      {"mmproj", "F.gguf", "the vision tower (llama.cpp's mmproj GGUF): chat requests may carry images",
+       [e](const std::string& s) {
+         e->mmproj_path = s;
+         return !s.empty();
+       },
+       [e] { return e->mmproj_path.empty() ? std::string("(none)") : e->mmproj_path; }, "none"},
+      {"media-path", "DIR", "file:// image URLs may read files under DIR (off without it)",
+       [v](const std::string& s) {
+         v->media_root = s;
+         return !s.empty();
+       },
+       [v] { return v->media_root.empty() ? std::string("(off)") : v->media_root; }, "off"},
+      {"image-min-tokens", "N", "images smaller than N tokens are scaled up (a token is 32x32 pixels)",
+       [v](const std::string& s) { return parse_positive(s, &v->image_min_tokens); },
+       [v] { return shown(v->image_min_tokens); }},
+      {"image-max-tokens", "N", "images larger than N tokens are scaled down (HF's bound: 16384)",
+       [v](const std::string& s) { return parse_positive(s, &v->image_max_tokens) && v->image_max_tokens <= 65536; },
+       [v] { return shown(v->image_max_tokens); }},
+      {"max-images-per-request", "N", "the most images one request may carry",
+       [v](const std::string& s) { return parse_positive(s, &v->max_images_per_request); },
+       [v] { return shown(v->max_images_per_request); }},
+  };
+}
+
 OptionSpec upstream_spec(const std::string& kind, const std::string& routes, std::string* url) {
   return {kind + "-upstream",
           "URL",
@@ -334,6 +361,7 @@ OptionTable serve_table(ServeOptions* o) {
   const auto kv_blocks =
       std::find_if(table.begin(), table.end(), [](const OptionSpec& spec) { return spec.name == "kv-blocks"; });
   table.insert(kv_blocks + 1, kv.begin(), kv.end());
+  for (OptionSpec& spec : vision_specs(e, &h->vision)) table.push_back(std::move(spec));
   for (OptionSpec& spec : side_model_specs("embed", "an embedding", &o->embed_model)) table.push_back(std::move(spec));
   for (OptionSpec& spec : side_model_specs("rerank", "a reranker", &o->rerank_model)) table.push_back(std::move(spec));
   table.push_back(upstream_spec("embed", "/v1/embeddings", &o->embed_upstream));
@@ -393,6 +421,8 @@ bool check_consistency(const ServeOptions& o, std::string* error) {
     *error = "--layer-split must name one layer count per worker";
   } else if (!o.engine.devices.empty() && o.engine.devices.size() != o.engine.n_workers) {
     *error = "--devices must name one GPU per worker";
+  } else if (o.http.vision.image_min_tokens > o.http.vision.image_max_tokens) {
+    *error = "--image-min-tokens is above --image-max-tokens";
   } else if (o.engine.external_workers && o.engine.control_endpoint.empty()) {
     *error = "--external-workers needs --control-endpoint (the address the workers connect to)";
   } else if (!check_side_model("embed", o.embed_model, o.embed_upstream, error) ||

@@ -243,6 +243,7 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
                                                                  : v1::CACHE_SIZING_EXACT);
   a.set_spec_k(opt.spec_k);
   a.set_draft_vocab(opt.draft_vocab);
+  if (!opt.mmproj_path.empty()) a.set_mmproj_path(std::filesystem::absolute(opt.mmproj_path).string());
   return a;
 }
 
@@ -478,7 +479,12 @@ void PipelineEngine::Impl::submit_plan(v1::StepPlan plan) {
   if (flying.empty()) pending_error.clear();
   results[plan.plan_id()];
   v1::Envelope env;
+  // The pixels move into the message (no copy of their bytes); the plan kept for reading the
+  // result does not need them.
+  google::protobuf::RepeatedPtrField<v1::ImagePixels> pixels;
+  pixels.Swap(plan.mutable_image_pixels());
   *env.mutable_step_plan() = plan;
+  env.mutable_step_plan()->mutable_image_pixels()->Swap(&pixels);
   flying.push_back(Submitted{std::move(plan), std::chrono::steady_clock::now()});
   send_to(0, env);  // an unreachable stage marks it lost: collect_oldest() throws WorkerLost
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/image_patches.h"  // RgbImage
+#include "common/image_span.h"     // ImageSpan
 #include "common/logit_adjust.h"
 #include "common/sampling.h"  // SamplingRule
 #include "common/stage_types.h"
@@ -29,6 +31,7 @@ enum class CacheSizing {
 // Every switch of the engine, filled once by the process's option parser.
 struct EngineOptions {
   std::string model_path;       // GGUF; workers mmap the same path
+  std::string mmproj_path;      // vision tower GGUF (Assign.mmproj_path, opened by stage 0); empty: text only
   uint32_t n_workers = 1;       // pipeline stages
   std::string backend = "cpu";  // cpu | cuda
   std::vector<int> devices;     // cuda: GPU of each rank (local workers); empty = rank r on GPU r
@@ -93,6 +96,13 @@ struct EngineOptions {
   bool require_num_blocks = false;  // kFitBudget: start() fails unless every worker holds all cache.num_blocks
 };
 
+// The pixels of one image (already resized to the size its span's grid says), named by the
+// ImageSpan::hash of its span; shared by the request and every step that carries it.
+struct ImagePixelsRef {
+  uint64_t hash = 0;
+  std::shared_ptr<const RgbImage> image;
+};
+
 // One sequence's part of a step. A new sequence starts at position 0 with its prompt (chunk)
 // (or, placed by a scheduler, at a prefix-cache hit); a running one sends only its new token(s)
 // at the next position.
@@ -128,6 +138,12 @@ struct SeqRequest {
   bool rewind = false;
   uint32_t spec_k = 0;
   std::vector<double> spec_random_u = {};
+  // Vision input: every image of the sequence that starts before the row ends (all stages need
+  // them for the M-RoPE positions), and the pixels of those with token rows in this row (stage 0
+  // embeds them; an image split over chunks comes with each). Pixels are shared, never copied
+  // per step; the codec puts each hash once into the plan.
+  std::vector<ImageSpan> images = {};
+  std::vector<ImagePixelsRef> image_pixels = {};
   bool speculates() const { return n_draft > 0 || spec_k > 0; }
 };
 

@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "common/image_span.h"
 #include "common/token_mask.h"
 
 namespace ds {
@@ -129,6 +131,32 @@ void decode_speculation(const v1::StepPlan& plan, const v1::StepResult& result, 
   if (next != result.spec_drafts_size()) throw StepFailed("step result: spec_drafts too long");
 }
 
+// The image columns of one row: its spans (all rows' when any row has images), and the pixels it
+// brings that the plan does not hold yet (`pixels_sent`: hashes already in it).
+void encode_images(const SeqRequest& s, bool any_images, std::unordered_set<uint64_t>* pixels_sent,
+                   v1::StepPlan* plan) {
+  if (!any_images) return;
+  if (const char* problem = image_spans_problem(s.images)) {
+    throw StepFailed("sequence " + std::to_string(s.seq_id) + ": " + problem);
+  }
+  plan->add_n_images(static_cast<uint32_t>(s.images.size()));
+  for (const ImageSpan& im : s.images) {
+    plan->add_image_first_pos(im.first_pos);
+    plan->add_image_grid_h(im.grid_h);
+    plan->add_image_grid_w(im.grid_w);
+    plan->add_image_hashes(im.hash);
+  }
+  for (const ImagePixelsRef& p : s.image_pixels) {
+    if (!p.image) throw StepFailed("sequence " + std::to_string(s.seq_id) + ": image pixels missing");
+    if (!pixels_sent->insert(p.hash).second) continue;
+    v1::ImagePixels* out = plan->add_image_pixels();
+    out->set_hash(p.hash);
+    out->set_width(p.image->width);
+    out->set_height(p.image->height);
+    out->set_rgb(reinterpret_cast<const char*>(p.image->rgb.data()), p.image->rgb.size());
+  }
+}
+
 }  // namespace
 
 v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<uint64_t>& released, bool managed,
@@ -144,10 +172,13 @@ v1::StepPlan encode_plan(const std::vector<SeqRequest>& seqs, const std::vector<
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return s.speculates() || s.rewind; });
   const bool forces =
       std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return !s.forced_tokens.empty(); });
+  const bool images = std::any_of(seqs.begin(), seqs.end(), [](const SeqRequest& s) { return !s.images.empty(); });
+  std::unordered_set<uint64_t> pixels_sent;
   for (const SeqRequest& s : seqs) {
     check_request(s, managed);
     if (s.masks_follow || !s.mask_rows.empty()) plan.set_masks_follow(true);
     if (speculative) encode_speculation(s, &plan);
+    encode_images(s, images, &pixels_sent, &plan);
     if (s.cache) encode_placement(*s.cache, &plan);
     plan.add_seq_ids(s.seq_id);
     plan.add_start_positions(s.start_pos);

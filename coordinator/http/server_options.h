@@ -8,6 +8,21 @@
 
 namespace ds {
 
+// Vision input (issue 31): what the chat routes need to turn image parts into image tokens.
+struct VisionOptions {
+  bool enabled = false;         // --mmproj given: the workers embed images
+  uint32_t patch_size = 16;     // the mmproj's clip.vision.patch_size
+  uint32_t merge = 2;           // clip.vision.spatial_merge_size: merge x merge patches per token
+  int32_t image_token_id = -1;  // the model's <|image_pad|>
+  // Resize bounds in LLM tokens (one token = (patch * merge)^2 pixels): HF's preprocessor's
+  // 65536 pixels = 64 tokens below; above, llama.cpp's cap of 4096 (HF allows 16384, whose
+  // attention over 65536 patches is too costly for a default).
+  uint32_t image_min_tokens = 64;
+  uint32_t image_max_tokens = 4096;
+  uint32_t max_images_per_request = 8;
+  std::string media_root;  // --media-path: the directory file:// URLs may read; empty = off
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";  // loopback unless the operator opts in to exposure
   uint16_t port = 8000;            // 0: pick an ephemeral port (tests); see HttpServer::port()
@@ -39,6 +54,7 @@ struct ServerOptions {
   // which kind this server serves.
   std::string model_kind = "chat";
   uint32_t embedding_size = 0;  // "embed": the pooled vector's size (the model's hidden size)
+  VisionOptions vision;
 };
 
 }  // namespace ds

@@ -11,6 +11,7 @@
 #include "coordinator/openai/output_stream.h"
 #include "coordinator/openai/responder.h"
 #include "coordinator/openai/submission.h"
+#include "coordinator/openai/vision_input.h"
 #include "coordinator/structured/token_trie.h"
 
 namespace ds::openai {
@@ -177,12 +178,13 @@ void OpenAIService::check_model(const std::string& model) const {
                  "model", "model_not_found");
 }
 
-PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
+PromptText OpenAIService::render_chat(const rapidjson::Value& request, std::vector<std::string>* image_urls) const {
   try {
     const ChatRequestInput input = chat_input_from_request(request);
-    if (!input.image_urls.empty()) {
-      throw ApiError(400, "Image inputs are not supported by this server", "messages");
+    if (!input.image_urls.empty() && !options_.vision.enabled) {
+      throw ApiError(400, "Image inputs are not supported by this server: it was started without --mmproj", "messages");
     }
+    *image_urls = input.image_urls;
     // Every template renders the users' text (directives already stripped), so its bytes bound
     // the prompt's tokens from below.
     size_t user_bytes = 0;
@@ -208,6 +210,27 @@ PromptText OpenAIService::render_chat(const rapidjson::Value& request) const {
     // Usually request data the template cannot handle (e.g. odd tool arguments).
     throw ApiError(400, std::string("Chat template error: ") + e.what(), "messages");
   }
+}
+
+std::vector<int32_t> OpenAIService::encode_chat(const PromptText& prompt, const std::vector<std::string>& image_urls,
+                                                std::vector<PromptImage>* images) const {
+  // The image limits first: decoding is the costly part of a hostile request.
+  const std::vector<PreparedImage> prepared = prepare_images(image_urls, options_.vision);
+  const std::vector<int32_t> ids = encode_prompt(prompt, "messages");
+  if (prepared.empty()) return ids;
+  uint64_t image_tokens = 0;
+  for (const PreparedImage& im : prepared) image_tokens += im.n_tokens();
+  const size_t budget = prompt_budget();
+  const uint64_t total = ids.size() - prepared.size() + image_tokens;
+  if (budget != Tokenizer::kNoBudget && total > budget) {
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(engine_.health().max_context) +
+                       " tokens, but the prompt has " + std::to_string(total) + " tokens, " +
+                       std::to_string(image_tokens) + " of them for " + std::to_string(prepared.size()) +
+                       " images (--image-max-tokens bounds each image)",
+                   "messages", "context_length_exceeded");
+  }
+  return expand_image_pads(ids, prepared, options_.vision.image_token_id, images);
 }
 
 size_t OpenAIService::prompt_budget() const {
@@ -282,7 +305,7 @@ std::optional<OutputConstraint> OpenAIService::output_constraint(const CommonPar
 DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const char* prompt_param,
                                        std::vector<int32_t> prompt_ids, CommonParams& params,
                                        std::optional<OutputParserOptions> parser, Channel channel,
-                                       std::chrono::steady_clock::time_point arrival) {
+                                       std::chrono::steady_clock::time_point arrival, std::vector<PromptImage> images) {
   check_token_ids(params.sampling, tokenizer_.n_vocab());
   if (params.n > options_.max_n) {
     throw ApiError(400, "'n' may be at most " + std::to_string(options_.max_n) + " on this server (--max-n)", "n");
@@ -290,6 +313,7 @@ DisconnectHook OpenAIService::generate(bool chat, const char* id_prefix, const c
   Submission s;
   s.request.request_id = new_request_id(id_prefix);
   s.request.prompt_ids = std::move(prompt_ids);
+  s.request.images = std::move(images);
   s.request.sampling = params.sampling;
   s.request.constraint = output_constraint(params, parser && parser->thinking_open);
   s.request.sampling.max_tokens = resolve_max_tokens(params, s.request.prompt_ids.size(), prompt_param);
@@ -318,16 +342,18 @@ DisconnectHook OpenAIService::chat_completions(const HttpRequest& request, Chann
   ChatParams params = parse_chat_params(doc);
   check_model(params.model);
   if (params.enable_thinking) set_enable_thinking(doc, *params.enable_thinking);
-  const PromptText prompt = render_chat(doc);
-  std::vector<int32_t> ids = encode_prompt(prompt, "messages");
+  std::vector<std::string> image_urls;
+  const PromptText prompt = render_chat(doc, &image_urls);
+  std::vector<PromptImage> images;
+  std::vector<int32_t> ids = encode_chat(prompt, image_urls, &images);
 
   OutputParserOptions parser;
   parser.thinking_open = prompt_opens_thinking(prompt.text);
   parser.tools_enabled = params.has_tools && params.tool_choice != ToolChoice::kNone;
   parser.tools = std::move(params.tools);
   parser.parallel_tool_calls = params.parallel_tool_calls;
-  return generate(true, "chatcmpl-", "messages", std::move(ids), params, std::move(parser), std::move(channel),
-                  arrival);
+  return generate(true, "chatcmpl-", "messages", std::move(ids), params, std::move(parser), std::move(channel), arrival,
+                  std::move(images));
 }
 
 DisconnectHook OpenAIService::completions(const HttpRequest& request, Channel channel, Clock::time_point arrival) {

@@ -111,7 +111,12 @@ class OpenAIService {
   void check_model(const std::string& model) const;
   // Converts, checks the user text against the context (before rendering: that is the costly
   // part of an oversized request), renders.
-  PromptText render_chat(const rapidjson::Value& request) const;
+  // The request's image URLs, in order, go to `image_urls`.
+  PromptText render_chat(const rapidjson::Value& request, std::vector<std::string>* image_urls) const;
+  // The rendered chat's token ids with each image's pad expanded to its tokens (vision_input.h),
+  // the images in `images`. 400s: images without --mmproj, the image limits, the context.
+  std::vector<int32_t> encode_chat(const PromptText& prompt, const std::vector<std::string>& image_urls,
+                                   std::vector<PromptImage>* images) const;
   uint32_t resolve_max_tokens(const CommonParams& params, size_t prompt_tokens, const char* prompt_param) const;
   // The most prompt tokens the context leaves room for (Tokenizer::kNoBudget when unknown).
   size_t prompt_budget() const;
@@ -124,7 +129,7 @@ class OpenAIService {
   // params.sampling and params.stop) and hands it to the engine with a Responder.
   DisconnectHook generate(bool chat, const char* id_prefix, const char* prompt_param, std::vector<int32_t> prompt_ids,
                           CommonParams& params, std::optional<OutputParserOptions> parser, Channel channel,
-                          std::chrono::steady_clock::time_point arrival);
+                          std::chrono::steady_clock::time_point arrival, std::vector<PromptImage> images = {});
 
   // The request's output constraint for the engine (nullopt without one); `thinking` = the
   // prompt opened a reasoning block, which the constraint waits out.

@@ -103,7 +103,11 @@ void OpenAIService::tokenize(const HttpRequest& request, Channel channel) {
   std::vector<int32_t> ids;
   if (field(doc, "messages") != nullptr) {
     if (!field(doc, "messages")->IsArray()) throw ApiError(400, "'messages' must be an array", "messages");
-    ids = encode_prompt(render_chat(doc), "messages");
+    // Images count as the tokens they take (each is loaded and resized to know how many).
+    std::vector<std::string> image_urls;
+    const PromptText prompt = render_chat(doc, &image_urls);
+    std::vector<PromptImage> images;
+    ids = encode_chat(prompt, image_urls, &images);
   } else {
     const auto prompt = get_string(doc, "prompt");
     if (!prompt) throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");

@@ -19,6 +19,18 @@ uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) {
   return h;
 }
 
+std::vector<int32_t> image_key_tokens(std::span<const int32_t> tokens, const std::vector<ImageSpan>& images,
+                                      uint64_t seed) {
+  std::vector<int32_t> keys(tokens.begin(), tokens.end());
+  for (const ImageSpan& im : images) {
+    const uint64_t image_key = mix(seed ^ mix(im.hash));
+    for (uint32_t i = 0; i < im.n_tokens() && uint64_t{im.first_pos} + i < keys.size(); ++i) {
+      keys[im.first_pos + i] = -1 - static_cast<int32_t>(mix(image_key + i) & 0x7fffffffu);
+    }
+  }
+  return keys;
+}
+
 PrefixCache::PrefixCache(BlockAllocator& blocks, SnapshotStore& snapshots, uint64_t seed, bool stateless)
     : blocks_(blocks), snapshots_(snapshots), seed_(seed), stateless_(stateless) {}
 

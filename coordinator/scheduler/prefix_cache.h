@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "common/image_span.h"
 #include "coordinator/scheduler/block_allocator.h"
 #include "coordinator/scheduler/snapshot_store.h"
 
@@ -17,6 +18,14 @@ namespace ds {
 
 // Hash of one full block chained onto the hash of everything before it.
 uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens);
+
+// The ids a sequence with images is keyed by in the cache: `tokens` with the token at index i of
+// an image (all of them the same <|image_pad|> id) replaced by a negative id mixed from `seed`, the
+// image's content hash and i. Blocks and snapshots are then keyed by token ids plus image content:
+// the same image at the same place hits, another image (same pad tokens) misses, and no real token
+// (ids >= 0) equals an image id. Positions past `tokens` are ignored.
+std::vector<int32_t> image_key_tokens(std::span<const int32_t> tokens, const std::vector<ImageSpan>& images,
+                                      uint64_t seed);
 
 struct PrefixHit {
   uint32_t num_tokens = 0;           // block-aligned, 0 = miss

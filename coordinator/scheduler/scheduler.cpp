@@ -97,10 +97,10 @@ bool Scheduler::try_admit(Sequence& s, StepPlan& plan, uint32_t& budget) {
   if (running_.size() >= config_.max_seqs || slots_.num_free() == 0) return false;
   PrefixHit hit;
   if (cache_enabled()) {
-    prefix_.extend_hashes(s.tokens, s.hashes);
+    prefix_.extend_hashes(s.cache_tokens(), s.hashes);
     // At least one token must be computed to get logits, so never hit the whole prompt; prompt
     // logprobs need every prompt row computed (the request still publishes its blocks).
-    if (!s.sampling.prompt_logprobs) hit = prefix_.lookup(s.tokens, s.hashes, s.num_tokens() - 1);
+    if (!s.sampling.prompt_logprobs) hit = prefix_.lookup(s.cache_tokens(), s.hashes, s.num_tokens() - 1);
   }
   uint32_t start = hit.num_tokens;
   set_snapshot_target(s, start);
@@ -192,6 +192,9 @@ void Scheduler::emit_row(Sequence& s, uint32_t end, const RowSpec& spec, StepPla
   row.start_pos = start;
   if (row.is_new && start > 0 && s.sampling.penalizes()) row.history.assign(s.tokens.begin(), s.tokens.begin() + start);
   row.token_ids.assign(s.tokens.begin() + start, s.tokens.begin() + end);
+  for (const ImageSpan& im : s.images) {
+    if (im.first_pos < end) row.images.push_back(im);
+  }
   row.needs_logits = end == s.num_tokens();
   row.prompt_rows = s.sampling.prompt_logprobs && start + 1 < s.prompt_len && s.generated() == 0;
   row.token_ids.insert(row.token_ids.end(), s.drafts.begin(), s.drafts.begin() + spec.n_draft);
@@ -219,7 +222,7 @@ std::optional<uint32_t> Scheduler::plan_snapshot(Sequence& s, uint32_t start, ui
   bool generating = config_.snapshot_decode && start >= s.prompt_len;
   if (!at_target && !generating) return std::nullopt;
   if (at_target) s.snapshot_target = 0;
-  prefix_.extend_hashes(s.tokens, s.hashes);
+  prefix_.extend_hashes(s.cache_tokens(), s.hashes);
   uint64_t key = s.hashes[end / config_.block_size - 1];
   auto id = snapshots_.reserve(key);
   if (!id) return std::nullopt;

@@ -12,6 +12,19 @@ uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
   return static_cast<uint32_t>((tokens + block_size - 1) / block_size);
 }
 
+// The images lie inside the prompt, well formed, each with its pixels.
+void check_images(const GenerationRequest& request) {
+  std::vector<ImageSpan> spans;
+  for (const PromptImage& im : request.images) {
+    if (!im.pixels) throw std::invalid_argument("an image without pixels");
+    if (uint64_t{im.span.first_pos} + im.span.n_tokens() > request.prompt_ids.size()) {
+      throw std::invalid_argument("an image lies past the prompt's end");
+    }
+    spans.push_back(im.span);
+  }
+  if (const char* problem = image_spans_problem(spans)) throw std::invalid_argument(problem);
+}
+
 void check_config(const SchedulerConfig& c) {
   if (c.block_size == 0 || c.num_blocks == 0 || c.max_batch_tokens == 0 || c.max_seqs == 0 || c.max_context == 0) {
     throw std::invalid_argument("scheduler config: sizes must be positive");
@@ -47,6 +60,7 @@ void Scheduler::add_request(const GenerationRequest& request) {
                                 std::to_string(config_.max_context));
   }
   if (request.sampling.max_tokens == 0) throw std::invalid_argument("max_tokens must be > 0");
+  check_images(request);
   // A sequence that cannot fit in all of memory alone would be preempted forever. With
   // speculation its blocks run up to 2 spec_k positions ahead (drafts + MTP draft rows).
   uint64_t longest =
@@ -58,6 +72,8 @@ void Scheduler::add_request(const GenerationRequest& request) {
   s->uid = next_uid_++;
   s->request_id = request.request_id;
   s->tokens = request.prompt_ids;
+  for (const PromptImage& im : request.images) s->images.push_back(im.span);
+  if (!s->images.empty()) s->key_tokens = image_key_tokens(s->tokens, s->images, config_.hash_seed);
   s->prompt_len = static_cast<uint32_t>(prompt);
   s->sampling = request.sampling;
   waiting_.push_back(s.get());
@@ -124,6 +140,7 @@ bool Scheduler::apply_row_output(Sequence& s, const SampledStep& output, size_t 
 // Appends one generated token; false when it ended the sequence (finished and destroyed).
 bool Scheduler::append_token(Sequence& s, int32_t token, UpdateResult& result) {
   s.tokens.push_back(token);
+  if (!s.key_tokens.empty()) s.key_tokens.push_back(token);
   result.tokens.push_back(TokenEvent{s.request_id, token, s.generated() == 1});
   auto reason = finish_reason(s);
   if (!reason) return true;
@@ -160,8 +177,8 @@ void Scheduler::publish_computed(Sequence& s, uint32_t end) {
   if (!cache_enabled()) return;  // without snapshots no GDN layer could use them
   auto full = std::min<uint32_t>(end / config_.block_size, static_cast<uint32_t>(s.blocks.size()));
   if (full <= s.published_blocks) return;
-  prefix_.extend_hashes(s.tokens, s.hashes);
-  prefix_.publish(s.tokens, s.hashes, s.blocks, s.published_blocks, full);
+  prefix_.extend_hashes(s.cache_tokens(), s.hashes);
+  prefix_.publish(s.cache_tokens(), s.hashes, s.blocks, s.published_blocks, full);
   s.published_blocks = full;
 }
 

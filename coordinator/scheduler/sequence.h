@@ -16,6 +16,11 @@ struct Sequence {
   uint64_t uid = 0;  // unique per admission to the scheduler (request ids may be reused)
   std::string request_id;
   std::vector<int32_t> tokens;  // prompt + generated
+  // Vision input: the prompt's images, and the ids the prefix cache keys blocks by (empty without
+  // images, else `tokens` with each image position replaced by an id derived from the image's
+  // hash and the position's index in it, so only the same image hits).
+  std::vector<ImageSpan> images;
+  std::vector<int32_t> key_tokens;
   uint32_t prompt_len = 0;
   SamplingParams sampling;
 
@@ -39,6 +44,7 @@ struct Sequence {
   bool rewind = false;
   SpecCounts spec;
 
+  const std::vector<int32_t>& cache_tokens() const { return key_tokens.empty() ? tokens : key_tokens; }
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
   uint32_t generated() const { return num_tokens() - prompt_len; }
   uint32_t remaining() const { return num_tokens() - num_computed; }

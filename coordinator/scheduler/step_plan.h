@@ -45,6 +45,9 @@ struct ScheduledSeq {
   // is_new past position 0 for a request with penalties: its tokens of [0, start_pos) (the
   // workers count them).
   std::vector<int32_t> history;
+  // Vision input: the sequence's images that start before the row ends (every row of the
+  // sequence sends them: the workers compute the M-RoPE positions from them).
+  std::vector<ImageSpan> images;
 };
 
 struct ReleasedSeq {

@@ -233,6 +233,7 @@ void BatchEngine::take_inbox() {
     }
     if (req.constraint) a.constraint.emplace(*req.constraint);
     a.pooled = req.pooled;
+    a.images = req.images;  // the pixels are shared, not copied
     active_.emplace(req.request_id, std::move(a));
   }
   for (const std::string& id : cancels) {
@@ -420,6 +421,13 @@ SeqRequest BatchEngine::request_of(const ScheduledSeq& s) {
   r.n_draft = s.n_draft;
   r.rewind = s.rewind;
   r.spec_k = s.spec_k;
+  r.images = s.images;
+  // Stage 0 needs the pixels of the images with token rows in this row (a chunk cut inside an
+  // image brings it again; the worker encodes it once).
+  const uint64_t end = uint64_t{s.start_pos} + s.token_ids.size();
+  for (const PromptImage& im : a.images) {
+    if (im.span.first_pos < end && im.span.end_pos() > s.start_pos) r.image_pixels.push_back({im.span.hash, im.pixels});
+  }
   if (s.prompt_rows) {  // the logprob of each following prompt token; no random number drawn
     for (uint32_t j = 0; j < s.token_ids.size() && s.start_pos + j + 1 < a.prompt.size(); ++j) {
       r.logit_rows.push_back(j);

@@ -90,6 +90,7 @@ class BatchEngine final : public Engine {
     std::vector<GeneratedToken> prompt_logprobs;
     std::optional<OutputConstraintState> constraint;  // structured outputs
     bool pooled = false;                              // GenerationRequest::pooled
+    std::vector<PromptImage> images;                  // vision input: spans + pixels, for every re-prefill
   };
 
   // A plan sent to the workers whose result is not collected yet.

@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/image_patches.h"  // RgbImage
+#include "common/image_span.h"     // ImageSpan
+
 namespace ds {
 
 namespace structured {
@@ -52,9 +55,18 @@ struct SamplingParams {
   bool prompt_logprobs = false;
 };
 
+// One image of a prompt: where its tokens sit (prompt_ids holds the image token id at each of
+// its positions) and its pixels at their final size, which the engine sends to stage 0 with the
+// steps that compute those positions.
+struct PromptImage {
+  ImageSpan span;
+  std::shared_ptr<const RgbImage> pixels;
+};
+
 struct GenerationRequest {
   std::string request_id;
   std::vector<int32_t> prompt_ids;
+  std::vector<PromptImage> images;  // vision input, in position order (empty: text only)
   SamplingParams sampling;
   std::optional<OutputConstraint> constraint;
   // Pooling models (embedding, reranker): the prompt is computed and its last position's pooled

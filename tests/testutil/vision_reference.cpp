@@ -45,6 +45,28 @@ std::string vision_mmproj_path() {
   return data_path(without_gz(manifest()["mmproj"].GetString()));
 }
 
+std::string vision_model_path() {
+  return data_path(without_gz(manifest()["gguf"].GetString()));
+}
+
+VisionReferencePrompt load_vision_reference_prompt(const std::string& name) {
+  const rapidjson::Document doc = manifest();
+  const auto& p = doc["prompts"][name.c_str()];
+  VisionReferencePrompt r;
+  for (const auto& i : p["images"].GetArray())
+    r.image_urls.push_back(doc["images"][i.GetUint()]["data_url"].GetString());
+  const auto& content = p["messages"][0]["content"];
+  if (content.IsString()) r.text = content.GetString();
+  if (content.IsArray()) {
+    for (const auto& part : content.GetArray()) {
+      if (part.HasMember("text")) r.text = part["text"].GetString();
+    }
+  }
+  for (const auto& id : p["ids"].GetArray()) r.ids.push_back(id.GetInt());
+  for (const auto& t : p["greedy_16"]["tokens"].GetArray()) r.greedy_tokens.push_back(t.GetInt());
+  return r;
+}
+
 std::vector<VisionReferenceImage> load_vision_reference_images() {
   const rapidjson::Document doc = manifest();
   std::vector<VisionReferenceImage> out;

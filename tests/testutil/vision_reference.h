@@ -18,6 +18,18 @@ struct VisionReferenceImage {
   size_t embed_dim = 0;                         // out_hidden
 };
 
+// One reference prompt as a client sends it: the image files as data URLs (in prompt order), the
+// user text after them, the expanded prompt ids and the 16 greedy tokens.
+struct VisionReferencePrompt {
+  std::vector<std::string> image_urls;
+  std::string text;
+  std::vector<int32_t> ids;
+  std::vector<int32_t> greedy_tokens;
+};
+VisionReferencePrompt load_vision_reference_prompt(const std::string& name);
+// Path of the decompressed text model GGUF of the fixture.
+std::string vision_model_path();
+
 // Path of the decompressed mmproj GGUF the references were computed with.
 std::string vision_mmproj_path();
 std::vector<VisionReferenceImage> load_vision_reference_images();

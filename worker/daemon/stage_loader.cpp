@@ -240,6 +240,11 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   options.max_context = assign.max_context();
   options.draft_vocab = assign.draft_vocab();
   options.head = head;
+  // Vision input: stage 0 builds the tower from the mmproj (its weights are small beside the
+  // model's and are not counted in the pool budget); the other stages never read it.
+  if (!assign.mmproj_path().empty() && assign.is_first()) {
+    options.mmproj = std::make_shared<const GgufFile>(GgufFile::open(assign.mmproj_path()));
+  }
   const StageRange range{assign.first_layer(), assign.last_layer()};
   check_kv_types(worker, config, range);
   const PoolRequest request = pool_request(assign, config, worker);

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "worker/daemon/stage_images.h"
 #include "worker/daemon/stage_spec.h"
 
 namespace ds {
@@ -149,6 +150,7 @@ void validate_plan(const v1::StepPlan& plan, uint32_t n_vocab, uint32_t head_voc
     throw FormatError("plan: logit_rows / random_u length != sum of n_logit_rows");
   }
   validate_forced(plan, rows, head_vocab);
+  validate_images(plan);
   for (int32_t t : plan.token_ids()) {
     if (t < 0 || (n_vocab != 0 && static_cast<uint32_t>(t) >= n_vocab)) {
       throw FormatError("plan: token id " + std::to_string(t) + " outside the vocabulary");
@@ -213,6 +215,7 @@ StepInput StageRunner::build_input(const v1::StepPlan& plan) const {
     in.seqs.push_back(std::move(s));
   }
   apply_speculation_columns(plan, &in);
+  apply_image_columns(plan, model_->is_first(), &in);
   return in;
 }
 
@@ -292,6 +295,9 @@ StageOutputMessage StageRunner::run(const v1::StepPlan& plan, std::span<const ui
   if (!model_->is_last()) {
     v1::StageForward* fwd = msg.env.mutable_stage_forward();
     *fwd->mutable_plan() = plan;
+    // The pixels were for this stage only (the later ones need the spans, not the images). This
+    // copies them once more before dropping them: a few MB on the steps that carry an image.
+    fwd->mutable_plan()->clear_image_pixels();
     *fwd->mutable_timings() = timings;
     *fwd->add_timings() = mine;
     msg.hidden_in_place = rows.out != nullptr;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/vision_config.h"  // VisionConfig, read_vision_config
 #include "kernels/cpu/matmul.h"
 
 namespace ds {
@@ -19,27 +20,8 @@ namespace ds {
 class Backend;
 class GgufFile;
 
-struct VisionConfig {
-  uint32_t patch_size = 0;                   // P: pixels per patch side
-  uint32_t temporal = 2;                     // T: frames per patch (the converter writes two conv taps)
-  uint32_t channels = 3;                     // C
-  uint32_t hidden = 0;                       // the tower's width
-  uint32_t ffn = 0;                          // the blocks' MLP width
-  uint32_t depth = 0;                        // blocks
-  uint32_t heads = 0;                        // attention heads (head_dim = hidden / heads, a multiple of 4)
-  uint32_t head_dim = 0;                     //
-  uint32_t merge = 0;                        // spatial merge: merge x merge patches make one LLM token
-  uint32_t out_hidden = 0;                   // the merger's output width (= the text model's hidden size)
-  uint32_t pos_side = 0;                     // the learned position grid is pos_side x pos_side
-  float eps = 0;                             // the LayerNorms' epsilon (clip.vision.attention.layer_norm_epsilon)
-  float rope_theta = 10000.0f;               // fixed by the architecture (the GGUF carries none)
-  std::vector<float> image_mean, image_std;  // per channel, for the image preprocessor
-
-  size_t patch_floats() const { return size_t{channels} * temporal * patch_size * patch_size; }
-  size_t patches_per_token() const { return size_t{merge} * merge; }
-};
-
-// Reads and validates the mmproj: keys and every tensor's shape. text_hidden != 0 also requires
+// Reads and validates the mmproj: keys (read_vision_config), the position grid and every tensor's
+// shape. text_hidden != 0 also requires
 // out_hidden == text_hidden. Throws ds::ConfigError naming the key or tensor at fault (wrong
 // projector type, deepstack layers, a missing tensor, a shape that disagrees, ...).
 VisionConfig load_vision_config(const GgufFile& mmproj, uint32_t text_hidden = 0);

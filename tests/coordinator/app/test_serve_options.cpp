@@ -319,7 +319,7 @@ TEST(ServeOptions, KvCacheTypeReachesEveryWorker) {
   ASSERT_TRUE(parse({"--model", "m.gguf"}, {}, &unset, &error)) << error;
   EXPECT_EQ(unset.engine.cache.k_type, kDefaultKvType);
   EXPECT_EQ(unset.engine.cache.v_type, kDefaultKvType);
-  EXPECT_NE(describe(unset).find(" kv_cache_type=f32 kv_cache_type_k=f32 kv_cache_type_v=f32 "), std::string::npos)
+  EXPECT_NE(describe(unset).find(" kv_cache_type=fp8 kv_cache_type_k=fp8 kv_cache_type_v=fp8 "), std::string::npos)
       << describe(unset);
   for (const std::string name : {"f32", "bf16", "f16", "q8_0", "fp8", "q4r"}) {
     ServeOptions o;

@@ -180,7 +180,7 @@ TEST(WorkerOptions, DescribeListsEveryOption) {
   for (const char* key : {"backend=", "device=", "threads=", "heartbeat_ms=", "hostname=", "gpu_memory_fraction=",
                           "memory_budget=3.00MiB", "gpu_workspace_reserve=2.00GiB", "log_format=", "hidden_transport=",
                           "early_handoff=", "prefill_precision=", "bf16_weight_copy=", "decode_gemv=", "busy_poll_us=0",
-                          "kv_cache_type=f32", "kv_cache_type_k=f32", "kv_cache_type_v=f32"}) {
+                          "kv_cache_type=fp8", "kv_cache_type_k=fp8", "kv_cache_type_v=fp8"}) {
     EXPECT_NE(line.find(std::string(" ") + key), std::string::npos) << key << " in " << line;
   }
 }
