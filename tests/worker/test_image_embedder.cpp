@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/testutil/expect_config_error.h"
 #include "tests/testutil/vision_reference.h"
 #include "tests/worker/vl_harness.h"
 #include "worker/backend.h"
@@ -20,15 +21,6 @@ namespace {
 
 constexpr float kSplitTol = 1e-4f;
 constexpr double kEmbedRelTol = 1e-5;  // the tower vs HF (test_qwen35_vision.cpp says why)
-
-void expect_config_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a ConfigError naming '" << needle << "'";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 StepInput step_of(const VlPrompt& p, uint64_t seq, uint32_t begin, uint32_t end) {
   StepInput in;

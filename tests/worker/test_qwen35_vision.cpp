@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "common/gguf.h"
 #include "common/gguf_writer.h"
+#include "tests/testutil/expect_config_error.h"
 #include "tests/testutil/vision_reference.h"
 #include "worker/backend.h"
 #include "worker/models/qwen35_vision.h"
@@ -127,15 +128,6 @@ std::shared_ptr<const GgufFile> edited(const MmprojEdit& e) {
     w.add_tensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + t.nbytes));
   }
   return std::make_shared<const GgufFile>(GgufFile::from_bytes(w.serialize()));
-}
-
-void expect_config_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a ConfigError naming '" << needle << "'";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 void expect_rejected(const MmprojEdit& e, const std::string& needle) {

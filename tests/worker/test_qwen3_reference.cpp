@@ -23,6 +23,7 @@
 #include "common/gguf_writer.h"
 #include "common/model_config.h"
 #include "common/stage_footprint.h"
+#include "tests/testutil/expect_config_error.h"
 #include "tests/testutil/qwen3_reference.h"
 #include "tests/testutil/testutil.h"
 #include "tests/worker/model_harness.h"
@@ -157,15 +158,6 @@ std::shared_ptr<const GgufFile> edited(const GgufFile& g, const GgufEdit& e) {
 std::shared_ptr<const GgufFile> rerank_without_cls() {
   static const auto g = edited(*open_gguf(qwen3_rerank_model_path()), GgufEdit{{"cls.output.weight"}, {}, {}});
   return g;
-}
-
-void expect_config_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a ConfigError naming '" << needle << "'";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 // ---- config and footprint ---------------------------------------------------------------------
