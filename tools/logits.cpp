@@ -35,9 +35,9 @@ struct Options {
   size_t chunk = 0;  // 0: the whole prompt in one step
   std::string out;
   int threads = 2;
-  std::string backend = "cpu";  // cpu | cuda
-  int device = 0;               // CUDA device for --backend cuda
-  uint32_t workers = 0;         // 0: in-process; N: N deltaserve-worker processes (pipeline)
+  std::string backend = "cpu";                             // cpu | cuda
+  int device = 0;                                          // CUDA device for --backend cuda
+  uint32_t workers = 0;                                    // 0: in-process; N: N deltaserve-worker processes (pipeline)
   ds::KvTypeFlags kv_cache{{}, {}, {}, ds::KvType::kF32};  // --kv-cache-type[-k|-v]; f32 unset (exact logits)
 };
 

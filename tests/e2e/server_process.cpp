@@ -55,9 +55,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args) {
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   // The tests compare tokens with the reference's exact path: an f32 KV cache unless a test asks
   // for a type (serve's default, fp8, moves the nearly flat logits of the random-weight fixtures).
-  const bool kv_type_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
-    return a.rfind("--kv-cache-type", 0) == 0;
-  });
+  const bool kv_type_given =
+      std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.rfind("--kv-cache-type", 0) == 0; });
   if (!kv_type_given) argv_s.insert(argv_s.end(), {"--kv-cache-type", "f32"});
   pid_ = fork();
   if (pid_ == 0) {
