@@ -47,11 +47,13 @@ class ControlBuffer {
  public:
   // Device copy of `bytes` bytes at `host`, queued on `stream` (pageable async copies are staged
   // by the driver, so `host` may change once this returns). `reserve`: grow to at least this
-  // much at once, for arrays that grow a little every step (each growth synchronizes the stream).
+  // much at once. Growth is to the next power of two at least: each growth synchronizes the
+  // stream, and some arrays grow a little every few steps (a decoding sequence's block table
+  // gains an entry every block_size tokens), which without it cost a sync each time.
   const void* put(const void* host, size_t bytes, cudaStream_t stream, size_t reserve = 0) {
     const auto* src = static_cast<const uint8_t*>(host);
     if (bytes == last_.size() && std::memcmp(src, last_.data(), bytes) == 0) return dev_;
-    dev_ = buffer_.get(bytes, stream, reserve);
+    dev_ = buffer_.get(bytes, stream, std::max(reserve, std::bit_ceil(bytes)));
     DS_CUDA_CHECK(cudaMemcpyAsync(dev_, src, bytes, cudaMemcpyHostToDevice, stream));
     last_.assign(src, src + bytes);
     return dev_;

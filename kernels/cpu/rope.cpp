@@ -16,6 +16,19 @@ size_t stream_of_slot(size_t i, const std::array<int32_t, 4>& sections) {
   return 0;
 }
 
+// NEOX pairing (z_i, z_{i+half}) -> (a cos - b sin, b cos + a sin) on every head of one token.
+void rotate_neox_heads(float* token, size_t n_heads, size_t head_stride, size_t half, const std::vector<float>& cos_v,
+                       const std::vector<float>& sin_v) {
+  for (size_t h = 0; h < n_heads; ++h) {
+    float* z = token + h * head_stride;
+    for (size_t i = 0; i < half; ++i) {
+      const float a = z[i], b = z[i + half];
+      z[i] = a * cos_v[i] - b * sin_v[i];
+      z[i + half] = b * cos_v[i] + a * sin_v[i];
+    }
+  }
+}
+
 }  // namespace
 
 // Angles follow the transformers reference bit for bit where it matters: inv_freq in f32 as
@@ -40,15 +53,7 @@ void rope_neox(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, s
       cos_v[i] = std::cos(angle);
       sin_v[i] = std::sin(angle);
     }
-    for (size_t h = 0; h < n_heads; ++h) {
-      float* z = x + t * token_stride + h * head_stride;
-      // NEOX pairing (z_i, z_{i+half}) -> (a cos - b sin, b cos + a sin)
-      for (size_t i = 0; i < half; ++i) {
-        const float a = z[i], b = z[i + half];
-        z[i] = a * cos_v[i] - b * sin_v[i];
-        z[i + half] = b * cos_v[i] + a * sin_v[i];
-      }
-    }
+    rotate_neox_heads(x + t * token_stride, n_heads, head_stride, half, cos_v, sin_v);
   }
 }
 
@@ -74,14 +79,7 @@ void rope_2d(float* x, size_t n_tokens, size_t token_stride, size_t n_heads, siz
       cos_v[i] = std::cos(angle);
       sin_v[i] = std::sin(angle);
     }
-    for (size_t h = 0; h < n_heads; ++h) {
-      float* z = x + t * token_stride + h * head_stride;
-      for (size_t i = 0; i < half; ++i) {
-        const float a = z[i], b = z[i + half];
-        z[i] = a * cos_v[i] - b * sin_v[i];
-        z[i + half] = b * cos_v[i] + a * sin_v[i];
-      }
-    }
+    rotate_neox_heads(x + t * token_stride, n_heads, head_stride, half, cos_v, sin_v);
   }
 }
 

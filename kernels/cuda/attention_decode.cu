@@ -16,8 +16,9 @@ namespace ds::cuda::detail {
 namespace {
 
 constexpr int kWarps = 8, kThreads = kWarps * kWarp;
-constexpr int kSub = 64;                                                  // keys scored per round
-constexpr int kPerLane = static_cast<int>(kMaxAttentionHeadDim) / kWarp;  // 8 head dims per lane
+constexpr int kSub = 64;  // keys scored per round
+constexpr int kMaxHeadDim = static_cast<int>(kMaxAttentionHeadDim);
+constexpr int kPerLane = kMaxHeadDim / kWarp;  // 8 head dims per lane
 constexpr int kGroup = static_cast<int>(kDecodeMaxGroup);
 constexpr size_t kMinKeysPerSplit = 32;  // below this a split costs more than it saves
 constexpr size_t kMaxSplits = 256;
@@ -96,11 +97,14 @@ struct SplitState {  // per query head of the group, in shared memory
 };
 
 // Scores of the round's nk keys against the group's queries, scaled, into p[j][i]: warp w takes
-// keys w, w+8, ..., loading kBatch K rows before reducing any (several loads in flight).
+// keys w, w+8, ..., loading kBatch K rows before reducing any (several loads in flight). The
+// queries come from shared memory (qs[j][c], zero past head_dim): held in registers (64 per
+// lane at a group of 8) they made the kernel spill. Each dot sums e = 0, 1, ... from zero as
+// before, so the bits are those of the register version.
 constexpr int kBatch = 4;
 template <KvType KT>
 __device__ void score_keys(const cpu::AttentionShape& s, const KvRead<KT>& K, const size_t* rows, size_t head_off,
-                           int nk, const float (&qv)[kGroup][kPerLane], int group, float scale, float (*p)[kSub]) {
+                           int nk, const float (*qs)[kMaxHeadDim], int group, float scale, float (*p)[kSub]) {
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   for (int i0 = warp; i0 < nk; i0 += kBatch * kWarps) {
     float kvv[kBatch][kPerLane];
@@ -115,16 +119,19 @@ __device__ void score_keys(const cpu::AttentionShape& s, const KvRead<KT>& K, co
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b * kWarps;
+    for (int j = 0; j < kGroup; ++j) {
+      if (j >= group) break;
+      float dot[kBatch] = {};
 #pragma unroll
-      for (int j = 0; j < kGroup; ++j) {
-        if (j >= group) break;
-        float dot = 0.0f;
+      for (int e = 0; e < kPerLane; ++e) {
+        const float q = qs[j][lane + kWarp * e];
 #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) dot += qv[j][e] * kvv[b][e];
-        dot = warp_sum(dot);
-        if (lane == 0 && i < nk) p[j][i] = dot * scale;
+        for (int b = 0; b < kBatch; ++b) dot[b] += q * kvv[b][e];
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const float d = warp_sum(dot[b]);
+        if (lane == 0 && i0 + b * kWarps < nk) p[j][i0 + b * kWarps] = d * scale;
       }
     }
   }
@@ -159,6 +166,7 @@ template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is sized for that
     split_kernel(cpu::AttentionShape s, Work w, KvRead<KT> K, KvRead<VT> V, size_t block_size, float scale,
                  Partials part) {
+  __shared__ float qs[kGroup][kMaxHeadDim];
   __shared__ float p[kGroup][kSub];
   __shared__ size_t rows[kSub];
   __shared__ SplitState st;
@@ -167,31 +175,25 @@ __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is 
   const Item it = item_of(w, blockIdx.z, s);
   if (split >= it.n_splits) return;  // a batch's grid has the most splits of any of its sequences
   const int group = static_cast<int>(s.n_heads / s.n_kv_heads);
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
+  const int tid = static_cast<int>(threadIdx.x);
   const size_t k_begin = split * it.chunk, k_end = min(k_begin + it.chunk, it.n_keys);
 
-  float qv[kGroup][kPerLane];
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    const float* qh = it.q + (g * group + j) * s.q_head_stride;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      const size_t c = static_cast<size_t>(lane + kWarp * e);
-      qv[j][e] = (j < group && c < s.head_dim) ? qh[c] : 0.0f;
-    }
+  for (int x = tid; x < group * kMaxHeadDim; x += kThreads) {
+    const int j = x / kMaxHeadDim, c = x % kMaxHeadDim;
+    qs[j][c] = static_cast<size_t>(c) < s.head_dim ? it.q[(g * group + j) * s.q_head_stride + c] : 0.0f;
   }
   if (tid < kGroup) {
     st.mx[tid] = -INFINITY;
     st.sum[tid] = 0.0f;
   }
-  __syncthreads();  // a split without keys still reads st below
+  __syncthreads();  // qs is read by every warp; a split without keys still reads st below
   float acc[kGroup] = {};
   const size_t dim = static_cast<size_t>(tid);
   for (size_t k0 = k_begin; k0 < k_end; k0 += kSub) {
     const int nk = static_cast<int>(min(size_t{kSub}, k_end - k0));
     if (tid < nk) rows[tid] = cpu::kv_pool_row(it.table, block_size, k0 + tid);
     __syncthreads();
-    score_keys(s, K, rows, g * s.head_dim, nk, qv, group, scale, p);
+    score_keys(s, K, rows, g * s.head_dim, nk, qs, group, scale, p);
     __syncthreads();
     softmax_round(nk, group, p, st);
     __syncthreads();
