@@ -13,6 +13,9 @@ PACKAGES=(
   rapidjson-dev libpcre2-dev
   # image input (issue 31): PNG, JPEG (libjpeg-turbo), WebP and GIF decoders
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
+  # https:// image URLs (issue 31): OpenSSL for Asio's TLS stream (certificates verified against
+  # ca-certificates, listed above)
+  libssl-dev
   # tests and fuzzing (libFuzzer ships with clang's runtime); the format check; the size report
   libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format python3
   # an independent JSON Schema validator for the structured-output end-to-end test

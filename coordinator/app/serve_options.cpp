@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "common/byte_size.h"
 #include "common/options.h"
 #include "coordinator/http/upstream_proxy.h"
+#include "coordinator/media/remote_url.h"  // normalize_media_domain
 
 namespace ds {
 namespace {
@@ -140,6 +143,52 @@ std::vector<OptionSpec> side_model_specs(const std::string& kind, const std::str
        },
        [m] { return m->served_model_name.empty() ? std::string("(file name)") : m->served_model_name; },
        "its GGUF file name"},
+  };
+}
+
+// "a,b,,c" as given, empty entries kept (check_media_domains refuses them); "" is no entry.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  for (size_t comma = s.find(','); comma != std::string::npos; comma = s.find(',', start)) {
+    out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  out.push_back(s.substr(start));
+  return out;
+}
+
+std::string joined_strings(const std::vector<std::string>& v, const std::string& none) {
+  if (v.empty()) return none;
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+// Seconds, fractions allowed, as whole milliseconds (at least 1).
+bool parse_seconds(const std::string& s, double max_seconds, std::chrono::milliseconds* out) {
+  double seconds = 0;
+  if (!parse_number(s, &seconds) || !(seconds > 0) || seconds > max_seconds) return false;
+  *out = std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
+  return true;
+}
+
+// The remote-image flags (coordinator/media/http_fetch.h): which hosts, and how long a download.
+std::vector<OptionSpec> remote_media_specs(VisionOptions* v) {
+  return {
+      {"allowed-media-domains", "H1,H2,...",
+       "http(s):// image URLs may name these hosts (off without it): example.com exactly,\n"
+       "*.example.com its subdomains, an IP literal that address even when private; a name that\n"
+       "resolves to a private or loopback address is refused",
+       [v](const std::string& s) {
+         v->allowed_media_domains = split_commas(s);
+         return true;  // each entry is checked in check_media_domains, which says what is wrong
+       },
+       [v] { return joined_strings(v->allowed_media_domains, "(off)"); }, "off"},
+      {"media-fetch-timeout", "S", "seconds one remote image's whole download may take",
+       [v](const std::string& s) { return parse_seconds(s, 3600, &v->media_fetch_timeout); },
+       [v] { return shown(static_cast<double>(v->media_fetch_timeout.count()) / 1000); }},
   };
 }
 
@@ -362,6 +411,7 @@ OptionTable serve_table(ServeOptions* o) {
       std::find_if(table.begin(), table.end(), [](const OptionSpec& spec) { return spec.name == "kv-blocks"; });
   table.insert(kv_blocks + 1, kv.begin(), kv.end());
   for (OptionSpec& spec : vision_specs(e, &h->vision)) table.push_back(std::move(spec));
+  for (OptionSpec& spec : remote_media_specs(&h->vision)) table.push_back(std::move(spec));
   for (OptionSpec& spec : side_model_specs("embed", "an embedding", &o->embed_model)) table.push_back(std::move(spec));
   for (OptionSpec& spec : side_model_specs("rerank", "a reranker", &o->rerank_model)) table.push_back(std::move(spec));
   table.push_back(upstream_spec("embed", "/v1/embeddings", &o->embed_upstream));
@@ -414,6 +464,20 @@ bool check_side_model(const std::string& kind, const SideModelOptions& m, const 
   return false;
 }
 
+// Puts every --allowed-media-domains entry in the form the downloader compares; false (with the
+// entry and what is wrong) when one is not a host.
+bool check_media_domains(VisionOptions* v, std::string* error) {
+  for (std::string& entry : v->allowed_media_domains) {
+    try {
+      entry = normalize_media_domain(entry);
+    } catch (const std::invalid_argument& e) {
+      *error = std::string("--allowed-media-domains: ") + e.what();
+      return false;
+    }
+  }
+  return true;
+}
+
 bool check_consistency(const ServeOptions& o, std::string* error) {
   if (o.engine.model_path.empty()) {
     *error = "--model is required\n" + help_text();
@@ -459,7 +523,7 @@ bool parse_serve_options(int argc, char** argv, const std::map<std::string, std:
   e.cache.v_type = out->kv_cache.v_type();
   e.pool_budget_bytes = 0;
   if (out->memory_budget) parse_byte_size(*out->memory_budget, &e.pool_budget_bytes);  // validated above
-  return check_consistency(*out, error);
+  return check_media_domains(&out->http.vision, error) && check_consistency(*out, error);
 }
 
 std::string describe(const ServeOptions& o) {

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ds {
 
@@ -21,6 +22,11 @@ struct VisionOptions {
   uint32_t image_max_tokens = 4096;
   uint32_t max_images_per_request = 8;
   std::string media_root;  // --media-path: the directory file:// URLs may read; empty = off
+  // --allowed-media-domains: the hosts http(s):// image URLs may name (coordinator/media/
+  // remote_url.h: host, *.domain, IP literal); empty = remote URLs refused.
+  std::vector<std::string> allowed_media_domains{};
+  // --media-fetch-timeout: one remote image's whole download.
+  std::chrono::milliseconds media_fetch_timeout{10'000};
 };
 
 struct ServerOptions {

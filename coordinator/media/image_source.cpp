@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/base64.h"
+#include "coordinator/media/http_fetch.h"
 
 namespace ds {
 
@@ -151,16 +152,18 @@ std::vector<uint8_t> load_image_bytes(std::string_view url, const ImageSourceOpt
   const std::optional<std::string> scheme = scheme_of(url);
   if (!scheme) {
     if (url.find(':') != std::string_view::npos) {
-      throw MediaError("the image URL is neither a data: URL, a file:// URL nor base64");
+      throw MediaError("the image URL is neither a data: URL, an http(s):// or file:// URL nor base64");
     }
     return decode_base64_image(url, options.max_image_bytes, "the base64 image");
   }
   if (*scheme == "data") return data_url_bytes(url, options.max_image_bytes);
   if (*scheme == "file") return file_url_bytes(url, options);
   if (*scheme == "http" || *scheme == "https") {
-    throw MediaError(
-        "remote image URLs (http://, https://) are not fetched by this server; send the image as a "
-        "base64 data: URL");
+    HttpFetchOptions fetch;
+    fetch.allowed_domains = options.allowed_media_domains;
+    fetch.timeout = options.fetch_timeout;
+    fetch.max_bytes = options.max_image_bytes;
+    return fetch_remote_image(url, fetch);
   }
   throw MediaError("unsupported image URL scheme '" + *scheme + ":'; send the image as a base64 data: URL");
 }

@@ -31,6 +31,8 @@ uint64_t fnv1a_u32(uint64_t h, uint32_t v) {
 PreparedImage prepare_one(const std::string& url, size_t index, const VisionOptions& vision) {
   ImageSourceOptions source;
   source.media_root = vision.media_root;
+  source.allowed_media_domains = vision.allowed_media_domains;
+  source.fetch_timeout = vision.media_fetch_timeout;
   RgbImage decoded;
   try {
     decoded = load_image(url, source);
