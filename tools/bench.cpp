@@ -8,6 +8,8 @@
 //                    [--bf16-weights] [--decode-gemv auto|dp4a|mma] [--ablate NAME,...]
 //                    [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T]
 //   deltaserve-bench --http URL [deltaserve-bench-http flags]   (a running server; see bench_http.h)
+//   deltaserve-bench -m F.gguf --mmproj M.gguf --image-size 448,1024,2048|WxH,... [--backend cuda] [-b N] [-r 3]
+//                    [-o json]   (the vision rows instead of the text ones: tools/bench_vision.h)
 //
 // Prompts are random token ids (fixed seed). Prefill: the prompt in one step (or -b N tokens
 // per step, llama-bench's ubatch), timed from submission to logits on
@@ -66,6 +68,7 @@
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
 #include "tools/bench_spec.h"
+#include "tools/bench_vision.h"
 #include "tools/cli_args.h"
 #include "worker/decode_gemv.h"
 #include "worker/stage_model.h"
@@ -111,6 +114,8 @@ struct Options {
   std::vector<size_t> parallel{1};  // --parallel: sequences per decode step; 1 = the classic pp/tg rows
   double peak_gbps = 0;             // --peak-gbps: device bandwidth for the batched byte limit; 0 = unknown
   ds::KvTypeFlags kv_cache;         // --kv-cache-type[-k|-v]: the KV cache's element types
+  std::string mmproj;               // --mmproj: the vision rows (with --image-size) instead of the text ones
+  std::vector<ds::ImageSize> image_sizes;
 };
 
 // --ablate names: each switches one production choice of the in-process CUDA stage off
@@ -158,7 +163,7 @@ const ds::cli::Usage kUsage{
     "[--workers N] [--devices a,b,...] [--pipeline-depth N] [--decode-groups G] [--busy-poll auto|on|off] [--mps "
     "auto|on|off] [--early-handoff on|host|off] [-o table|json] [--no-warmup] [--profile-decode] [--profile-prefill] "
     "[--spec-k K] [--draft-vocab N] [--kv-cache-type T] [--kv-cache-type-k T] [--kv-cache-type-v T] "
-    "[--parallel 1,8,32,64] [--peak-gbps G] "
+    "[--parallel 1,8,32,64] [--peak-gbps G] [--mmproj M.gguf --image-size 448,1024x768,...] "
     "(short: -m -p -n -b -r -t -o; or --http URL [deltaserve-bench-http flags]; --ablate names: "
     "cublaslt, device-digest, fused-decode-ops, stacked-weights, gdn-tensor-cores, "
     "prefill-fusions, split-small, q8-split, pdl)"};
@@ -287,6 +292,10 @@ Options parse(int argc, char** argv) {
       o.decode_gemv = v;
     } else if (a == "--ablate") {
       o.ablate = parse_ablations(args.value());
+    } else if (a == "--mmproj") {
+      o.mmproj = args.value();
+    } else if (a == "--image-size") {
+      o.image_sizes = ds::bench::parse_image_sizes(kUsage, a, args.value());
     } else if (!ds::cli::kv_cache_flag(kUsage, a, args, &o.kv_cache)) {
       args.unknown();
     }
@@ -301,6 +310,9 @@ Options parse(int argc, char** argv) {
     kUsage.fail("--ablate switches the in-process CUDA stage's kernels: give --backend cuda, without --workers");
   }
   check_parallel(o);
+  if (o.mmproj.empty() != o.image_sizes.empty()) kUsage.fail("--mmproj and --image-size go together (vision rows)");
+  if (!o.mmproj.empty() && (o.workers > 0 || o.spec_k > 0 || wants_batched(o)))
+    kUsage.fail("--mmproj times the in-process stage: drop --workers, --spec-k and --parallel");
 #ifndef DELTASERVE_HAVE_CUDA
   if (o.backend == "cuda")
     kUsage.fail("--backend cuda: this build has no CUDA support (configure with -DDELTASERVE_CUDA=ON)");
@@ -393,6 +405,14 @@ ds::CudaAblations cuda_ablations(const Options& o) {
 }
 #endif
 
+// A backend of --backend's kind: the in-process stage's, or the vision rows' tower's.
+std::unique_ptr<ds::Backend> make_backend(const Options& o, [[maybe_unused]] const ds::ModelConfig& cfg) {
+#ifdef DELTASERVE_HAVE_CUDA
+  if (o.backend == "cuda") return ds::make_cuda_backend(o.device, cuda_options(o, cfg), cuda_ablations(o));
+#endif
+  return ds::make_cpu_backend(o.threads);
+}
+
 std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> gguf, const ds::ModelConfig& cfg,
                                            const Options& o) {
   ds::StageOptions so;
@@ -400,13 +420,8 @@ std::unique_ptr<ds::StageModel> load_model(std::shared_ptr<const ds::GgufFile> g
   so.draft_vocab = o.draft_vocab;
   so.cache.k_type = o.kv_cache.k_type();
   so.cache.v_type = o.kv_cache.v_type();
-#ifdef DELTASERVE_HAVE_CUDA
-  if (o.backend == "cuda") {
-    return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so,
-                          ds::make_cuda_backend(o.device, cuda_options(o, cfg), cuda_ablations(o)));
-  }
-#endif
-  return ds::load_cpu_stage(gguf, cfg, {0, cfg.n_layer}, so);
+  if (!o.mmproj.empty()) so.mmproj = std::make_shared<const ds::GgufFile>(ds::GgufFile::open(o.mmproj));
+  return ds::load_stage(gguf, cfg, {0, cfg.n_layer}, so, make_backend(o, cfg));
 }
 
 // Device memory in use (whole device, GiB), or a negative value on the CPU backend.
@@ -696,6 +711,15 @@ void run_batched(ds::bench::BenchRunner& runner, const Options& o, const ModelCo
   }
 }
 
+// --mmproj: the vision rows on the in-process stage (with the tower) and a tower of its own.
+void run_vision(const Options& o, std::shared_ptr<const ds::GgufFile> gguf, const ds::ModelConfig& cfg) {
+  const std::unique_ptr<ds::StageModel> model = load_model(std::move(gguf), cfg, o);
+  const ds::GgufFile mmproj = ds::GgufFile::open(o.mmproj);
+  ds::bench::VisionBenchOptions vo{o.image_sizes, o.chunk, o.repeat, o.warmup, o.json, o.mmproj, {}};
+  vo.context = report_context(o, 0);
+  ds::bench::run_vision_bench(*model, cfg, mmproj, *make_backend(o, cfg), vo);
+}
+
 // --http URL ...: the serving benchmark of deltaserve-bench-http (same code), with the flag
 // turned into its --url.
 bool wants_http(int argc, char** argv) {
@@ -720,6 +744,10 @@ int main(int argc, char** argv) {
   try {
     auto gguf = std::make_shared<const ds::GgufFile>(ds::GgufFile::open(o.model));
     const ds::ModelConfig cfg = ds::load_model_config(*gguf);
+    if (!o.mmproj.empty()) {
+      run_vision(o, gguf, cfg);
+      return 0;
+    }
     const auto t_load = std::chrono::steady_clock::now();
     std::unique_ptr<ds::StageModel> model;  // in-process only; outlives the runner
     auto runner = make_runner(o, gguf, cfg, model);

@@ -7,6 +7,23 @@
 namespace ds::bench {
 namespace {
 
+// The batched decode fields (n_parallel > 1): step time at the mean rate, bytes per step, limit.
+void batch_fields(std::string& out, const ReportRow& row, const RateStats& st) {
+  const double n = static_cast<double>(row.n_parallel);
+  json_field(out, "n_parallel", std::to_string(row.n_parallel));
+  json_field(out, "step_ms", json_number(st.avg_ts > 0 ? n * 1e3 / st.avg_ts : 0));
+  json_field(out, "gb_per_step", row.gb_per_token > 0 ? json_number(row.gb_per_token * n) : "null");
+  json_field(out, "limit_ts", row.limit_ts > 0 ? json_number(row.limit_ts) : "null");
+  json_field(out, "limit_fraction", row.limit_ts > 0 ? json_number(st.avg_ts / row.limit_ts) : "null");
+}
+
+}  // namespace
+
+void json_field(std::string& out, const char* key, const std::string& json_value) {
+  if (out.size() > 1) out += ", ";
+  out += std::string("\"") + key + "\": " + json_value;
+}
+
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -32,23 +49,6 @@ std::string json_number(double v) {
   return buf;
 }
 
-void field(std::string& out, const char* key, const std::string& json_value) {
-  if (out.size() > 1) out += ", ";
-  out += std::string("\"") + key + "\": " + json_value;
-}
-
-// The batched decode fields (n_parallel > 1): step time at the mean rate, bytes per step, limit.
-void batch_fields(std::string& out, const ReportRow& row, const RateStats& st) {
-  const double n = static_cast<double>(row.n_parallel);
-  field(out, "n_parallel", std::to_string(row.n_parallel));
-  field(out, "step_ms", json_number(st.avg_ts > 0 ? n * 1e3 / st.avg_ts : 0));
-  field(out, "gb_per_step", row.gb_per_token > 0 ? json_number(row.gb_per_token * n) : "null");
-  field(out, "limit_ts", row.limit_ts > 0 ? json_number(row.limit_ts) : "null");
-  field(out, "limit_fraction", row.limit_ts > 0 ? json_number(st.avg_ts / row.limit_ts) : "null");
-}
-
-}  // namespace
-
 RateStats rate_stats(const ReportRow& row) {
   RateStats r;
   for (double s : row.seconds) r.samples_ts.push_back(s > 0 ? static_cast<double>(row.tokens) / s : 0.0);
@@ -68,31 +68,31 @@ std::string json_row(const ReportContext& ctx, const ReportRow& row) {
   const RateStats st = rate_stats(row);
   const double mean_s = st.avg_ts > 0 ? static_cast<double>(row.tokens) / st.avg_ts : 0;  // run time at the mean rate
   std::string out = "{";
-  field(out, "model", json_string(ctx.model));
-  field(out, "backend", json_string(ctx.backend));
-  field(out, "test", json_string(row.test));
-  field(out, "n_prompt", std::to_string(row.n_prompt));
-  field(out, "n_gen", std::to_string(row.n_gen));
-  field(out, "n_depth", std::to_string(row.n_depth));
-  field(out, "n_batch", std::to_string(ctx.batch));
-  field(out, "n_workers", std::to_string(ctx.workers));
-  field(out, "n_threads", std::to_string(ctx.threads));
-  field(out, "type_k", json_string(ctx.type_k));
-  field(out, "type_v", json_string(ctx.type_v));
-  field(out, "repetitions", std::to_string(row.seconds.size()));
-  field(out, "tokens", std::to_string(row.tokens));
-  field(out, "steps", std::to_string(row.steps));
-  field(out, "avg_ts", json_number(st.avg_ts));
-  field(out, "stddev_ts", json_number(st.stddev_ts));
-  field(out, "best_ts", json_number(st.best_ts));
-  field(out, "ms_per_token", json_number(st.avg_ts > 0 ? 1e3 / st.avg_ts : 0));
-  field(out, "gb_per_s", row.gb_per_token > 0 ? json_number(row.gb_per_token * st.avg_ts) : "null");
-  field(out, "tflop_per_s",
-        row.flop_per_run > 0 && mean_s > 0 ? json_number(row.flop_per_run / mean_s * 1e-12) : "null");
+  json_field(out, "model", json_string(ctx.model));
+  json_field(out, "backend", json_string(ctx.backend));
+  json_field(out, "test", json_string(row.test));
+  json_field(out, "n_prompt", std::to_string(row.n_prompt));
+  json_field(out, "n_gen", std::to_string(row.n_gen));
+  json_field(out, "n_depth", std::to_string(row.n_depth));
+  json_field(out, "n_batch", std::to_string(ctx.batch));
+  json_field(out, "n_workers", std::to_string(ctx.workers));
+  json_field(out, "n_threads", std::to_string(ctx.threads));
+  json_field(out, "type_k", json_string(ctx.type_k));
+  json_field(out, "type_v", json_string(ctx.type_v));
+  json_field(out, "repetitions", std::to_string(row.seconds.size()));
+  json_field(out, "tokens", std::to_string(row.tokens));
+  json_field(out, "steps", std::to_string(row.steps));
+  json_field(out, "avg_ts", json_number(st.avg_ts));
+  json_field(out, "stddev_ts", json_number(st.stddev_ts));
+  json_field(out, "best_ts", json_number(st.best_ts));
+  json_field(out, "ms_per_token", json_number(st.avg_ts > 0 ? 1e3 / st.avg_ts : 0));
+  json_field(out, "gb_per_s", row.gb_per_token > 0 ? json_number(row.gb_per_token * st.avg_ts) : "null");
+  json_field(out, "tflop_per_s",
+             row.flop_per_run > 0 && mean_s > 0 ? json_number(row.flop_per_run / mean_s * 1e-12) : "null");
   if (row.n_parallel > 1) batch_fields(out, row, st);
   std::string samples = "[";
   for (size_t i = 0; i < st.samples_ts.size(); ++i) samples += (i ? ", " : "") + json_number(st.samples_ts[i]);
-  field(out, "samples_ts", samples + "]");
+  json_field(out, "samples_ts", samples + "]");
   return out + "}";
 }
 

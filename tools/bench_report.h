@@ -49,6 +49,12 @@ struct RateStats {
 
 RateStats rate_stats(const ReportRow& row);
 
+// JSON text of a string (quoted, escaped) and of a number (%.6g; null for inf / nan).
+std::string json_string(const std::string& s);
+std::string json_number(double v);
+// Appends `"key": json_value` to an object under construction (`out` starts with "{").
+void json_field(std::string& out, const char* key, const std::string& json_value);
+
 // The row as one line of JSON (no trailing newline).
 std::string json_row(const ReportContext& ctx, const ReportRow& row);
 

@@ -31,7 +31,8 @@
 # tokens, default "2048 8192"; "ttft": an 8K prompt's time to first token through HTTP at 2048- and
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
 # occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
-# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma) picks what runs; every step has its
+# tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma;
+# "vision": tools/device_vision.sh: vision tests, logits with images, 9B + real-shape tower bench) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
@@ -774,6 +775,8 @@ if want grammar; then
   done
 fi
 
+if want vision; then . "$(dirname "$0")/device_vision.sh"; fi
+
 if want 27b_spec; then
   # Issue 10 on 27B: draft / verify 1+3 against its decode step (auto: mma on 27B), and tg128 with each GEMV.
   echo "==== 27B MTP costs, tg128 dp4a vs mma"
@@ -809,5 +812,6 @@ for f in bench9 bench9_bf16w bench9_decode_off bench9_prefill_off bench9_gguf_or
 for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -4 "$f"; }; done
 for f in ttft_inproc_1step ttft_inproc_2048 ttft_worker_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in http9_c1 http9 http9_ttft http_ttft_2048 http_ttft_8192; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
+for f in vision9 vision9_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; sed -n '/^vision tower/,$p' "$O/$f.log"; }; done
 # Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.
 ! grep -Eq 'rc=[1-9]|DIFFER|ERROR|did not start' "$SUMMARY"

@@ -1,22 +1,27 @@
 // deltaserve-synth: writes a random-weight qwen35 GGUF with the real Qwen3.5 shapes (or a
-// qwen3 one with a Qwen3-Embedding / Qwen3-Reranker shape), for benchmarks and loading tests
-// without downloading checkpoints.
+// qwen3 one with a Qwen3-Embedding / Qwen3-Reranker shape), or the Qwen3.5 vision tower (an
+// mmproj GGUF) for one of them, for benchmarks and loading tests without downloading checkpoints.
 //
 //   deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny|qwen3-{embed,rerank}-{0.6b,4b,8b} --out F.gguf [--seed S] [--vocab
 //   N]
 //                    [--no-mtp] [--layers N] [--threads T] [--tokenizer-from G.gguf]
+//   deltaserve-synth --shape mmproj-9b|mmproj-27b|...|mmproj-tiny --out M.gguf [--seed S] [--layers N] [--threads T]
 //
 // The tokenizer is copied from G.gguf (every tokenizer.* key, the token table padded with
 // "[PAD<id>]" UNUSED tokens to the shape's vocabulary), or without the flag a built-in
-// minimal byte-level one (tools/synth/tokenizer_keys.h): the file always loads as a whole
+// minimal byte-level one (tools/synth/tokenizer_keys.h, with the vision markers): the file always loads as a whole
 // model in deltaserve and llama.cpp. The file streams to disk (bounded memory), is the same for the same arguments
 // whatever the thread count, and loads with load_model_config. Sizes: 9b ~9.5 GB, 27b ~29 GB.
+// mmproj-<text shape>: the real Qwen3.5 tower (depth 27, hidden 1152, F16, ~0.9 GB) projecting to that text
+// shape's hidden size (tools/synth/mmproj.h); --layers sets its depth. Serve the pair with
+// `deltaserve serve --model F.gguf --mmproj M.gguf`.
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "tools/cli_args.h"
 #include "tools/synth/generate.h"
+#include "tools/synth/mmproj.h"
 #include "tools/synth/shapes.h"
 
 namespace {
@@ -35,8 +40,8 @@ struct Options {
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{"deltaserve-synth",
-                            "--shape 0.8b|2b|4b|9b|27b|tiny|qwen3-embed-4b|qwen3-rerank-0.6b|... --out F.gguf [--seed "
-                            "S] [--vocab N] [--no-mtp] "
+                            "--shape 0.8b|2b|4b|9b|27b|tiny|qwen3-embed-4b|qwen3-rerank-0.6b|mmproj-9b|mmproj-tiny|... "
+                            "--out F.gguf [--seed S] [--vocab N] [--no-mtp] "
                             "[--layers N] [--threads T] [--tokenizer-from G.gguf]"};
 
 Options parse(int argc, char** argv) {
@@ -67,19 +72,43 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// An mmproj shape: the tower alone (the text model's flags do not apply).
+void write_mmproj(const Options& o) {
+  if (o.vocab || o.no_mtp || !o.tokenizer_from.empty()) {
+    kUsage.fail("--vocab, --no-mtp and --tokenizer-from are text-model flags; " + o.shape + " is a vision tower");
+  }
+  ds::synth::MmprojShape shape = ds::synth::mmproj_shape_by_name(o.shape);
+  if (o.layers) shape.depth = o.layers;
+  const ds::synth::SynthSummary s = ds::synth::write_synth_mmproj(shape, o.out, o.seed, o.threads);
+  std::printf(
+      "%s: qwen35 vision tower %s, depth %u, hidden %u, %u heads, MLP %u, patch %u, merge %u, %ux%u positions, "
+      "-> %u, %zu tensors, %.1f M params, %.2f GB, %.1f s\n",
+      o.out.c_str(), shape.name.c_str(), shape.depth, shape.hidden, shape.heads, shape.ffn, shape.patch, shape.merge,
+      shape.pos_side, shape.pos_side, shape.out_hidden, s.n_tensors, static_cast<double>(s.n_params) * 1e-6,
+      static_cast<double>(s.file_bytes) * 1e-9, s.seconds);
+}
+
+void write_model(const Options& o) {
+  ds::synth::SynthShape shape = ds::synth::shape_by_name(o.shape);
+  if (o.vocab) shape.n_vocab = o.vocab;
+  if (o.layers) shape.n_layer = o.layers;
+  if (o.no_mtp) shape.n_nextn = 0;
+  const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads, o.tokenizer_from);
+  std::printf("%s: %s %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n", o.out.c_str(),
+              shape.arch.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,
+              static_cast<double>(s.n_params) * 1e-9, static_cast<double>(s.file_bytes) * 1e-9, s.seconds);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
-    ds::synth::SynthShape shape = ds::synth::shape_by_name(o.shape);
-    if (o.vocab) shape.n_vocab = o.vocab;
-    if (o.layers) shape.n_layer = o.layers;
-    if (o.no_mtp) shape.n_nextn = 0;
-    const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads, o.tokenizer_from);
-    std::printf("%s: %s %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n", o.out.c_str(),
-                shape.arch.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,
-                static_cast<double>(s.n_params) * 1e-9, static_cast<double>(s.file_bytes) * 1e-9, s.seconds);
+    if (ds::synth::is_mmproj_shape(o.shape)) {
+      write_mmproj(o);
+    } else {
+      write_model(o);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deltaserve-synth: %s\n", e.what());
     return 1;

@@ -63,6 +63,12 @@ void draw(Init init, uint64_t fan_in, uint64_t& rng, float* out, size_t n) {
       case Init::kDtBias:
         out[i] = 0.2f * uniform01(r) - 0.1f;
         break;
+      case Init::kBias:
+        out[i] = 0.02f * approx_normal(r);
+        break;
+      case Init::kTable:
+        out[i] = 0.1f * approx_normal(r);
+        break;
     }
   }
 }
@@ -175,11 +181,19 @@ void run_items(const GgufStreamWriter& w, const std::vector<TensorPlan>& plan, c
     const size_t n = it.n_rows * t.ne[0];
     values.resize(n);
     uint64_t rng = seed ^ fnv1a(t.name) ^ (it.row0 * 0xD1B54A32D192ED03ull);
-    draw(plan[it.tensor].init, t.ne[0], rng, values.data(), n);
+    const TensorPlan& p = plan[it.tensor];
+    draw(p.init, p.fan_in != 0 ? p.fan_in : t.ne[0], rng, values.data(), n);
     const uint64_t at = it.row0 * t.row_bytes();
     if (t.type == GgmlType::Q8_0) {
       bytes.resize(n / 32 * sizeof(BlockQ8_0));
       quantize_q8_0_into(values.data(), n, bytes.data());
+      w.write_tensor_bytes(it.tensor, at, bytes.data(), bytes.size());
+    } else if (t.type == GgmlType::F16) {
+      bytes.resize(n * sizeof(uint16_t));
+      for (size_t k = 0; k < n; ++k) {
+        const uint16_t h = fp32_to_fp16(values[k]);
+        std::memcpy(bytes.data() + k * sizeof h, &h, sizeof h);
+      }
       w.write_tensor_bytes(it.tensor, at, bytes.data(), bytes.size());
     } else {
       w.write_tensor_bytes(it.tensor, at, values.data(), n * sizeof(float));
@@ -189,13 +203,9 @@ void run_items(const GgufStreamWriter& w, const std::vector<TensorPlan>& plan, c
 
 }  // namespace
 
-SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads,
-                              const std::string& tokenizer_from) {
+SynthSummary write_planned(GgufStreamWriter& w, const std::vector<TensorPlan>& plan, const std::string& path,
+                           uint64_t seed, int threads) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<TensorPlan> plan = plan_tensors(shape);
-  GgufStreamWriter w;
-  add_metadata(w, shape, seed);
-  add_tokenizer(w, shape, tokenizer_from);
   SynthSummary sum;
   for (const TensorPlan& p : plan) {
     const StreamTensor& t = w.tensors()[w.add_tensor(p.name, p.type, p.ne)];
@@ -226,6 +236,17 @@ SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, 
   sum.n_tensors = plan.size();
   sum.file_bytes = w.file_bytes();
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
+
+SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads,
+                              const std::string& tokenizer_from) {
+  const auto t0 = std::chrono::steady_clock::now();
+  GgufStreamWriter w;
+  add_metadata(w, shape, seed);
+  add_tokenizer(w, shape, tokenizer_from);
+  SynthSummary sum = write_planned(w, plan_tensors(shape), path, seed, threads);
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();  // the tokenizer too
   return sum;
 }
 

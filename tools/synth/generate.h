@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "tools/synth/gguf_stream.h"
 #include "tools/synth/shapes.h"
 
 namespace ds::synth {
@@ -24,5 +26,11 @@ struct SynthSummary {
 // tokenizer source, in which case `path` is not created.
 SynthSummary write_synth_gguf(const SynthShape& shape, const std::string& path, uint64_t seed, int threads,
                               const std::string& tokenizer_from = {});
+
+// The common part of every synthetic file: declares `plan`'s tensors on `w` (whose metadata the
+// caller has added, and no tensors yet), creates `path` and fills them with random values of
+// their Init (Q8_0, F16 or F32) on `threads` threads, deterministically for `seed`.
+SynthSummary write_planned(GgufStreamWriter& w, const std::vector<TensorPlan>& plan, const std::string& path,
+                           uint64_t seed, int threads);
 
 }  // namespace ds::synth

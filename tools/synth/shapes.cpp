@@ -183,7 +183,7 @@ SynthShape shape_by_name(const std::string& name) {
   throw ConfigError(
       "unknown shape '" + name +
       "' (choose 0.8b, 2b, 4b, 9b, 27b, 35b-a3b, 122b-a10b, tiny, tiny-moe, or qwen3-embed-|qwen3-rerank- "
-      "0.6b|4b|8b)");
+      "0.6b|4b|8b; a vision tower: mmproj-9b, mmproj-tiny, ...)");
 }
 
 std::vector<TensorPlan> plan_tensors(const SynthShape& s) {

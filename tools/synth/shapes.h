@@ -45,11 +45,13 @@ SynthShape shape_by_name(const std::string& name);
 
 // How a tensor's values are drawn (the scales keep activations finite through a deep stack).
 enum class Init : uint8_t {
-  kMatrix,  // N(0, 1/fan_in) with fan_in = ne0, quantized to Q8_0
+  kMatrix,  // N(0, 1/fan_in) with TensorPlan::fan_in (default ne0), in the tensor's type (Q8_0, F16)
   kNorm,    // RMSNorm gain, about 1
   kConv,    // depthwise conv taps, N(0, 1/Kc)
   kSsmA,    // -exp(A_log): negative, in [-1, -0.1]
   kDtBias,  // small, in [-0.1, 0.1]
+  kBias,    // linear and LayerNorm biases: N(0, 0.02^2)
+  kTable,   // a learned embedding table (the vision position grid): N(0, 0.1^2)
 };
 
 struct TensorPlan {
@@ -57,6 +59,7 @@ struct TensorPlan {
   GgmlType type;
   std::vector<uint64_t> ne;
   Init init;
+  uint64_t fan_in = 0;  // kMatrix: the inputs one output sums over; 0 = ne[0] (a matrix's row)
 };
 
 // Every tensor of the shape in file order: embeddings, blocks, MTP block(s) (qwen35), or

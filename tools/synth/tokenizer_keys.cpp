@@ -136,6 +136,12 @@ void add_builtin_tokenizer(GgufStreamWriter& w, uint32_t n_vocab) {
     tokens.emplace_back(t);
     types.push_back(type_code(TokenType::USER_DEFINED));
   }
+  // The vision markers the Qwen3.5 template renders an image as (CONTROL, as in the real
+  // vocabulary), so the file serves with a synthetic mmproj (ModelConfig::image_token_id).
+  for (const char* t : {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"}) {
+    tokens.emplace_back(t);
+    types.push_back(type_code(TokenType::CONTROL));
+  }
   // The rest are visible filler words, not UNUSED padding: a random-weight model samples ids
   // uniformly-ish, and hidden tokens would make most of its output empty text (no SSE events,
   // so serving benchmarks could not time tokens). No merge produces them, so encoding never does.

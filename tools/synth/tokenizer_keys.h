@@ -27,14 +27,15 @@ void add_tokenizer_from(GgufStreamWriter& w, const GgufFile& source, uint32_t n_
 
 // The built-in minimal tokenizer, written when no source is given: the 256 byte-level tokens
 // (id = byte value), the ChatML control tokens <|endoftext|> <|im_start|> <|im_end|>, the
-// USER_DEFINED <think> </think> <tool_call> </tool_call> <tool_response> </tool_response>, no
+// USER_DEFINED <think> </think> <tool_call> </tool_call> <tool_response> </tool_response>, the
+// CONTROL vision markers <|vision_start|> <|vision_end|> <|image_pad|> (ids 265..267), no
 // merges (every byte is its own token), pre-tokenizer "qwen35", eos <|im_end|>, padding
 // <|endoftext|>; ids from kBuiltinTokens to `n_vocab` are NORMAL filler words " tok<id>"
 // (builtin_filler_text), visible in decoded output but never produced by encoding. No chat
 // template: deltaserve falls back to its built-in Qwen3.5 template, llama.cpp to ChatML.
 // Throws ds::ConfigError when `n_vocab` is smaller than kBuiltinTokens.
 void add_builtin_tokenizer(GgufStreamWriter& w, uint32_t n_vocab);
-constexpr uint32_t kBuiltinTokens = 256 + 9;
+constexpr uint32_t kBuiltinTokens = 256 + 12;
 
 // "[PAD<id>]": the text of a padding token.
 std::string pad_token_text(uint32_t id);
