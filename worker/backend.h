@@ -22,6 +22,7 @@
 #include "kernels/cpu/attention_segments.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/moe.h"
 
 namespace ds {
 
@@ -35,6 +36,7 @@ using cpu::GdnRawGates;
 using cpu::GdnShape;
 using cpu::GeluKind;
 using cpu::KvPages;
+using cpu::MoeExperts;
 using cpu::SegmentAttention;
 using cpu::WeightView;
 
@@ -311,6 +313,14 @@ class Backend {
   virtual void sigmoid_gate(const float* x, size_t x_stride, const float* gate, size_t gate_stride, size_t n_rows,
                             size_t dim, float* y, size_t y_stride) = 0;
   virtual void add_inplace(float* y, const float* x, size_t n) = 0;
+  // ---- mixture of experts (kernels/cpu/moe.h; every pointer on the device) --------------------
+  // The router: logits [n_tokens][n_experts] -> experts [n_tokens][k] (int32) and their
+  // renormalised weights [n_tokens][k].
+  virtual void moe_route(const float* logits, size_t n_tokens, size_t n_experts, size_t k, int32_t* experts,
+                         float* weights) = 0;
+  // A step's routed experts plus the sigmoid-gated shared expert's rows (cpu::MoeExperts), with no
+  // host round trip. std::invalid_argument for an inconsistent shape (moe_experts_problem).
+  virtual void moe_experts(const MoeExperts& m) = 0;
   // The residual step: x += delta, then y = rms_norm(x; w) (rows contiguous, y != x). Default:
   // the two ops (the CPU reference); backends may fuse them into one pass.
   virtual void add_rms_norm(float* x, const float* delta, const float* w, float eps, size_t n_rows, size_t dim,

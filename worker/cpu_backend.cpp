@@ -11,6 +11,7 @@
 #include "kernels/cpu/conv1d.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/kv_codec.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -120,6 +121,11 @@ class CpuBackend final : public Backend {
     cpu::sigmoid_gate(x, xs, gate, gs, rows, dim, y, ys);
   }
   void add_inplace(float* y, const float* x, size_t n) override { cpu::add_inplace(y, x, n); }
+  void moe_route(const float* logits, size_t n_tokens, size_t n_experts, size_t k, int32_t* experts,
+                 float* weights) override {
+    cpu::moe_route(logits, n_tokens, n_experts, k, experts, weights);
+  }
+  void moe_experts(const MoeExperts& m) override { cpu::moe_experts(m, &pool_); }
   // ---- encoder ops (the vision tower) ----
   void layer_norm(const float* x, size_t xs, const float* w, const float* b, float eps, size_t rows, size_t dim,
                   float* y, size_t ys) override {

@@ -41,7 +41,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/stream_signal.h"
 #include "kernels/cuda/swiglu_matmul.h"
-#include "worker/cuda_backend_encoder.h"
+#include "worker/cuda_backend_moe.h"
 #include "worker/cuda_buffers.h"
 
 namespace ds {
@@ -51,7 +51,7 @@ using cuda_buffers::ControlBuffer;
 using cuda_buffers::DeviceScratch;
 using cuda_buffers::PinnedScratch;
 
-class CudaBackend final : public CudaEncoderOps {  // the encoder ops: worker/cuda_backend_encoder.h
+class CudaBackend final : public CudaMoeOps {  // encoder and MoE ops: worker/cuda_backend_{encoder,moe}.h
  public:
   CudaBackend(int device, const CudaBackendOptions& options, const CudaAblations& ablations)
       : device_(device),
@@ -77,7 +77,7 @@ class CudaBackend final : public CudaEncoderOps {  // the encoder ops: worker/cu
     }
     DS_CUDA_CHECK(cudaSetDevice(device_));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    bind_encoder_stream(device_, stream_);
+    bind_op_streams(device_, stream_);
     // The small decode ops (norms, activations, conv, decode attention, gather/scatter, digest)
     // follow the GEMV's switch (kernels/cuda/dependent_launch.h).
     cuda::set_dependent_launches(stream_, decode_pdl_);

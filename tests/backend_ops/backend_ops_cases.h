@@ -118,6 +118,7 @@ void add_attention_cases(std::vector<Case>& cases);  // test_backend_ops_gdn.cpp
 void add_gdn_cases(std::vector<Case>& cases);        // test_backend_ops_gdn.cpp
 void add_kv_cases(std::vector<Case>& cases);         // test_backend_ops_kv.cpp
 void add_vision_cases(std::vector<Case>& cases);     // test_backend_ops_vision.cpp
+void add_moe_cases(std::vector<Case>& cases);        // test_backend_ops_moe.cpp
 
 // CPU-only self-consistency checks of the composite ops (test_backend_ops_gdn.cpp).
 void expect_gdn_mix_equals_token_by_token(Backend& be);

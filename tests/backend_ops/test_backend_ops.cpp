@@ -136,6 +136,7 @@ std::vector<Case> all_cases() {
   add_gdn_cases(cases);
   add_kv_cases(cases);
   add_vision_cases(cases);
+  add_moe_cases(cases);
   return cases;
 }
 
