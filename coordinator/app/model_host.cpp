@@ -132,6 +132,7 @@ void apply_mmproj(const ModelConfig& cfg, ServeOptions* o) {
   vo.patch_size = v.patch_size;
   vo.merge = v.merge;
   vo.image_token_id = cfg.image_token_id;
+  o->engine.image_max_tokens = vo.image_max_tokens;  // stage 0 sets the tower's workspace for it aside
   log::info("deltaserve", log::Msg() << file_name(path) << ": vision input on (patch " << v.patch_size << ", merge "
                                      << v.merge << ", " << vo.image_min_tokens << ".." << vo.image_max_tokens
                                      << " tokens per image, at most " << vo.max_images_per_request << " per request)");

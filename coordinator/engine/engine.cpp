@@ -44,6 +44,15 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
+// --spec-k drafts with the model's MTP block: a model without one is refused here, at start-up,
+// naming the flag (its last stage could not draft, so every request would fail).
+void check_spec_k(const ModelConfig& config, uint32_t spec_k, const std::string& model_path) {
+  if (spec_k == 0 || config.n_nextn > 0) return;
+  throw ConfigError("--spec-k " + std::to_string(spec_k) + ": " +
+                    std::filesystem::path(model_path).filename().string() + " has no MTP block (" + config.arch +
+                    ".nextn_predict_layers is 0), so nothing can draft; serve it with --spec-k 0");
+}
+
 }  // namespace
 
 struct PipelineEngine::Impl {
@@ -125,6 +134,7 @@ struct PipelineEngine::Impl {
 void PipelineEngine::Impl::load_model_layout() {
   const GgufFile gguf = GgufFile::open(opt.model_path);
   config = load_model_config(gguf);
+  check_spec_k(config, opt.spec_k, opt.model_path);
   layout = opt.layer_split.empty()
                ? plan_balanced_layout(layer_weight_bytes(gguf, config.n_layer), opt.n_workers,
                                       last_stage_extra_bytes(gguf, config.n_layer, opt.spec_k, opt.draft_vocab))
@@ -243,7 +253,10 @@ v1::Assign PipelineEngine::Impl::make_assign(uint32_t rank) const {
                                                                  : v1::CACHE_SIZING_EXACT);
   a.set_spec_k(opt.spec_k);
   a.set_draft_vocab(opt.draft_vocab);
-  if (!opt.mmproj_path.empty()) a.set_mmproj_path(std::filesystem::absolute(opt.mmproj_path).string());
+  if (!opt.mmproj_path.empty()) {
+    a.set_mmproj_path(std::filesystem::absolute(opt.mmproj_path).string());
+    a.set_image_max_tokens(opt.image_max_tokens);
+  }
   return a;
 }
 

@@ -30,8 +30,11 @@ enum class CacheSizing {
 
 // Every switch of the engine, filled once by the process's option parser.
 struct EngineOptions {
-  std::string model_path;       // GGUF; workers mmap the same path
-  std::string mmproj_path;      // vision tower GGUF (Assign.mmproj_path, opened by stage 0); empty: text only
+  std::string model_path;   // GGUF; workers mmap the same path
+  std::string mmproj_path;  // vision tower GGUF (Assign.mmproj_path, opened by stage 0); empty: text only
+  // The most tokens of one image (Assign.image_max_tokens: stage 0 sets the vision tower's
+  // workspace for it aside from its pools; 0 = the workers' default, 4096).
+  uint32_t image_max_tokens = 0;
   uint32_t n_workers = 1;       // pipeline stages
   std::string backend = "cpu";  // cpu | cuda
   std::vector<int> devices;     // cuda: GPU of each rank (local workers); empty = rank r on GPU r

@@ -16,11 +16,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <regex>
 #include <stdexcept>
 #include <string>
 
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/testutil.h"
+#include "tests/testutil/vision_reference.h"
 
 namespace ds::test {
 namespace {
@@ -89,6 +91,43 @@ TEST(CapacityE2E, BadMemoryBudgetIsRejectedBeforeAnythingStarts) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("bad value 'lots' for memory-budget"), std::string::npos) << e.what();
   }
+}
+
+// The first number `pattern` (one group) captures in `log`; -1 when it does not match.
+int64_t logged_number(const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  return std::regex_search(log, m, std::regex(pattern)) ? std::stoll(m[1]) : -1;
+}
+
+// Stage 0's vision tower comes out of its pools' budget (worker/cache/tower_sizing.h). The VL
+// fixture on one worker (its one attention layer: 16 tokens * 1024 B = 16384 B per block), 4M
+// budget, images of at most 16 tokens (64 patches). On cpu the tower takes
+//   weights:    f32 copies of its 21 vectors (1920 floats), the two patch taps as one f32 matrix
+//               [64][1536], the f32 position grid [64][64] (its F16 matrices are read in place):
+//               7680 + 393216 + 16384 = 417280 B
+//   workspace:  64 patches * (1536 + 6 * 64 + 128) floats of scratch, 128 rope positions, the
+//               host patch and position rows (64 * (1536 + 64) floats), the RGB pixels twice
+//               (2 * 64 * 16 * 16 * 3): 524288 + 512 + 409600 + 98304 = 1032704 B
+//   encodings:  16 cached images of 16 tokens * 64 floats, plus the one being made: 69632 B
+// = 1519616 B = 92.75 blocks: the worker holds 92 or 93 blocks fewer than without --mmproj.
+TEST(CapacityE2E, VisionTowerComesOutOfStage0sPools) {
+  const std::vector<std::string> base{
+      "--model", vision_model_path(), "--workers", "1", "--port", "0", "--max-seqs", "4", "--max-context",
+      "1024",    "--memory-budget",   "4M"};
+  std::vector<std::string> vision = base;
+  vision.insert(vision.end(),
+                {"--mmproj", vision_mmproj_path(), "--image-min-tokens", "16", "--image-max-tokens", "16"});
+  ServerProcess text_only(base);
+  ServerProcess with_tower(vision);
+  const std::string held = "worker rank 0 holds ([0-9]+) KV blocks";
+  const int64_t without = logged_number(text_only.log(), held), with = logged_number(with_tower.log(), held);
+  const int64_t tower = logged_number(with_tower.log(), "= ([0-9]+) bytes set aside from the pools");
+  EXPECT_EQ(tower, 1519616) << with_tower.log();
+  EXPECT_EQ(logged_number(text_only.log(), "(set aside from the pools)"), -1) << "no tower, nothing set aside";
+  EXPECT_GE(without - with, tower / 16384) << text_only.log() << with_tower.log();
+  EXPECT_LE(without - with, tower / 16384 + 1);
+  EXPECT_LT(without, 256) << "the bound (4 * 64 blocks) must not decide";
+  EXPECT_EQ(metric_value(with_tower.port(), "deltaserve:kv_blocks_total"), static_cast<double>(with));
 }
 
 }  // namespace

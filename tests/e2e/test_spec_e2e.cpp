@@ -14,6 +14,7 @@
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/reference.h"
 #include "tests/testutil/testutil.h"
+#include "tests/testutil/vision_reference.h"
 
 namespace ds::test {
 namespace {
@@ -242,6 +243,28 @@ TEST_F(SpecE2E, WorkerKilledMidStreamGivesTheSameTokens) {
   ASSERT_TRUE(killed) << "the stream ended before the worker could be killed";
   ASSERT_EQ(crashed.status, 200);
   EXPECT_EQ(streamed_completion_text(crashed.body), streamed_completion_text(clean.body));
+}
+
+// --spec-k with a model that has no MTP block (the VL fixture, with and without its mmproj; the
+// small text model) stops start-up with a message naming the flag, instead of a 500 per request.
+TEST(SpecE2EStart, ModelWithoutAnMtpBlockIsRefusedAtStart) {
+  const std::vector<std::vector<std::string>> models = {
+      {"--model", vision_model_path(), "--mmproj", vision_mmproj_path()},
+      {"--model", vision_model_path()},
+      {"--model", data_path("small-qwen35-q8_0.gguf")},
+  };
+  for (std::vector<std::string> args : models) {
+    args.insert(args.end(), {"--workers", "2", "--port", "0", "--spec-k", "2"});
+    try {
+      ServerProcess server(args);
+      ADD_FAILURE() << args[1] << ": started with --spec-k 2";
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("fatal: --spec-k 2: "), std::string::npos) << m;
+      EXPECT_NE(m.find("has no MTP block (qwen35.nextn_predict_layers is 0)"), std::string::npos) << m;
+      EXPECT_EQ(m.find("listening on"), std::string::npos) << m;
+    }
+  }
 }
 
 }  // namespace

@@ -2,11 +2,12 @@
 // on two CPU workers. A chat request with the reference image as a data URL gives the reference
 // prompt ids (/tokenize, usage) and the transformers greedy tokens; a second turn with the same
 // image hits the prefix cache, another image misses it; hostile image inputs get 400s and the
-// server keeps serving.
+// server keeps serving; a worker SIGKILLed mid-stream after an image prompt changes no token.
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <signal.h>
 
 #include <string>
 #include <vector>
@@ -129,6 +130,87 @@ TEST_F(VisionE2E, TooManyImageTokensForTheContextIs400) {
       chat(chat_body({ref.image_urls[0], ref.image_urls[0], ref.image_urls[0]}, "x", R"("max_tokens":900)"));
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("context"), std::string::npos) << r.body;
+}
+
+// The tokens of a streamed chat reply with logprobs (each token's bytes, in order) and its finish
+// reason.
+struct StreamedTokens {
+  std::vector<std::string> tokens = {};
+  std::string finish = {};
+};
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+StreamedTokens streamed_tokens(const std::string& body) {
+  StreamedTokens out;
+  for (const std::string& e : sse_events(body)) {
+    if (e == "[DONE]") continue;
+    rapidjson::Document d = parse(e);
+    if (!d.HasMember("choices") || d["choices"].Empty()) continue;
+    const auto& c = d["choices"][0];
+    if (c.HasMember("finish_reason") && c["finish_reason"].IsString()) out.finish = c["finish_reason"].GetString();
+    if (!c.HasMember("logprobs") || !c["logprobs"].IsObject()) continue;
+    for (const auto& t : c["logprobs"]["content"].GetArray()) {
+      std::string bytes;
+      for (const auto& b : t["bytes"].GetArray()) bytes += static_cast<char>(b.GetInt());
+      out.tokens.push_back(bytes);
+    }
+  }
+  return out;
+}
+
+// A worker SIGKILLed a few tokens into a stream whose prompt has an image: the engine restarts it
+// and re-prefills prompt + generated tokens, stage 0 embeds the image again from the pixels the
+// replayed row carries (a restarted stage 0 has never seen them), and the stream completes with
+// the tokens of an unkilled run, the first 16 being the reference's.
+void expect_kill_mid_stream_keeps_the_tokens(ServerProcess* server, int rank) {
+  const VisionReferencePrompt ref = load_vision_reference_prompt("one_image");
+  const Tokenizer tok = Tokenizer::from_file(vision_model_path());
+  const std::string body = chat_body(
+      ref.image_urls, ref.text, R"("temperature":0,"max_tokens":96,"logprobs":true,"ignore_eos":true,"stream":true)");
+  const HttpReply clean = http_request(server->port(), "POST", "/v1/chat/completions", body);
+  ASSERT_EQ(clean.status, 200) << clean.body;
+  const StreamedTokens want = streamed_tokens(clean.body);
+  ASSERT_EQ(want.tokens.size(), 96u);
+  for (size_t i = 0; i < ref.greedy_tokens.size(); ++i) {
+    EXPECT_EQ(want.tokens[i], std::string(tok.token_piece(ref.greedy_tokens[i], true))) << "token " << i;
+  }
+  // Worker pids are the start-up ones: each rank is killed once, by its own test.
+  const pid_t victim = server->worker_pids().at(rank);
+  const std::string lost = "worker rank " + std::to_string(rank) + " lost";
+  const std::string other_lost = "worker rank " + std::to_string(1 - rank) + " lost";
+  const size_t lost_before = occurrences(server->log(), lost), other_before = occurrences(server->log(), other_lost);
+  bool killed = false;
+  const HttpReply crashed =
+      http_request(server->port(), "POST", "/v1/chat/completions", body, {}, [&](const std::string& so_far) {
+        if (!killed && sse_events(so_far).size() >= 6) {
+          kill(victim, SIGKILL);
+          killed = true;
+        }
+      });
+  ASSERT_TRUE(killed) << "the stream ended before the worker could be killed";
+  ASSERT_EQ(crashed.status, 200) << crashed.body;
+  const StreamedTokens got = streamed_tokens(crashed.body);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.finish, "length");
+  EXPECT_EQ(occurrences(server->log(), lost), lost_before + 1) << "the engine saw the kill";
+  EXPECT_EQ(occurrences(server->log(), other_lost), other_before) << "the healthy worker must not be restarted";
+  EXPECT_EQ(http_request(server->port(), "GET", "/ready", "").status, 200);
+}
+
+// Stage 0 (the vision tower's) killed: the restarted one gets the pixels with the replayed prompt.
+TEST_F(VisionE2E, Stage0KilledMidStreamGivesTheSameTokens) {
+  expect_kill_mid_stream_keeps_the_tokens(server_, 0);
+}
+
+// The last stage killed: stage 0 survives, its sequences dropped; the replayed row brings the pixels
+// again and its cached encoding of the image (keyed by the image's hash) serves it.
+TEST_F(VisionE2E, LastStageKilledMidStreamGivesTheSameTokens) {
+  expect_kill_mid_stream_keeps_the_tokens(server_, 1);
 }
 
 }  // namespace

@@ -14,10 +14,13 @@
 #include "common/ipc/protocol.h"  // assign_kv_type
 #include "common/kv_options.h"
 #include "common/log.h"
-#include "common/model_config.h"     // load_model_config
-#include "common/stage_footprint.h"  // stage_reads, stage_weight_bytes, stage_cache_shapes
+#include "common/model_config.h"           // load_model_config
+#include "common/stage_footprint.h"        // stage_reads, stage_weight_bytes, stage_cache_shapes
+#include "common/vision_config.h"          // read_vision_config
+#include "worker/blocks/image_embedder.h"  // ImageCacheLimits
 #include "worker/cache/pool_sizing.h"
 #include "worker/cache/state_pool.h"  // StatePool::kMaxCaptures
+#include "worker/cache/tower_sizing.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/decode_gemv.h"
 #if DS_HAVE_CUDA_BACKEND
@@ -41,11 +44,18 @@ uint64_t stage_bf16_copy_bytes(const GgufFile& gguf, const ModelConfig& cfg, uin
   return total;
 }
 
+// Memory set aside from the pools' budget besides the slice's weights: the CUDA backend's bf16
+// weight copies (0 when off) and stage 0's vision tower (tower_sizing.h; 0 without --mmproj).
+struct SetAside {
+  uint64_t copy = 0;
+  uint64_t tower = 0;
+};
+
 // Device memory the pools may take on a CUDA worker: the share of the GPU the operator allows
-// (never more than is free now), less the slice's weights and the workspace reserve. Weights,
-// pools and workspace are all allocated at load, so nothing later competes for this memory.
-// `copy`: the bf16 weight copies' bytes (0 when off), set aside like the weights.
-uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights, uint64_t copy = 0) {
+// (never more than is free now), less the slice's weights, what is set aside and the workspace
+// reserve. Weights, pools and workspace are all allocated at load, so nothing later competes for
+// this memory (the tower's workspace is allocated per image, within what was set aside for it).
+uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights, SetAside aside = {}) {
 #if DS_HAVE_CUDA_BACKEND
   size_t free_bytes = 0, total = 0;
   if (!cuda::device_memory(o.device < 0 ? 0 : o.device, &free_bytes, &total)) {
@@ -54,35 +64,46 @@ uint64_t gpu_pool_budget(const WorkerOptions& o, uint64_t weights, uint64_t copy
   }
   const auto share = static_cast<uint64_t>(o.gpu_memory_fraction * static_cast<double>(total));
   const uint64_t usable = std::min<uint64_t>(share, free_bytes);
-  const uint64_t taken = weights + copy + o.gpu_workspace_reserve_bytes;
+  const uint64_t taken = weights + aside.copy + aside.tower + o.gpu_workspace_reserve_bytes;
   if (taken >= usable) {
-    const std::string copy_text =
-        copy == 0 ? "" : " + " + format_bytes(copy) + " of bf16 weight copies (--bf16-weight-copy off frees them)";
-    throw std::runtime_error("the slice needs " + format_bytes(weights) + " of weights" + copy_text + " + " +
-                             format_bytes(o.gpu_workspace_reserve_bytes) + " of workspace reserve, but the budget is " +
-                             format_bytes(usable) + " (--gpu-memory-fraction " + std::to_string(o.gpu_memory_fraction) +
-                             " of " + format_bytes(total) + ", " + format_bytes(free_bytes) +
+    const std::string copy_text = aside.copy == 0 ? ""
+                                                  : " + " + format_bytes(aside.copy) +
+                                                        " of bf16 weight copies (--bf16-weight-copy off frees them)";
+    const std::string tower_text =
+        aside.tower == 0 ? "" : " + " + format_bytes(aside.tower) + " for the vision tower (--mmproj)";
+    throw std::runtime_error("the slice needs " + format_bytes(weights) + " of weights" + copy_text + tower_text +
+                             " + " + format_bytes(o.gpu_workspace_reserve_bytes) +
+                             " of workspace reserve, but the budget is " + format_bytes(usable) +
+                             " (--gpu-memory-fraction " + std::to_string(o.gpu_memory_fraction) + " of " +
+                             format_bytes(total) + ", " + format_bytes(free_bytes) +
                              " free), leaving nothing for the KV/state pools: add workers or raise the fraction");
   }
   return usable - taken;
 #else
-  (void)o, (void)copy;
+  (void)o, (void)aside;
   throw std::runtime_error("this build has no CUDA backend (the slice has " + format_bytes(weights) + " of weights)");
 #endif
 }
 
 // The bytes this worker's pools may take: its backend's budget, capped by --memory-budget and
-// by Assign.memory_budget_bytes (weights + state) when those are set. `copy` (bf16 weight
-// copies) counts as weights.
-uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t weights, uint64_t copy = 0) {
+// by Assign.memory_budget_bytes (weights + state) when those are set. What is set aside counts
+// as weights. On cpu the vision tower comes out of --memory-budget (the pools and the tower share
+// the worker's RAM; the model's weights are the file's mapping); on cuda out of the GPU share.
+uint64_t pool_budget(const ipc::v1::Assign& a, const WorkerOptions& o, uint64_t weights, SetAside aside = {}) {
   uint64_t budget = 0;
   if (o.backend == "cuda") {
-    budget = gpu_pool_budget(o, weights, copy);
-    weights += copy;
+    budget = gpu_pool_budget(o, weights, aside);
     if (o.memory_budget_bytes != 0) budget = std::min(budget, o.memory_budget_bytes);
   } else {
     budget = o.memory_budget_bytes != 0 ? o.memory_budget_bytes : default_cpu_pool_budget(physical_ram_bytes());
+    if (aside.tower >= budget) {
+      throw std::runtime_error("the vision tower (--mmproj) needs " + format_bytes(aside.tower) +
+                               " beside the pools, but the memory budget is " + format_bytes(budget) +
+                               " (--memory-budget; --image-max-tokens bounds the tower's workspace)");
+    }
+    budget -= aside.tower;
   }
+  weights += aside.copy + aside.tower;
   if (a.memory_budget_bytes() != 0) {
     budget = std::min(budget, a.memory_budget_bytes() > weights ? a.memory_budget_bytes() - weights : 0);
   }
@@ -164,6 +185,33 @@ void check_kv_types(const WorkerOptions& w, const ModelConfig& cfg, StageRange r
                                  << " bytes per token over " << shapes.n_attention_layers << " attention layers");
 }
 
+// Stage 0's vision tower beside its pools (tower_sizing.h): its weights, the workspace of the
+// largest image the coordinator sends and the encodings the embedder keeps (its default limits,
+// as the stage builds it). Logged, since it is taken from the pools.
+uint64_t tower_bytes(const GgufFile& mmproj, const ipc::v1::Assign& a, const ModelConfig& cfg, const WorkerOptions& w) {
+  const ImageCacheLimits cache{};
+  const TowerMemoryInputs in{.n_embd = cfg.n_embd,
+                             .max_image_tokens = a.image_max_tokens(),
+                             .device_copies = w.backend == "cuda",
+                             .cache_max_images = cache.max_images,
+                             .cache_max_bytes = cache.max_bytes};
+  const TowerMemory m = vision_tower_memory(mmproj, read_vision_config(mmproj), in);
+  log::info("worker", log::Msg() << "vision tower: " << format_bytes(m.weight_bytes) << " of weights + "
+                                 << format_bytes(m.workspace_bytes) << " of workspace for images up to "
+                                 << (a.image_max_tokens() ? a.image_max_tokens() : kDefaultImageMaxTokens)
+                                 << " tokens + " << format_bytes(m.encoding_bytes)
+                                 << " of cached encodings = " << m.total() << " bytes set aside from the pools");
+  return m.total();
+}
+
+// Speculation drafts with the MTP block on the last stage: a model without one cannot (the
+// coordinator refuses --spec-k for it at start; this covers a coordinator that did not).
+void check_spec_k(const ipc::v1::Assign& a, const ModelConfig& cfg) {
+  if (a.spec_k() == 0 || !a.is_last() || cfg.n_nextn > 0) return;
+  throw std::runtime_error("spec_k " + std::to_string(a.spec_k()) + " in Assign (--spec-k), but the model has no MTP " +
+                           "block (" + cfg.arch + ".nextn_predict_layers is 0) to draft with");
+}
+
 #if DS_HAVE_CUDA_BACKEND
 // How long the weights took to reach the device (context start-up, upload, split-rows repack): the
 // largest part of a restarted worker's time to serve again.
@@ -226,6 +274,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   if (assign.is_first() != (assign.first_layer() == 0) || assign.is_last() != (assign.last_layer() == config.n_layer)) {
     throw std::runtime_error("is_first / is_last do not match the layer range");
   }
+  check_spec_k(assign, config);
   OutputHead head = OutputHead::kLanguageModel;
   if (!output_head_from_wire_name(assign.output_head(), &head)) {
     throw std::runtime_error("Assign.output_head = '" + assign.output_head() + "' is not a head this worker knows");
@@ -240,10 +289,12 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
   options.max_context = assign.max_context();
   options.draft_vocab = assign.draft_vocab();
   options.head = head;
-  // Vision input: stage 0 builds the tower from the mmproj (its weights are small beside the
-  // model's and are not counted in the pool budget); the other stages never read it.
+  // Vision input: stage 0 builds the tower from the mmproj and sets its memory aside from the
+  // pools' budget; the other stages never read it.
+  SetAside aside;
   if (!assign.mmproj_path().empty() && assign.is_first()) {
     options.mmproj = std::make_shared<const GgufFile>(GgufFile::open(assign.mmproj_path()));
+    aside.tower = tower_bytes(*options.mmproj, assign, config, worker);
   }
   const StageRange range{assign.first_layer(), assign.last_layer()};
   check_kv_types(worker, config, range);
@@ -254,12 +305,13 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
                                   ? stage_bf16_copy_bytes(*gguf, config, range.first_layer, range.last_layer)
                                   : 0;
   CopyPlan copy;
+  const auto with_copy = [&aside](uint64_t c) { return SetAside{.copy = c, .tower = aside.tower}; };
   if (request.limit.managed() || !request.exact) {
     const PoolCosts costs = stage_pool_costs(config, range.first_layer, range.last_layer, request.limit);
     copy = plan_bf16_copy(
-        worker, copy_bytes, [&](uint64_t c) { return pool_budget(assign, worker, out.weight_bytes, c); },
+        worker, copy_bytes, [&](uint64_t c) { return pool_budget(assign, worker, out.weight_bytes, with_copy(c)); },
         [&](uint64_t without, uint64_t with) { return fits_beside_pools(costs, request, without, with); });
-    out.pool_budget_bytes = pool_budget(assign, worker, out.weight_bytes, copy.bytes);
+    out.pool_budget_bytes = pool_budget(assign, worker, out.weight_bytes, with_copy(copy.bytes));
     out.pools = size_pools(costs, request, out.pool_budget_bytes);
     options.cache = out.pools.geometry;
   } else {
@@ -269,7 +321,7 @@ LoadedStage load_gguf_stage(const ipc::v1::Assign& assign, const WorkerOptions& 
     if (worker.bf16_weight_copy == "on") {
       copy = plan_bf16_copy(worker, copy_bytes, nullptr, nullptr);
     }
-    if (worker.backend == "cuda") gpu_pool_budget(worker, out.weight_bytes, copy.bytes);  // weights (+ copy) must fit
+    if (worker.backend == "cuda") gpu_pool_budget(worker, out.weight_bytes, with_copy(copy.bytes));  // all must fit
   }
   if (worker.backend == "cuda") {
 #if DS_HAVE_CUDA_BACKEND

@@ -2,7 +2,9 @@
 // Open WebUI and agent frameworks send with Qwen's published sampling settings — n > 1,
 // presence / frequency / repetition penalties, logit_bias, top_k / min_p, stop_token_ids,
 // min_tokens, echo — streaming and not, and an out-of-range n answered with a 400 the SDK
-// raises as BadRequestError. Usage: node sdk_test.mjs PORT
+// raises as BadRequestError; with a second server (the tiny Qwen3.5-VL fixture and its mmproj),
+// an image as a data URL, streaming and not. Usage: node sdk_test.mjs PORT [VL_PORT VL_REFERENCE_JSON]
+import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${process.argv[2]}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -100,6 +102,57 @@ const ranked = await client.post('/rerank', {
 });
 check(ranked.results.length === 1 && ranked.results[0].index >= 0 && ranked.results[0].relevance_score >= 0,
   'rerank through client.post: top_n 1 with index and relevance_score');
+
+// Vision input (issue 31), on the second server (run.sh: the tiny Qwen3.5-VL fixture with --mmproj,
+// f32 KV cache): the reference's PNG as an image_url data URL, greedy. The reply's tokens are the
+// transformers reference's (tests/data/reference/qwen35_vl.json, decoded by the server's
+// /detokenize), the same as the raw HTTP request's (as tests/e2e/test_vision_e2e.cpp sends it),
+// and the stream carries the same tokens and text.
+const [vlPort, vlReference] = process.argv.slice(3);
+if (vlPort !== undefined) {
+  const ref = JSON.parse(readFileSync(vlReference, 'utf8'));
+  const one = ref.prompts.one_image;
+  const vl = new OpenAI({ baseURL: `http://127.0.0.1:${vlPort}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const post = async (path, body) => (await fetch(`http://127.0.0.1:${vlPort}${path}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  })).json();
+  const request = {
+    model: (await vl.models.list()).data[0].id,
+    messages: [{ role: 'user', content: [
+      { type: 'image_url', image_url: { url: ref.images[one.images[0]].data_url } },
+      { type: 'text', text: one.messages[0].content.find((p) => p.type === 'text').text },
+    ] }],
+    temperature: 0, max_tokens: one.greedy_16.tokens.length, logprobs: true, ignore_eos: true,
+  };
+  const want = (await post('/detokenize', { tokens: one.greedy_16.tokens })).prompt;
+  const tokens = (logprobs) => logprobs.content.map((t) => Buffer.from(t.bytes).toString('latin1'));
+  const text = (tokenList) => Buffer.from(tokenList.join(''), 'latin1').toString('utf8');
+  const said = (m) => (m.reasoning_content ?? '') + (m.content ?? '');
+
+  const reply = await vl.chat.completions.create(request);
+  const got = tokens(reply.choices[0].logprobs);
+  check(got.length === one.greedy_16.tokens.length && text(got) === want,
+    'image_url data URL: the reply is the reference greedy tokens');
+  check(reply.usage.prompt_tokens === one.ids.length, 'image_url data URL: prompt_tokens counts the image tokens');
+  const raw = await post('/v1/chat/completions', request);
+  check(JSON.stringify(tokens(raw.choices[0].logprobs)) === JSON.stringify(got) &&
+    said(raw.choices[0].message) === said(reply.choices[0].message),
+    'image_url data URL: the SDK reply equals the raw HTTP reply');
+
+  const streamed = [];
+  let streamedText = '';
+  let finish = null;
+  for await (const chunk of await vl.chat.completions.create({ ...request, stream: true })) {
+    for (const c of chunk.choices) {
+      if (c.logprobs?.content) streamed.push(...tokens(c.logprobs));
+      streamedText += said(c.delta ?? {});
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  check(JSON.stringify(streamed) === JSON.stringify(got) && finish === 'length',
+    'image_url data URL, streamed: the same tokens, finish_reason length');
+  check(streamedText === said(reply.choices[0].message), 'image_url data URL, streamed: the same text');
+}
 
 if (failures > 0) {
   console.error(`${failures} check(s) failed`);
