@@ -94,19 +94,6 @@ std::vector<StepInput> prompt_steps(uint64_t seq, const std::vector<int32_t>& id
   return steps;
 }
 
-// The preprocessing stage 0 applies (ImageEmbedder): the tower's patch, merge and normalization.
-PatchLayout patch_layout(const VisionConfig& c) {
-  PatchLayout l;
-  l.patch = c.patch_size;
-  l.merge = c.merge;
-  l.temporal = c.temporal;
-  for (size_t ch = 0; ch < 3; ++ch) {
-    if (c.image_mean.size() == 3) l.mean[ch] = c.image_mean[ch];
-    if (c.image_std.size() == 3) l.std[ch] = c.image_std[ch];
-  }
-  return l;
-}
-
 // The TTFT prompt around an image of `tokens` pads (at kTextAround), and a text one as long.
 struct PromptPair {
   std::vector<int32_t> image, text;
@@ -191,7 +178,7 @@ PromptPair VisionBench::prompts(size_t tokens) {
 
 // One repetition: the host's resize and patch rows, the tower alone, both prompts' TTFT.
 void VisionBench::run_once(const RgbImage& image, const RgbImage& pixels, const PromptPair& prompts, VisionRow* r) {
-  const PatchLayout layout = patch_layout(tower_.config());
+  const PatchLayout layout = vision_patch_layout(tower_.config());  // as stage 0 cuts it (ImageEmbedder)
   auto t0 = Clock::now();
   const RgbImage resized = r->used == r->asked ? image : resize_bicubic(image, r->used.width, r->used.height);
   r->resize_s.push_back(seconds_since(t0));
@@ -210,7 +197,7 @@ VisionRow VisionBench::measure(ImageSize size) {
   VisionRow r;
   r.asked = size;
   r.used = smart_resize(size.width, size.height, serve_limits(c));
-  r.grid = patch_grid(r.used, patch_layout(c));
+  r.grid = patch_grid(r.used, vision_patch_layout(c));
   r.tokens = image_token_count(r.grid, c.merge);
   r.flops = vision_tower_flops(c, r.grid.n_patches());
   const RgbImage image = synthetic_image(size, size.width * 31 + size.height);

@@ -1,11 +1,13 @@
 // The image embedder (worker/blocks/image_embedder.h) on its own: an image split over prefill
 // chunks is encoded once, its rows land where its tokens are, the cache evicts least recently used;
-// and a stage refuses bad vision input before any state changes.
+// a step of many images gives the rows of one image per step within one image's workspace and the
+// cache's limits; and a stage refuses bad vision input before any state changes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -33,9 +35,19 @@ struct Embedder {
   std::unique_ptr<Backend> be = make_cpu_backend(2);
   ImageEmbedder e;
   explicit Embedder(ImageCacheLimits limits = {}) : e(vl_model().mmproj, *be, vl_model().config, limits) {}
-  void run(const StepInput& in) {
+  // The step's embedded input as the embedder leaves it ([step rows][n_embd]; text rows stay 0).
+  std::vector<float> run(const StepInput& in) {
     e.check(in);
     e.prepare(in);
+    size_t n = 0;
+    for (const SeqStep& s : in.seqs) n += s.n_tokens();
+    const size_t floats = n * vl_model().config.n_embd;
+    float* x = be->alloc(floats);
+    e.write_rows(x);
+    std::vector<float> rows(floats);
+    be->download(rows.data(), x, floats);
+    be->release(x);
+    return rows;
   }
 };
 
@@ -44,17 +56,11 @@ TEST(ImageEmbedder, EncodesAnImageOnceAcrossChunksAndPlacesItsRows) {
   Embedder em;
   em.run(step_of(p, 1, 0, 10));
   EXPECT_EQ(em.e.n_encoded(), 1u);
-  const StepInput second = step_of(p, 1, 10, 40);
-  em.run(second);
+  const std::vector<float> rows = em.run(step_of(p, 1, 10, 40));
   EXPECT_EQ(em.e.n_encoded(), 1u);  // the cached encoding
 
   // Rows 0..29 of the second step are image tokens 6..35.
   const size_t D = vl_model().config.n_embd, T = 30;
-  float* x = em.be->alloc(T * D);
-  em.e.write_rows(x);
-  std::vector<float> rows(T * D);
-  em.be->download(rows.data(), x, T * D);
-  em.be->release(x);
   const std::vector<float>& ref = load_vision_reference_images()[0].vision_embeds;
   double diff = 0, scale = 0;
   for (size_t i = 0; i < T * D; ++i) {
@@ -64,20 +70,112 @@ TEST(ImageEmbedder, EncodesAnImageOnceAcrossChunksAndPlacesItsRows) {
   EXPECT_LE(diff / scale, kEmbedRelTol);
 }
 
-TEST(ImageEmbedder, EvictsTheLeastRecentlyUsedButNotTheStepsOwn) {
+TEST(ImageEmbedder, EvictsTheLeastRecentlyUsed) {
   const VlPrompt& one = vl_prompt("one_image");
-  const VlPrompt& two = vl_prompt("two_images");
+  const VlPrompt& two = vl_prompt("two_images");  // images at positions 4..73 and 76..147
   Embedder em(ImageCacheLimits{1, size_t{1} << 30});
-  em.run(step_of(two, 1, 0, two.n()));  // both images in one step: both kept while it runs
+  em.run(step_of(two, 1, 0, two.n()));  // both images in one step: each placed as made, the later kept
   EXPECT_EQ(em.e.n_encoded(), 2u);
-  EXPECT_EQ(em.e.n_cached(), 2u);
-  em.run(step_of(one, 2, 0, one.n()));  // a third image: the two older ones go
+  EXPECT_EQ(em.e.n_cached(), 1u);
+  em.run(step_of(two, 1, 100, two.n()));  // the second image: cached
+  EXPECT_EQ(em.e.n_encoded(), 2u);
+  em.run(step_of(one, 2, 0, one.n()));  // a third image: the older one goes
   EXPECT_EQ(em.e.n_encoded(), 3u);
   EXPECT_EQ(em.e.n_cached(), 1u);
   em.run(step_of(one, 2, 30, one.n()));  // still cached
   EXPECT_EQ(em.e.n_encoded(), 3u);
   em.run(step_of(two, 1, 100, two.n()));  // two_images' second image again: encoded anew
   EXPECT_EQ(em.e.n_encoded(), 4u);
+}
+
+// ---- several images in one step ------------------------------------------------------------------
+
+// A step of seven sequences: six of the fixture's prompts bringing eight distinct images (each
+// image's hash salted per sequence), and a seventh repeating the first one's image.
+struct ManyImages {
+  StepInput step;
+  std::vector<size_t> offsets;  // each sequence's first row in the step
+};
+
+ManyImages many_images_step() {
+  const char* names[] = {"one_image", "two_images", "resized_image", "two_images", "one_image", "resized_image"};
+  ManyImages m;
+  size_t offset = 0;
+  for (uint64_t i = 0; i <= std::size(names); ++i) {
+    const VlPrompt& p = vl_prompt(names[i % std::size(names)]);
+    SeqStep s = vl_step(p, i + 1, 0, p.n());
+    for (size_t k = 0; k < s.images.size(); ++k) {
+      ImageSpan& im = s.images[k];
+      im.hash ^= (i % std::size(names)) << 40;  // the last sequence: the first one's hash
+      const bool have = std::any_of(m.step.images.begin(), m.step.images.end(),
+                                    [&](const StepImage& x) { return x.hash == im.hash; });
+      if (!have) m.step.images.push_back({im.hash, vl_images()[p.span_image[k]].image});
+    }
+    m.offsets.push_back(offset);
+    offset += s.n_tokens();
+    m.step.seqs.push_back(std::move(s));
+  }
+  return m;
+}
+
+// One image alone in a step: exactly its rows, as a step of one prompt chunk would bring it.
+StepInput one_image_step(const StepInput& many, const SeqStep& s, const ImageSpan& im) {
+  StepInput in;
+  SeqStep one;
+  one.seq_id = s.seq_id;
+  one.start_pos = im.first_pos;
+  one.token_ids.assign(s.token_ids.begin() + im.first_pos, s.token_ids.begin() + im.end_pos());
+  one.images = {im};
+  in.seqs.push_back(std::move(one));
+  for (const StepImage& p : many.images) {
+    if (p.hash == im.hash) in.images.push_back(p);
+  }
+  return in;
+}
+
+// Each image's rows of the many-image step against the same image alone in a step (one tower call
+// per image either way, so bit for bit), and its tower calls within one image's workspace
+// (VisionTower::workspace_floats, what worker/cache/tower_sizing.h sets aside for the largest);
+// `kept` encodings remain cached.
+void expect_one_image_per_step_rows(ImageCacheLimits limits, size_t kept) {
+  const ManyImages m = many_images_step();
+  ASSERT_EQ(m.step.images.size(), 8u);
+  const size_t D = vl_model().config.n_embd;
+  Embedder many(limits), alone;
+  const std::vector<float> rows = many.run(m.step);
+  EXPECT_EQ(many.e.n_encoded(), 8u) << "the repeated image is encoded once";
+  const VisionConfig& v = many.e.vision();
+  size_t most_patches = 0, all_patches = 0, most_bytes = 0;
+  for (size_t i = 0; i < m.step.seqs.size(); ++i) {
+    for (const ImageSpan& im : m.step.seqs[i].images) {
+      const std::vector<float> want = alone.run(one_image_step(m.step, m.step.seqs[i], im));
+      const auto first = rows.begin() + static_cast<ptrdiff_t>((m.offsets[i] + im.first_pos) * D);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), first)) << "sequence " << i << ", image at " << im.first_pos;
+      const size_t patches = size_t{im.n_tokens()} * v.patches_per_token();
+      most_patches = std::max(most_patches, patches);
+      all_patches += patches;
+      most_bytes = std::max(most_bytes, size_t{im.n_tokens()} * D * sizeof(float));
+    }
+  }
+  EXPECT_EQ(many.e.peak_workspace_floats(), VisionTower::workspace_floats(v, most_patches));
+  EXPECT_LT(many.e.peak_workspace_floats(), VisionTower::workspace_floats(v, all_patches));
+  EXPECT_EQ(alone.e.peak_workspace_floats(), many.e.peak_workspace_floats());
+  EXPECT_EQ(many.e.n_cached(), kept);
+  EXPECT_LE(many.e.n_cached(), limits.max_images);
+  EXPECT_LE(many.e.peak_encoding_bytes(), std::min(limits.max_bytes, limits.max_images * most_bytes) + most_bytes);
+}
+
+TEST(ImageEmbedder, ManyImagesInAStepGiveTheRowsOfOneImagePerStep) {
+  expect_one_image_per_step_rows({}, 8);
+}
+
+// The cache holds two of the eight (any two of 64 to 72 tokens fit its bytes, no three), then three:
+// the step's new encodings are placed as they are made and evicted like any other, so the step
+// never holds more than the cache and the one being encoded.
+TEST(ImageEmbedder, ManyImagesInAStepKeepTheCacheWithinItsLimits) {
+  const size_t largest = 72 * vl_model().config.n_embd * sizeof(float);  // image 3, 8x9 tokens
+  expect_one_image_per_step_rows({16, 2 * largest}, 2);
+  expect_one_image_per_step_rows({3, size_t{1} << 30}, 3);
 }
 
 // ---- bad input, through a stage ------------------------------------------------------------------

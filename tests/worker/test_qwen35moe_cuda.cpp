@@ -1,6 +1,6 @@
 // The qwen35moe model on the CUDA backend against the HF reference and the CPU backend (skips
-// when no CUDA device is visible). The MoE FFN is the composed block (worker/blocks/moe_ffn.h:
-// host routing, per-expert products), so the CUDA path runs the same ops the dense model does.
+// when no CUDA device is visible). The MoE FFN runs the backend's moe_route / moe_experts
+// (kernels/cuda/moe.h: device routing, gather-GEMV or grouped expert products in f32).
 // Tolerances: f32 prefill mode keeps f32 products (equal to the CPU up to summation order): the
 // reference's 1e-3 at every position. The bf16 mode rounds operands of steps past 64 tokens to
 // bf16 (~2^-9 relative each, amplified by the random weights, see test_qwen3_cuda.cpp): logits

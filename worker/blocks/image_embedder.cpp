@@ -71,18 +71,10 @@ ImageEmbedder::ImageEmbedder(std::shared_ptr<const GgufFile> mmproj, Backend& be
     : mmproj_(required(std::move(mmproj))),
       be_(be),
       tower_(*mmproj_, be, config.n_embd),
+      layout_(vision_patch_layout(tower_.config())),
       n_embd_(config.n_embd),
       image_token_(config.image_token_id),
-      limits_(limits) {
-  const VisionConfig& v = tower_.config();
-  layout_.patch = v.patch_size;
-  layout_.merge = v.merge;
-  layout_.temporal = v.temporal;
-  for (size_t c = 0; c < 3; ++c) {
-    if (v.image_mean.size() == 3) layout_.mean[c] = v.image_mean[c];
-    if (v.image_std.size() == 3) layout_.std[c] = v.image_std[c];
-  }
-}
+      limits_(limits) {}
 
 ImageEmbedder::~ImageEmbedder() = default;
 
@@ -116,79 +108,80 @@ const ImageEmbedder::Encoding* ImageEmbedder::cached(const ImageSpan& im) const 
 }
 
 void ImageEmbedder::prepare(const StepInput& in) {
-  ++step_;
   plan_.clear();
-  std::vector<std::pair<const ImageSpan*, const RgbImage*>> missing;
-  for (const SeqStep& s : in.seqs) {
-    for (const ImageSpan& im : s.images) {
-      if (positions_in_step(im, s).empty()) continue;
-      if (cached(im) != nullptr) {
-        cache_.at(im.hash).last_use = step_;
-        continue;
-      }
-      const bool listed =
-          std::any_of(missing.begin(), missing.end(), [&](const auto& m) { return m.first->hash == im.hash; });
-      if (!listed) missing.emplace_back(&im, &pixels_of(in, im.hash)->image);
-    }
-  }
-  if (!missing.empty()) encode(missing);
-  evict();
   size_t offset = 0;  // the sequence's first row in the step
   for (const SeqStep& s : in.seqs) {
     for (const ImageSpan& im : s.images) {
       const PosRange r = positions_in_step(im, s);
       if (r.empty()) continue;
-      plan_.push_back({offset + (r.lo - s.start_pos), cached(im)->rows + size_t{r.lo - im.first_pos} * n_embd_,
-                       size_t{r.hi - r.lo}});
+      auto use = std::find_if(plan_.begin(), plan_.end(), [&](const ImageUse& u) { return u.hash == im.hash; });
+      if (use == plan_.end()) {
+        const Encoding* e = cached(im);
+        if (e != nullptr) cache_.at(im.hash).last_use = ++uses_;
+        plan_.push_back({im.hash, im.grid_h, im.grid_w, e != nullptr ? nullptr : &pixels_of(in, im.hash)->image, {}});
+        use = plan_.end() - 1;
+      }
+      use->copies.push_back({offset + (r.lo - s.start_pos), size_t{r.lo - im.first_pos}, size_t{r.hi - r.lo}});
     }
     offset += s.n_tokens();
   }
 }
 
-// All missing images in one tower call (each attends only to itself); their encodings share the
-// call's device block, which goes when the last of them is evicted.
-void ImageEmbedder::encode(const std::vector<std::pair<const ImageSpan*, const RgbImage*>>& missing) {
-  std::vector<std::vector<float>> patches(missing.size());
-  std::vector<VisionImage> images;
-  size_t tokens = 0;
-  for (size_t i = 0; i < missing.size(); ++i) {
-    const ImageSpan& im = *missing[i].first;
-    patches[i] = image_patches(*missing[i].second, layout_);
-    images.push_back({patches[i].data(), im.grid_h * layout_.merge, im.grid_w * layout_.merge});
-    tokens += im.n_tokens();
+// The cached images first: once their rows are written the cache may make room for the new ones.
+void ImageEmbedder::write_rows(float* x) {
+  for (const ImageUse& use : plan_) {
+    if (use.pixels == nullptr) copy_rows(use, cache_.at(use.hash).rows.get(), x);
   }
-  Backend& be = be_;
-  const std::shared_ptr<float> block(be.alloc(tokens * n_embd_), [&be](float* p) { be.release(p); });
-  tower_.encode(images.data(), images.size(), block.get());
-  size_t row = 0;
-  for (const auto& [im, rgb] : missing) {
-    cache_[im->hash] = Encoding{block, block.get() + row * n_embd_, im->grid_h, im->grid_w, step_};
-    row += im->n_tokens();
+  for (const ImageUse& use : plan_) {
+    if (use.pixels != nullptr) copy_rows(use, encode(use).get(), x);
   }
-  n_encoded_ += missing.size();
+  plan_.clear();
 }
 
-// Least recently used first, never an encoding the current step uses.
-void ImageEmbedder::evict() {
-  const auto bytes = [&] {
-    size_t b = 0;
-    for (const auto& [hash, e] : cache_) b += size_t{e.grid_h} * e.grid_w * n_embd_ * sizeof(float);
-    return b;
-  };
-  while (cache_.size() > limits_.max_images || bytes() > limits_.max_bytes) {
-    auto oldest = cache_.end();
-    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (it->second.last_use < step_ && (oldest == cache_.end() || it->second.last_use < oldest->second.last_use)) {
-        oldest = it;
+void ImageEmbedder::copy_rows(const ImageUse& use, const float* rows, float* x) const {
+  for (const RowCopy& c : use.copies) be_.copy(x + c.dst_row * n_embd_, rows + c.src_row * n_embd_, c.n_rows * n_embd_);
+}
+
+// One tower call for one image (each image attends only to itself, so this is what a call of
+// several would give it), cached when it fits the limits.
+std::shared_ptr<float> ImageEmbedder::encode(const ImageUse& use) {
+  cache_.erase(use.hash);  // an encoding of another grid under the same hash
+  const size_t bytes = bytes_of(use.grid_h, use.grid_w);
+  const bool keep = limits_.max_images > 0 && bytes <= limits_.max_bytes;
+  if (keep) make_room(bytes);
+  peak_encoding_bytes_ = std::max(peak_encoding_bytes_, cached_bytes() + bytes);
+  const std::vector<float> patches = image_patches(*use.pixels, layout_);
+  const VisionImage image{patches.data(), use.grid_h * layout_.merge, use.grid_w * layout_.merge};
+  Backend& be = be_;
+  std::shared_ptr<float> rows(be.alloc(bytes / sizeof(float)), [&be](float* p) { be.release(p); });
+  tower_.encode(&image, 1, rows.get());
+  ++n_encoded_;
+  if (keep) cache_[use.hash] = Encoding{rows, use.grid_h, use.grid_w, ++uses_};
+  return rows;
+}
+
+// Evicts the least recently used until an encoding of `bytes` fits beside the rest.
+void ImageEmbedder::make_room(size_t bytes) {
+  while (!cache_.empty() && (cache_.size() >= limits_.max_images || cached_bytes() + bytes > limits_.max_bytes)) {
+    uint64_t oldest = 0, when = UINT64_MAX;
+    for (const auto& [hash, e] : cache_) {
+      if (e.last_use < when) {
+        oldest = hash;
+        when = e.last_use;
       }
     }
-    if (oldest == cache_.end()) return;  // all in use by this step
     cache_.erase(oldest);
   }
 }
 
-void ImageEmbedder::write_rows(float* x) const {
-  for (const RowCopy& c : plan_) be_.copy(x + c.dst_row * n_embd_, c.src, c.n_rows * n_embd_);
+size_t ImageEmbedder::bytes_of(uint32_t grid_h, uint32_t grid_w) const {
+  return size_t{grid_h} * grid_w * n_embd_ * sizeof(float);
+}
+
+size_t ImageEmbedder::cached_bytes() const {
+  size_t b = 0;
+  for (const auto& [hash, e] : cache_) b += bytes_of(e.grid_h, e.grid_w);
+  return b;
 }
 
 }  // namespace ds

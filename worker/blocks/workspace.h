@@ -27,10 +27,9 @@ enum class Slot : int {
   kHeadNorm,   // final-normed rows [R, D]
   kLogits,     // [R, V]
   kRouter,     // MoE router logits [T, E] and the shared expert's gate [T]
-  kExpertIn,   // MoE: one expert's input rows [n, D]
-  kExpertA,    // MoE: its gate projection [n, F]
-  kExpertB,    // MoE: its up projection [n, F]
-  kExpertOut,  // MoE: its output rows [n, D]; the FFN's output [T, D]
+  kExpertA,    // MoE: the route's expert ids [T, k] (int32)
+  kExpertB,    // MoE: the route's weights [T, k]
+  kExpertOut,  // MoE: the FFN's output [T, D]
   kCount,
 };
 

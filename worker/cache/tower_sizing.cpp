@@ -6,6 +6,7 @@
 
 #include "common/gguf.h"
 #include "common/vision_config.h"
+#include "worker/models/qwen35_vision.h"  // VisionTower::workspace_floats (inline: no link to ds_model)
 
 namespace ds {
 namespace {
@@ -31,10 +32,11 @@ uint64_t weight_bytes(const GgufFile& mmproj, bool device_copies) {
   return total;
 }
 
-// One encode() call of n_patches: the tower's scratch rows and rope positions, and on the host
-// (counted on cpu only) the patch floats, position rows and RGB pixels (the plan's and the step's copy).
+// One encode() call of n_patches: the tower's scratch (VisionTower::workspace_floats, the function
+// its allocation uses) and rope positions, and on the host (counted on cpu only) the patch floats,
+// position rows and RGB pixels (the plan's and the step's copy).
 uint64_t workspace_bytes(const VisionConfig& v, uint64_t n_patches, bool device_copies) {
-  const uint64_t scratch = n_patches * (v.patch_floats() + 6ull * v.hidden + v.ffn) * kF32;
+  const uint64_t scratch = VisionTower::workspace_floats(v, n_patches) * kF32;
   const uint64_t positions = 2 * n_patches * sizeof(int32_t);
   if (device_copies) return scratch + positions;
   const uint64_t rgb = 2 * n_patches * v.patch_size * v.patch_size * 3;

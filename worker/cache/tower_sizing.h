@@ -8,13 +8,15 @@
 //  - weights: the matrices as the backend holds them (cuda: a device copy of each; cpu: none, the
 //    mapping is read in place, as the model's own weights), every small tensor as an f32 copy,
 //    the two patch-embedding taps as one f32 matrix; on cpu also the host f32 position grid;
-//  - workspace: one encode() call of N patches (the tower's scratch: pixels, residual, norm,
-//    qkv, attention and MLP rows; VisionTower::Scratch in worker/models/qwen35_vision.cpp) and its
+//  - workspace: one encode() call of N patches (the tower's scratch, VisionTower::workspace_floats
+//    in worker/models/qwen35_vision.h: pixels, residual, norm, qkv, attention and MLP rows) and its
 //    rope positions; on cpu also the host rows the call is made of (patch floats, position rows,
-//    the step's RGB pixels as received and copied);
+//    the step's RGB pixels as received and copied). The embedder makes one tower call per image,
+//    so however many images a step brings, no call holds more than N patches;
 //  - encodings: the embedder's cache of encoded images (worker/blocks/image_embedder.h
 //    ImageCacheLimits: at most max_images of T tokens and at most max_bytes), plus the one being
-//    encoded while the cache is full.
+//    encoded while the cache is full. The embedder keeps to that within a step too: it writes a
+//    new encoding's rows into the step as soon as it is made and caches it only within the limits.
 #pragma once
 
 #include <cstddef>

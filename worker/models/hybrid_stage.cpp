@@ -273,8 +273,8 @@ void HybridStage::lm_head(const float* rows, size_t n_rows, const float* norm, c
               LmHeadOutput{logits, normed_out, digests}, masks);
 }
 
-// Vision input, before any state changes: stage 0 checks the step's images and encodes those it
-// has not encoded yet; a stage that cannot embed refuses pixels or image rows to embed.
+// Vision input, before any state changes: stage 0 checks the step's images and plans their rows
+// (write_rows encodes the new ones); a stage that cannot embed refuses pixels or image rows to embed.
 void HybridStage::prepare_images(const StepInput& in) {
   if (!is_first()) {
     if (!in.images.empty()) throw ConfigError("image pixels sent to a stage after the first (only stage 0 embeds)");

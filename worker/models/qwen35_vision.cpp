@@ -11,6 +11,7 @@
 #include "worker/models/qwen35_vision.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -179,9 +180,22 @@ VisionConfig load_vision_config(const GgufFile& mmproj, uint32_t text_hidden) {
   return c;
 }
 
+PatchLayout vision_patch_layout(const VisionConfig& c) {
+  PatchLayout l;
+  l.patch = c.patch_size;
+  l.merge = c.merge;
+  l.temporal = c.temporal;
+  for (size_t ch = 0; ch < 3; ++ch) {
+    if (c.image_mean.size() == 3) l.mean[ch] = c.image_mean[ch];
+    if (c.image_std.size() == 3) l.std[ch] = c.image_std[ch];
+  }
+  return l;
+}
+
 // ---- the tower ------------------------------------------------------------------------------------
 
-// One call's device buffers, carved from one allocation sized for its patches and released with it.
+// One call's device buffers, carved in scratch_row_floats()'s order from one allocation of
+// workspace_floats() and released with it.
 struct VisionTower::Scratch {
   Backend& be;
   float* base = nullptr;
@@ -193,15 +207,13 @@ struct VisionTower::Scratch {
   float* up = nullptr;      // [N][ffn]
 
   Scratch(Backend& backend, const VisionConfig& c, size_t n) : be(backend) {
-    const size_t h = c.hidden, sizes[] = {c.patch_floats(), h, h, 3 * h, h, c.ffn};
-    size_t total = 0;
-    for (size_t s : sizes) total += n * s;
-    base = be.alloc(total);
+    base = be.alloc(workspace_floats(c, n));
     float** slots[] = {&pixels, &x, &normed, &qkv, &mixed, &up};
+    const std::array<size_t, 6> rows = scratch_row_floats(c);
     float* at = base;
-    for (size_t i = 0; i < 6; ++i) {
+    for (size_t i = 0; i < rows.size(); ++i) {
       *slots[i] = at;
-      at += n * sizes[i];
+      at += n * rows[i];
     }
   }
   ~Scratch() { be.release(base); }
@@ -367,6 +379,7 @@ void VisionTower::encode(const VisionImage* images, size_t n, float* out) {
   const size_t n_patches = starts_.back();
   if (n_patches == 0) return;
   const Scratch s(be_, cfg_, n_patches);
+  peak_workspace_floats_ = std::max(peak_workspace_floats_, workspace_floats(cfg_, n_patches));
   embed_patches(images, n, s);
   for (const Block& b : blocks_) run_block(b, s, n_patches);
   merge_patches(s, n_patches, out);

@@ -8,10 +8,12 @@
 // backends.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "common/image_patches.h"  // PatchLayout
 #include "common/vision_config.h"  // VisionConfig, read_vision_config
 #include "kernels/cpu/matmul.h"
 
@@ -25,6 +27,10 @@ class GgufFile;
 // out_hidden == text_hidden. Throws ds::ConfigError naming the key or tensor at fault (wrong
 // projector type, deepstack layers, a missing tensor, a shape that disagrees, ...).
 VisionConfig load_vision_config(const GgufFile& mmproj, uint32_t text_hidden = 0);
+
+// How image_patches must cut an image for this tower: its patch and merge sizes, its frames and
+// the mmproj's per-channel normalization (PatchLayout's defaults where the mmproj states none).
+PatchLayout vision_patch_layout(const VisionConfig& c);
 
 // One image of an encode() call.
 struct VisionImage {
@@ -51,6 +57,22 @@ class VisionTower {
   // (patch k's place: block_row, block_col, in_row, in_col); a patch's floats are (C, T, py, px).
   // Throws std::invalid_argument for a grid that is empty or not a multiple of merge.
   void encode(const VisionImage* images, size_t n, float* out);
+
+  // Floats per patch of each device buffer of one encode() call, in the order they are carved from
+  // its one allocation: pixels, residual, LayerNorm output, qkv, attention / MLP output, MLP hidden.
+  // Inline so that worker/cache/tower_sizing.cpp, built without this library, sets aside exactly this.
+  static std::array<size_t, 6> scratch_row_floats(const VisionConfig& c) {
+    const size_t h = c.hidden;
+    return {c.patch_floats(), h, h, 3 * h, h, c.ffn};
+  }
+  // The device floats one encode() call over n_patches (all its images together) allocates.
+  static size_t workspace_floats(const VisionConfig& c, size_t n_patches) {
+    size_t per_patch = 0;
+    for (size_t f : scratch_row_floats(c)) per_patch += f;
+    return n_patches * per_patch;
+  }
+  // The most workspace_floats() any encode() call so far has allocated.
+  size_t peak_workspace_floats() const { return peak_workspace_floats_; }
 
  private:
   struct Block {
@@ -81,6 +103,7 @@ class VisionTower {
   std::vector<float> pos_rows_;
   std::vector<int32_t> positions_;
   std::vector<uint32_t> starts_;
+  size_t peak_workspace_floats_ = 0;
 };
 
 }  // namespace ds
