@@ -32,18 +32,21 @@
 # 8192-token steps next to the in-process and 1-worker prefill; "gemv_stalls": ncu warp-stall,
 # occupancy and memory sections of the split-rows GEMV at 1..8 tokens; "mma_stalls": ncu raw metrics of the
 # tensor-core GEMV's lone launches on MMA_SHAPES, default "ffn_down qkv"; "27b_spec": 27B draft / verify 1+3 and tg128 dp4a vs mma;
-# "vision": tools/device_vision.sh: vision tests, logits with images, 9B + real-shape tower bench) picks what runs; every step has its
+# "vision": tools/device_vision.sh: vision tests, logits with images, 9B + real-shape tower bench; "kv_quality", "kv_decode":
+# tools/device_kv.sh; "moe": tools/device_moe.sh: MoE op / model tests, compute-sanitizer, synthetic 35B-A3B bench vs the
+# active-bytes limit and llama.cpp (MOE_SHAPE=tiny-moe: a smoke run; MOE_STEPS)) picks what runs; every step has its
 # own timeout so one hang cannot eat the call.
 set -u
 B=$1 DATA=$2 O=$3
 if [ -f "$B" ]; then  # a tarball of the bundle (binaries compress ~8x: the carried tree must stay < 64 MiB)
   mkdir -p /tmp/ds_bundle && tar xf "$B" -C /tmp/ds_bundle || exit 1
-  B=$(dirname "$(find /tmp/ds_bundle -path '*/bin/deltaserve' | head -1)")/..
+  b=$(find /tmp/ds_bundle -path '*/bin/deltaserve' | head -1)
+  B=$(dirname "${b:-$(find /tmp/ds_bundle -path '*/bin/*' -type f | head -1)}")/..  # a bundle without deltaserve too
 fi
 SECTIONS=${SECTIONS:-tests serve spec16 9b spec workers http 27b}
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$O" "$DATA/reference" "$DATA/tokenizer"
-for gz in $(cd tests/data && find . -name '*.gz'); do gzip -dc "tests/data/$gz" > "$DATA/${gz%.gz}"; done
+for gz in $(cd tests/data && find . -name '*.gz'); do mkdir -p "$DATA/${gz%/*}"; gzip -dc "tests/data/$gz" > "$DATA/${gz%.gz}"; done
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 date -u
 SUMMARY=$O/summary.txt
@@ -722,36 +725,7 @@ if want rerank_profile && command -v ncu > /dev/null; then
   note "ncu rerank: $(tail -1 "$O/ncu_rerank.txt")"
 fi
 
-if want kv_quality; then
-  # Issue 30: each KV cache type's quality on the trained small model, CPU and CUDA, against the CPU
-  # f32 base (deltaserve-perplexity over the six held-out files; KV_HELDOUT: their ids, carried).
-  echo "==== KV cache types: KL / top-1 / delta ppl on small-qwen35"
-  P="$B/bin/deltaserve-perplexity" SQ="$DATA/small-qwen35-q8_0.gguf" RUNS="$O/kv_quality_runs.txt"
-  : > "$RUNS"
-  for f in ${KV_HELDOUT:-build/heldout}/heldout_*.json; do
-    n=$(basename "$f" .json)
-    timeout 120 "$P" --model "$SQ" --ids "$f" --backend cpu --save-base "/tmp/base_$n.bin" > /dev/null 2>&1 ||
-      note "kv_quality: base of $n failed"
-    for t in ${KV_TYPES:-f32 bf16 f16 q8_0 fp8 q4r}; do
-      for be in cpu cuda; do
-        echo "$n $be $t $(timeout 120 "$P" --model "$SQ" --ids "$f" --backend $be --kv-cache-type $t \
-          --kl-base "/tmp/base_$n.bin" 2>&1 | tail -1)" >> "$RUNS"
-      done
-    done
-  done
-  python3 tools/kv_quality_table.py "$RUNS" | tee -a "$SUMMARY"
-fi
-
-if want kv_decode; then
-  # Issue 30 on the H200: 9B decode at 512 / 16K / 64K context per KV type (tg64 after the prompt;
-  # KV_CTX, KV_TYPES), and whether one 27B sequence of 262,144 tokens fits per type (27B_KV_TYPES).
-  echo "==== KV cache types: 9B decode by context, 27B capacity"
-  [ -f $M9 ] || timeout 60 "$B/bin/deltaserve-synth" --shape 9b --out $M9 > "$O/synth9.log" 2>&1
-  for t in ${KV_TYPES:-f32 bf16 q8_0 fp8 q4r}; do
-    bench 400 -m $M9 --backend cuda -p ${KV_CTX:-512,16384,65536} -n 64 -r 1 --kv-cache-type $t > "$O/kv_decode_$t.log" 2>&1
-    note "9B kv $t rc=$?: $(grep -E '^\| .*tg' "$O/kv_decode_$t.log" | tr -s ' ' | tr '\n' ' ')"
-  done
-fi
+if want kv_quality || want kv_decode; then . "$(dirname "$0")/device_kv.sh"; fi
 
 if want grammar; then
   # MaskBench on the device host's quiet cores (a CPU benchmark: one thread per process, GR_SHARDS
@@ -776,6 +750,8 @@ if want grammar; then
 fi
 
 if want vision; then . "$(dirname "$0")/device_vision.sh"; fi
+
+if want moe; then . "$(dirname "$0")/device_moe.sh"; fi
 
 if want 27b_spec; then
   # Issue 10 on 27B: draft / verify 1+3 against its decode step (auto: mma on 27B), and tg128 with each GEMV.
@@ -813,5 +789,6 @@ for f in "$O"/spec9_k*.log "$O/spec27_k3.log"; do [ -f "$f" ] && { echo "---- $(
 for f in ttft_inproc_1step ttft_inproc_2048 ttft_worker_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -2 "$O/$f.log"; }; done
 for f in http9_c1 http9 http9_ttft http_ttft_2048 http_ttft_8192; do [ -f "$O/$f.log" ] && { echo "---- $f"; tail -6 "$O/$f.log"; }; done
 for f in vision9 vision9_2048; do [ -f "$O/$f.log" ] && { echo "---- $f"; sed -n '/^vision tower/,$p' "$O/$f.log"; }; done
+[ -f "$O/moe_table.txt" ] && { echo "---- moe"; cat "$O/moe_table.txt"; }
 # Exit status: 1 when any test binary failed, a serve check did not MATCH, or a step timed out.
 ! grep -Eq 'rc=[1-9]|DIFFER|ERROR|did not start' "$SUMMARY"
