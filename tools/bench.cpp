@@ -64,6 +64,7 @@
 #include "common/model_config.h"
 #include "common/stage_footprint.h"
 #include "coordinator/engine/engine.h"
+#include "tools/bench_cost.h"
 #include "tools/bench_http.h"
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
@@ -153,6 +154,11 @@ constexpr size_t kMaxParallel = 1024;
 // The H200's measured copy bandwidth (docs/PERFORMANCE.md), the cuda default for --peak-gbps.
 constexpr double kH200CopyGbps = 4300;
 
+using ds::bench::batch_decode_bytes;
+using ds::bench::decode_bytes;
+using ds::bench::model_cost;
+using ds::bench::ModelCost;
+using ds::bench::prefill_flops;
 using ds::cli::parse_number;
 
 const ds::cli::Usage kUsage{
@@ -320,57 +326,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// ---- roofline bookkeeping ---------------------------------------------------------------------
-
-struct ModelCost {
-  double decode_weight_bytes = 0;  // streamed once per decode step (batch 1)
-  double matrix_params = 0;        // main-stack + LM-head matrices: 2 FLOP each per token
-  double head_params = 0;          // LM head alone (prefill needs it for one row only)
-  double kv_bytes_per_pos = 0;     // K+V of all attention layers (as their types store them), per cached position
-  double state_bytes = 0;          // f32 GDN conv + recurrent state of one sequence
-};
-
-// Per decode step and token from the stage footprint (common/stage_footprint.h) of the whole main
-// stack: the MTP block runs only when speculating, so neither its tensors nor its KV count here.
-ModelCost model_cost(const ds::GgufFile& g, const ds::ModelConfig& c, const ds::KvTypeFlags& kv) {
-  ModelCost m;
-  for (const ds::GgufTensor& t : g.tensors()) {
-    if (ds::tensor_place(t.name, c).role != ds::TensorRole::kLayer) continue;
-    m.decode_weight_bytes += static_cast<double>(t.nbytes);
-    if (t.n_dims == 2 && t.type != ds::GgmlType::F32) m.matrix_params += static_cast<double>(t.n_elements());
-  }
-  const ds::GgufTensor& head = g.tensor(c.tied_embeddings ? "token_embd.weight" : "output.weight");
-  const ds::GgufTensor& embd = g.tensor("token_embd.weight");
-  m.head_params = static_cast<double>(head.n_elements());
-  m.decode_weight_bytes += static_cast<double>(head.nbytes + embd.row_bytes() + g.tensor("output_norm.weight").nbytes);
-  const ds::CacheShapes s = ds::stage_cache_shapes(c, ds::StageRange{0, c.n_layer});
-  ds::CacheShapes main_stack = s;
-  if (c.n_nextn > 0) --main_stack.n_attention_layers;
-  m.kv_bytes_per_pos = static_cast<double>(ds::kv_bytes_per_token(main_stack, kv.k_type(), kv.v_type()));
-  m.state_bytes = 4.0 * static_cast<double>(s.n_gdn_layers) * static_cast<double>(s.conv_floats + s.ssm_floats);
-  return m;
-}
-
-// Prefill FLOPs of an n-token prompt: matrices for every token, the LM head for the last one,
-// causal attention (QK^T and PV: 4*H*d per query-key pair, keys 1..t for token t).
-double prefill_flops(const ModelCost& m, const ds::ModelConfig& c, size_t n) {
-  const double pairs = 0.5 * static_cast<double>(n) * static_cast<double>(n + 1);
-  return 2.0 * (m.matrix_params * static_cast<double>(n) + m.head_params) +
-         4.0 * c.n_head * c.head_dim * c.n_attention_layers() * pairs;
-}
-
-// Bytes one decode step must read (weights, state read+write, K/V of `ctx` positions).
-double decode_bytes(const ModelCost& m, size_t ctx) {
-  return m.decode_weight_bytes + 2.0 * m.state_bytes + m.kv_bytes_per_pos * static_cast<double>(ctx);
-}
-
-// Bytes one batched decode step of `n_seqs` sequences at context `ctx` must move: the weights
-// once, each sequence's GDN state read+write and K/V.
-double batch_decode_bytes(const ModelCost& m, size_t n_seqs, size_t ctx) {
-  const double per_seq = 2.0 * m.state_bytes + m.kv_bytes_per_pos * static_cast<double>(ctx);
-  return m.decode_weight_bytes + static_cast<double>(n_seqs) * per_seq;
-}
-
 // ---- runs -------------------------------------------------------------------------------------
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -458,7 +413,12 @@ void print_header(const Options& o, const ds::ModelConfig& cfg, const ModelCost&
               o.repeat, o.warmup ? ", after a warm-up run" : "");
   const std::string kv = ds::kv_types_name(o.kv_cache.k_type(), o.kv_cache.v_type());
   std::printf("per decode token: %.3f GB weights + %.3f GB GDN state r/w + %.1f KB KV per context position (%s)\n",
-              m.decode_weight_bytes * 1e-9, 2 * m.state_bytes * 1e-9, m.kv_bytes_per_pos * 1e-3, kv.c_str());
+              (m.decode_weight_bytes + m.expert_share * m.expert_bytes) * 1e-9, 2 * m.state_bytes * 1e-9,
+              m.kv_bytes_per_pos * 1e-3, kv.c_str());
+  if (cfg.moe()) {
+    std::printf("  of which routed experts: %.3f GB (%u of %u per layer, of %.3f GB)\n",
+                m.expert_share * m.expert_bytes * 1e-9, cfg.n_expert_used, cfg.n_expert, m.expert_bytes * 1e-9);
+  }
   std::printf("per prefill token: %.2f GFLOP in matrices (+ causal attention, counted per prompt)\n",
               2 * m.matrix_params * 1e-9);
   if (wants_single(o)) {
