@@ -4,7 +4,7 @@
 //
 //   deltaserve-synth --shape 0.8b|2b|4b|9b|27b|tiny|qwen3-{embed,rerank}-{0.6b,4b,8b} --out F.gguf [--seed S] [--vocab
 //   N]
-//                    [--no-mtp] [--layers N] [--threads T] [--tokenizer-from G.gguf]
+//                    [--no-mtp] [--layers N] [--threads T] [--tokenizer-from G.gguf] [--echo E]
 //   deltaserve-synth --shape mmproj-9b|mmproj-27b|...|mmproj-tiny --out M.gguf [--seed S] [--layers N] [--threads T]
 //
 // The tokenizer is copied from G.gguf (every tokenizer.* key, the token table padded with
@@ -15,7 +15,10 @@
 // mmproj-<text shape>: the real Qwen3.5 tower (depth 27, hidden 1152, F16, ~0.9 GB) projecting to that text
 // shape's hidden size (tools/synth/mmproj.h); --layers sets its depth. Serve the pair with
 // `deltaserve serve --model F.gguf --mmproj M.gguf`.
+// --echo E (qwen35, 0..0.99): every block leans to predicting its input token again (SynthShape::echo),
+// so random-weight MTP drafts get accepted in speculation tests.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -33,6 +36,7 @@ struct Options {
   uint32_t vocab = 0;   // 0: the shape's
   uint32_t layers = 0;  // 0: the shape's
   bool no_mtp = false;
+  float echo = 0;              // SynthShape::echo
   int threads = 0;             // 0: all hardware threads
   std::string tokenizer_from;  // empty: the built-in minimal tokenizer
 };
@@ -42,7 +46,17 @@ using ds::cli::parse_number;
 const ds::cli::Usage kUsage{"deltaserve-synth",
                             "--shape 0.8b|2b|4b|9b|27b|tiny|qwen3-embed-4b|qwen3-rerank-0.6b|mmproj-9b|mmproj-tiny|... "
                             "--out F.gguf [--seed S] [--vocab N] [--no-mtp] "
-                            "[--layers N] [--threads T] [--tokenizer-from G.gguf]"};
+                            "[--layers N] [--threads T] [--tokenizer-from G.gguf] [--echo E]"};
+
+// --echo: a number in [0, 0.99].
+float parse_echo(const std::string& v) {
+  char* end = nullptr;
+  const float e = std::strtof(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !(e >= 0 && e <= 0.99f)) {
+    kUsage.fail("--echo needs a number in [0, 0.99], got '" + v + "'");
+  }
+  return e;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -62,6 +76,8 @@ Options parse(int argc, char** argv) {
       o.threads = parse_number<int>(kUsage, a, args.value(), 1, 1024);
     else if (a == "--no-mtp")
       o.no_mtp = true;
+    else if (a == "--echo")
+      o.echo = parse_echo(args.value());
     else if (a == "--tokenizer-from")
       o.tokenizer_from = args.value();
     else
@@ -74,8 +90,9 @@ Options parse(int argc, char** argv) {
 
 // An mmproj shape: the tower alone (the text model's flags do not apply).
 void write_mmproj(const Options& o) {
-  if (o.vocab || o.no_mtp || !o.tokenizer_from.empty()) {
-    kUsage.fail("--vocab, --no-mtp and --tokenizer-from are text-model flags; " + o.shape + " is a vision tower");
+  if (o.vocab || o.no_mtp || o.echo > 0 || !o.tokenizer_from.empty()) {
+    kUsage.fail("--vocab, --no-mtp, --echo and --tokenizer-from are text-model flags; " + o.shape +
+                " is a vision tower");
   }
   ds::synth::MmprojShape shape = ds::synth::mmproj_shape_by_name(o.shape);
   if (o.layers) shape.depth = o.layers;
@@ -93,6 +110,8 @@ void write_model(const Options& o) {
   if (o.vocab) shape.n_vocab = o.vocab;
   if (o.layers) shape.n_layer = o.layers;
   if (o.no_mtp) shape.n_nextn = 0;
+  if (o.echo > 0 && shape.arch == "qwen3") kUsage.fail("--echo is for the qwen35 shapes");
+  shape.echo = o.echo;
   const ds::synth::SynthSummary s = ds::synth::write_synth_gguf(shape, o.out, o.seed, o.threads, o.tokenizer_from);
   std::printf("%s: %s %s, %u layers + %u MTP, vocab %u, %zu tensors, %.3f B params, %.2f GB, %.1f s\n", o.out.c_str(),
               shape.arch.c_str(), shape.name.c_str(), shape.n_layer, shape.n_nextn, shape.n_vocab, s.n_tensors,

@@ -2,6 +2,7 @@
 // CPU forward with finite logits, and are deterministic for a seed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ggml_types.h"
 #include "common/gguf.h"
 #include "common/model_config.h"
 #include "tools/synth/generate.h"
@@ -179,6 +181,44 @@ TEST(Synth, DeterministicForASeedWhateverTheThreadCount) {
   EXPECT_EQ(a, b);
   ASSERT_EQ(a.size(), other.size());
   EXPECT_NE(a, other);
+}
+
+// SynthShape::echo (spec tests with random weights): the blocks' output projections scaled down,
+// the MTP's eh_proj passing its embedding half through, so the MTP draft repeats its input token.
+TEST(Synth, EchoLeansTheMtpDraftToItsInputToken) {
+  SynthShape s = shape_by_name("tiny");
+  s.echo = 0.8f;
+  for (const TensorPlan& t : plan_tensors(s)) {
+    const bool out_proj = t.name.find("attn_output") != std::string::npos ||
+                          t.name.find("ssm_out") != std::string::npos || t.name.find("ffn_down") != std::string::npos;
+    const bool eh = t.name.find("nextn.eh_proj") != std::string::npos;
+    EXPECT_FLOAT_EQ(t.scale, out_proj || eh ? 0.2f : 1.0f) << t.name;
+    EXPECT_EQ(t.plus_identity, eh) << t.name;
+  }
+  auto g = std::make_shared<const GgufFile>(GgufFile::open(write(s, "echo")));
+  const GgufTensor& eh = g->tensor("blk.8.nextn.eh_proj.weight");  // [2D, D]: row r reads e'_r with weight ~1
+  std::vector<float> row(eh.ne[0]);
+  for (uint64_t r = 0; r < eh.ne[1]; r += 9) {
+    dequantize_row(eh.type, eh.data + r * eh.row_bytes(), row.data(), row.size());
+    EXPECT_NEAR(row[r], 1.0f, 0.2f) << r;
+  }
+  const ModelConfig c = load_model_config(*g);
+  StageOptions so;
+  so.n_threads = 2;
+  auto m = load_cpu_stage(g, c, {0, c.n_layer}, so);
+  int repeats = 0;
+  uint64_t seq = 1;
+  for (const int32_t y : {9, 100, 700, 1500, 2000}) {
+    StepInput in;  // a one-token sequence; its MTP row 0 = (y, h_0)
+    in.seqs.push_back({seq, 0, {5}, {0}});
+    StepOutput out;
+    m->forward(in, &out);
+    std::vector<float> mtp;
+    m->forward_mtp(seq++, 0, {y}, out.final_hidden.data(), &mtp);
+    ASSERT_EQ(mtp.size(), c.n_vocab);
+    repeats += std::max_element(mtp.begin(), mtp.end()) - mtp.begin() == y;
+  }
+  EXPECT_GE(repeats, 4);
 }
 
 TEST(Synth, UnknownShapeIsRejected) {

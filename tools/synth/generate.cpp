@@ -183,6 +183,12 @@ void run_items(const GgufStreamWriter& w, const std::vector<TensorPlan>& plan, c
     uint64_t rng = seed ^ fnv1a(t.name) ^ (it.row0 * 0xD1B54A32D192ED03ull);
     const TensorPlan& p = plan[it.tensor];
     draw(p.init, p.fan_in != 0 ? p.fan_in : t.ne[0], rng, values.data(), n);
+    if (p.scale != 1) {
+      for (float& v : values) v *= p.scale;
+    }
+    if (p.plus_identity) {
+      for (uint64_t r = it.row0; r < it.row0 + it.n_rows && r < t.ne[0]; ++r) values[(r - it.row0) * t.ne[0] + r] += 1;
+    }
     const uint64_t at = it.row0 * t.row_bytes();
     if (t.type == GgmlType::Q8_0) {
       bytes.resize(n / 32 * sizeof(BlockQ8_0));

@@ -153,6 +153,24 @@ void add_ffn(std::vector<TensorPlan>& out, const SynthShape& s, const std::strin
   out.push_back({p + "ffn_down.weight", GgmlType::Q8_0, {F, D}, Init::kMatrix});
 }
 
+// SynthShape::echo: the residual stream keeps more of the input token's embedding, and the MTP
+// block starts from it.
+void lean_to_echo(std::vector<TensorPlan>& plan, float echo) {
+  const auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (TensorPlan& t : plan) {
+    for (const char* out :
+         {"attn_output.weight", "ssm_out.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight"}) {
+      if (ends_with(t.name, out)) t.scale = 1 - echo;
+    }
+    if (ends_with(t.name, "nextn.eh_proj.weight")) {
+      t.scale = 1 - echo;
+      t.plus_identity = true;
+    }
+  }
+}
+
 }  // namespace
 
 SynthShape shape_by_name(const std::string& name) {
@@ -213,6 +231,7 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s) {
     add_attention(out, s, p);
     add_ffn(out, s, p);
   }
+  if (s.echo > 0) lean_to_echo(out, s.echo);
   return out;
 }
 

@@ -36,6 +36,11 @@ struct SynthShape {
   uint32_t context_length = 262144;
   bool tied = false;     // no output.weight
   uint32_t n_nextn = 1;  // MTP blocks
+  // qwen35, 0 <= echo < 1: how far every block leans to predicting its input token again, so that
+  // MTP drafts get accepted with random weights (spec tests): the blocks' output projections
+  // (attn_output, ssm_out, ffn_down, the MTP block's too) are scaled by 1 - echo and, for echo > 0,
+  // the MTP's eh_proj passes its normed embedding half through (+ identity). 0: plain random.
+  float echo = 0;
   uint32_t conv_channels() const { return 2 * ssm_n_group * ssm_d_state + ssm_dt_rank * ssm_d_state; }
 };
 
@@ -59,7 +64,9 @@ struct TensorPlan {
   GgmlType type;
   std::vector<uint64_t> ne;
   Init init;
-  uint64_t fan_in = 0;  // kMatrix: the inputs one output sums over; 0 = ne[0] (a matrix's row)
+  uint64_t fan_in = 0;         // kMatrix: the inputs one output sums over; 0 = ne[0] (a matrix's row)
+  float scale = 1;             // multiplies the drawn values (SynthShape::echo)
+  bool plus_identity = false;  // adds 1 at (row r, column r) for r < min(ne[0], rows) (SynthShape::echo)
 };
 
 // Every tensor of the shape in file order: embeddings, blocks, MTP block(s) (qwen35), or
