@@ -77,7 +77,7 @@ class CudaBackend final : public CudaMoeOps {  // encoder and MoE ops: worker/cu
     }
     DS_CUDA_CHECK(cudaSetDevice(device_));
     DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    bind_op_streams(device_, stream_);
+    bind_op_streams(device_, stream_, precision_);
     // The small decode ops (norms, activations, conv, decode attention, gather/scatter, digest)
     // follow the GEMV's switch (kernels/cuda/dependent_launch.h).
     cuda::set_dependent_launches(stream_, decode_pdl_);

@@ -27,8 +27,8 @@ void CudaMoeOps::moe_experts(const MoeExperts& m) {
   if (const char* why = cpu::moe_experts_problem(m)) throw std::invalid_argument(std::string("moe_experts: ") + why);
   if (m.n_tokens == 0) return;
   moe_on_device();
-  void* scratch = moe_scratch_.get(cuda::moe_experts_scratch_bytes(m), moe_stream_);
-  const cudaError_t e = cuda::moe_experts(m, scratch, moe_stream_);
+  void* scratch = moe_scratch_.get(cuda::moe_experts_scratch_bytes(m, moe_precision_), moe_stream_);
+  const cudaError_t e = cuda::moe_experts(m, scratch, moe_stream_, moe_precision_);
   if (e == cudaErrorNotSupported) {  // the matmul's error for a type the kernels do not read
     throw FormatError(std::string("moe_experts: unsupported expert weight type ") + ggml_type_name(m.gate_exps.type) +
                       " / " + ggml_type_name(m.down_exps.type));

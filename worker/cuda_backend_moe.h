@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/matmul.h"
 #include "worker/cuda_backend_encoder.h"
 #include "worker/cuda_buffers.h"
 
@@ -25,10 +26,12 @@ class CudaMoeOps : public CudaEncoderOps {
  protected:
   // Called once by the derived backend's constructor, after it created `stream` on `device`:
   // binds the encoder ops too.
-  void bind_op_streams(int device, cudaStream_t stream) {
+  // `precision`: the backend's prefill products (the grouped MoE products follow it).
+  void bind_op_streams(int device, cudaStream_t stream, cuda::MatmulPrecision precision) {
     bind_encoder_stream(device, stream);
     moe_device_ = device;
     moe_stream_ = stream;
+    moe_precision_ = precision;
   }
 
  private:
@@ -37,6 +40,7 @@ class CudaMoeOps : public CudaEncoderOps {
 
   int moe_device_ = 0;
   cudaStream_t moe_stream_ = nullptr;
+  cuda::MatmulPrecision moe_precision_ = cuda::MatmulPrecision::kF32;
   cuda_buffers::DeviceScratch moe_scratch_;  // per-pair activations, rows and tiles of a step
 };
 

@@ -1,10 +1,13 @@
 // The MoE router and expert kernels (kernels/cuda/moe.h explains the two regimes). Every kernel
 // is launched through launch_dependent_if_enabled and waits for the previous kernel first: the
 // expert ids it needs come from the router, so there is no weight it could prefetch earlier.
+#include <algorithm>
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_fast.h"  // launch_x_to_bf16
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_gemm_tc.h"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda {
@@ -113,8 +116,12 @@ struct MoeArgs {
   float* part = nullptr;  // [P][D]: down rows per pair (grouped regime)
   // Grouped regime, written by the sort and read by the row kernels:
   int32_t* tile_expert = nullptr;  // [max tiles] the expert of each tile, -1: unused
-  int32_t* tile_pairs = nullptr;   // [max tiles][kMoeTilePairs] pair indices, -1: padding
+  int32_t* tile_pairs = nullptr;   // [max tiles][tile pairs] pair indices, -1: padding
   int n_tokens = 0, n_experts = 0, k = 0, dim = 0, ffn = 0;
+  // The bf16 tensor-core products (moe_gemm_tc.h) instead of the f32 tiles: then tiles hold
+  // kMoeTcTilePairs pairs, h holds bf16 rows and xb the tokens' x rows in bf16.
+  bool tc = false;
+  __nv_bfloat16* xb = nullptr;  // [T][D]
 };
 
 __device__ __forceinline__ void load_x8(const float* p, float (&x)[kCols]) {
@@ -328,15 +335,15 @@ __global__ void __launch_bounds__(kSortThreads)
 
 // ---- launchers -----------------------------------------------------------------------------------
 
-// Tiles the grouped regime may need: every tile holds at least one pair, and each expert leaves at
-// most one partly filled tile.
-size_t max_tiles(size_t n_pairs, size_t n_experts) {
-  const size_t full = (n_pairs + kMoeTilePairs - 1) / kMoeTilePairs + n_experts;
+// Tiles of np pairs the grouped regime may need: every tile holds at least one pair, and each
+// expert leaves at most one partly filled tile.
+size_t max_tiles(size_t n_pairs, size_t n_experts, size_t np = kMoeTilePairs) {
+  const size_t full = (n_pairs + np - 1) / np + n_experts;
   return full < n_pairs ? full : n_pairs;
 }
 
 struct ScratchLayout {
-  size_t h = 0, part = 0, tile_expert = 0, tile_pairs = 0, total = 0;  // byte offsets, then the size
+  size_t h = 0, part = 0, tile_expert = 0, tile_pairs = 0, xb = 0, total = 0;  // byte offsets, then the size
 };
 
 size_t align256(size_t n) {
@@ -344,23 +351,28 @@ size_t align256(size_t n) {
 }
 
 // Tokens per launch sequence: steps past kMoeChunkPairs pairs run in token chunks of this many.
-size_t chunk_tokens(const cpu::MoeExperts& m) {
-  const size_t n = kMoeChunkPairs / m.k;
+// tc: the tensor-core products, whose chunks are kMoeTcChunkPairs.
+size_t chunk_tokens(const cpu::MoeExperts& m, bool tc) {
+  const size_t n = (tc ? kMoeTcChunkPairs : kMoeChunkPairs) / m.k;
   return n < m.n_tokens ? n : m.n_tokens;
 }
 
-ScratchLayout scratch_layout(const cpu::MoeExperts& m) {
-  const size_t P = chunk_tokens(m) * m.k;
+ScratchLayout scratch_layout(const cpu::MoeExperts& m, bool tc) {
+  const size_t P = chunk_tokens(m, tc) * m.k;
   ScratchLayout s;
   s.total = align256(P * m.ffn() * sizeof(float));
   if (P <= kMoeGatherMaxPairs) return s;
+  // Room for either tile size (the f32 tiles are more, the tensor-core tiles hold more slots).
   const size_t tiles = max_tiles(P, m.n_experts);
+  const size_t tc_slots = max_tiles(P, m.n_experts, detail::kMoeTcTilePairs) * detail::kMoeTcTilePairs;
   s.part = s.total;
   s.total += align256(P * m.dim() * sizeof(float));
   s.tile_expert = s.total;
   s.total += align256(tiles * sizeof(int32_t));
   s.tile_pairs = s.total;
-  s.total += align256(tiles * kMoeTilePairs * sizeof(int32_t));
+  s.total += align256(std::max(tiles * kMoeTilePairs, tc_slots) * sizeof(int32_t));
+  s.xb = s.total;
+  s.total += align256(chunk_tokens(m, tc) * m.dim() * sizeof(__nv_bfloat16));
   return s;
 }
 
@@ -381,8 +393,45 @@ cudaError_t run_gather(const MoeArgs& a, cudaStream_t stream) {
       0, stream, a);
 }
 
+cudaError_t launch_combine(const MoeArgs& a, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(a.n_tokens) * a.dim;
+  return detail::launch_dependent_if_enabled(moe_combine_kernel, dim3(detail::grid_for(n, 256)), dim3(256), 0, stream,
+                                             a);
+}
+
+// The grouped regime on bf16 tensor cores: the sort into tiles of kMoeTcTilePairs, x rounded to
+// bf16 once per token (each token's row is gathered by its k pairs), the two products, the combine.
+template <GgmlType WG, GgmlType WD>
+cudaError_t run_grouped_tc(const MoeArgs& a, cudaStream_t stream) {
+  constexpr int NP = detail::kMoeTcTilePairs;
+  const int P = a.n_tokens * a.k;
+  const size_t tiles = max_tiles(static_cast<size_t>(P), static_cast<size_t>(a.n_experts), NP);
+  cudaError_t e =
+      detail::launch_dependent_if_enabled(moe_sort_kernel<NP>, dim3(1), dim3(kSortThreads), 0, stream, a.experts, P,
+                                          a.n_experts, static_cast<int>(tiles), a.tile_expert, a.tile_pairs);
+  if (e != cudaSuccess) return e;
+  const size_t D = static_cast<size_t>(a.dim), T = static_cast<size_t>(a.n_tokens);
+  e = detail::launch_x_to_bf16(a.x, D, T, D, a.xb, stream, dependent_launches(stream));
+  if (e != cudaSuccess) return e;
+  detail::MoeTcProblem p;
+  p.xb = a.xb;
+  p.tile_expert = a.tile_expert;
+  p.tile_pairs = a.tile_pairs;
+  p.n_tiles = static_cast<int>(tiles);
+  p.gate = a.gate, p.up = a.up, p.down = a.down;
+  p.gate_row_bytes = a.gate_row_bytes, p.down_row_bytes = a.down_row_bytes;
+  p.gate_type = WG, p.down_type = WD;
+  p.h = reinterpret_cast<__nv_bfloat16*>(a.h);
+  p.part = a.part;
+  p.n_experts = a.n_experts, p.k = a.k, p.dim = a.dim, p.ffn = a.ffn;
+  if ((e = detail::moe_tc_gate_up(p, stream)) != cudaSuccess) return e;
+  if ((e = detail::moe_tc_down(p, stream)) != cudaSuccess) return e;
+  return launch_combine(a, stream);
+}
+
 template <GgmlType WG, GgmlType WD>
 cudaError_t run_grouped(const MoeArgs& a, cudaStream_t stream) {
+  if (a.tc) return run_grouped_tc<WG, WD>(a, stream);
   constexpr int NP = static_cast<int>(kMoeTilePairs);
   const int P = a.n_tokens * a.k;
   const unsigned tiles = static_cast<unsigned>(max_tiles(static_cast<size_t>(P), static_cast<size_t>(a.n_experts)));
@@ -396,14 +445,14 @@ cudaError_t run_grouped(const MoeArgs& a, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_if_enabled(moe_down_kernel<WD, NP>, dim3(tiles, row_blocks(a.dim)), block, 0, stream, a);
   if (e != cudaSuccess) return e;
-  const size_t n = static_cast<size_t>(a.n_tokens) * a.dim;
-  return detail::launch_dependent_if_enabled(moe_combine_kernel, dim3(detail::grid_for(n, 256)), dim3(256), 0, stream,
-                                             a);
+  return launch_combine(a, stream);
 }
 
 template <GgmlType WG, GgmlType WD>
 cudaError_t run_typed(const MoeArgs& a, cudaStream_t stream) {
-  if (static_cast<size_t>(a.n_tokens) * a.k <= kMoeGatherMaxPairs) return run_gather<WG, WD>(a, stream);
+  // A short last chunk of a tensor-core step stays grouped: its tokens' bits must not depend on
+  // where the chunks of their step end (the f32 regimes agree bit for bit, bf16 and f32 do not).
+  if (!a.tc && static_cast<size_t>(a.n_tokens) * a.k <= kMoeGatherMaxPairs) return run_gather<WG, WD>(a, stream);
   return run_grouped<WG, WD>(a, stream);
 }
 
@@ -447,6 +496,7 @@ MoeArgs chunk_args(const cpu::MoeExperts& m, const ScratchLayout& s, uint8_t* ba
   a.part = s.part != 0 ? reinterpret_cast<float*>(base + s.part) : nullptr;
   a.tile_expert = reinterpret_cast<int32_t*>(base + s.tile_expert);
   a.tile_pairs = reinterpret_cast<int32_t*>(base + s.tile_pairs);
+  a.xb = s.xb != 0 ? reinterpret_cast<__nv_bfloat16*>(base + s.xb) : nullptr;
   a.n_tokens = static_cast<int>(n);
   a.n_experts = static_cast<int>(m.n_experts);
   a.k = static_cast<int>(k);
@@ -467,6 +517,12 @@ cudaError_t run_chunk(const cpu::MoeExperts& m, const MoeArgs& a, cudaStream_t s
   }
 }
 
+// Whether a grouped step of m runs on tensor cores in this precision mode.
+bool uses_tc(const cpu::MoeExperts& m, MatmulPrecision precision) {
+  return precision == MatmulPrecision::kBf16TensorCores &&
+         detail::moe_tc_applies(m.gate_exps.type, m.down_exps.type, m.dim(), m.ffn());
+}
+
 }  // namespace
 
 cudaError_t moe_route(const float* logits, size_t n_tokens, size_t n_experts, size_t k, int32_t* experts,
@@ -485,18 +541,21 @@ cudaError_t moe_route(const float* logits, size_t n_tokens, size_t n_experts, si
                                              static_cast<int>(k), experts, weights);
 }
 
-size_t moe_experts_scratch_bytes(const cpu::MoeExperts& m) {
-  return scratch_layout(m).total;
+size_t moe_experts_scratch_bytes(const cpu::MoeExperts& m, MatmulPrecision precision) {
+  return scratch_layout(m, uses_tc(m, precision)).total;
 }
 
-cudaError_t moe_experts(const cpu::MoeExperts& m, void* scratch, cudaStream_t stream) {
+cudaError_t moe_experts(const cpu::MoeExperts& m, void* scratch, cudaStream_t stream, MatmulPrecision precision) {
   if (m.n_tokens == 0) return cpu::moe_experts_problem(m) == nullptr ? cudaSuccess : cudaErrorInvalidValue;
   if (!shape_ok(m) || scratch == nullptr) return cudaErrorInvalidValue;
-  const ScratchLayout s = scratch_layout(m);
-  const size_t chunk = chunk_tokens(m);
+  const bool tc = uses_tc(m, precision);
+  const ScratchLayout s = scratch_layout(m, tc);
+  const size_t chunk = chunk_tokens(m, tc);
   for (size_t t0 = 0; t0 < m.n_tokens; t0 += chunk) {
     const size_t n = m.n_tokens - t0 < chunk ? m.n_tokens - t0 : chunk;
-    const cudaError_t e = run_chunk(m, chunk_args(m, s, static_cast<uint8_t*>(scratch), t0, n), stream);
+    MoeArgs a = chunk_args(m, s, static_cast<uint8_t*>(scratch), t0, n);
+    a.tc = tc && a.xb != nullptr;  // the grouped regime only (the layout has xb exactly then)
+    const cudaError_t e = run_chunk(m, a, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

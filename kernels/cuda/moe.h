@@ -18,14 +18,16 @@
 // f32 path's bound against the CPU reference (tests/backend_ops/test_backend_ops_moe.cpp).
 // Weights: Q8_0 in GGUF order or in split rows (common/q8_split.h). Other types: NotSupported.
 //
-// Not built yet (issue 32's prefill target): the grouped regime on tensor cores. The tiles exist
-// (device sort, one expert per tile); what is missing is a tile of 64-128 pairs per CTA running
-// mma.sync bf16 (f32 accumulation) with the pairs' x rows gathered into shared memory and rounded
-// to bf16 once, the expert's Q8_0 split rows widened to bf16 in registers as
-// gemm_q8_split_small.cu does, gate and up in one CTA with silu(g) * u in the epilogue (h in bf16,
-// the down product's operand), the down product writing the pairs' f32 rows, and the combine
-// kernel unchanged; only in the bf16 prefill mode (CudaBackendOptions::bf16_prefill), so the f32
-// mode keeps these kernels as its exact path, and the tests' bound for it the bf16 product bound.
+// The bf16 prefill mode (precision kBf16TensorCores, CudaBackendOptions::bf16_prefill): the grouped
+// regime sorts into tiles of detail::kMoeTcTilePairs (64) pairs, in chunks of kMoeTcChunkPairs, and
+// runs both products on bf16 tensor cores (kernels/cuda/moe_gemm_tc.h: Q8_0 rows widened to bf16 in
+// registers, x and h in bf16, f32 accumulation, SwiGLU in the gate+up epilogue), then the same
+// combine; 4e-3 sum|w x| per product, as the dense bf16 prefill GEMMs. A token's bits still do not
+// depend on the other tokens of its step (each mma column is one pair's), but differ from the f32
+// regimes', so such a step never falls back to the gather regime for a short last chunk. Shapes
+// moe_gemm_tc.h does not take (D or F not a multiple of 128) and the f32 mode keep the f32 tiles,
+// the exact path. Measured on an H200 at the 35B-A3B shape (DISABLED_CudaTiming35bA3b): T = 2048
+// tokens 0.86 ms (f32 tiles: 12.9 ms), T = 8192 3.1 ms (134 TFLOP/s).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,6 +36,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/moe.h"
+#include "kernels/cuda/matmul.h"  // MatmulPrecision
 
 namespace ds::cuda {
 
@@ -48,6 +51,9 @@ inline constexpr size_t kMoeTilePairs = 8;
 // independent), which bounds the scratch: per pair F + D floats (16K-token prefill at k = 8
 // would otherwise take 1.3 GB at the 35B-A3B shape; chunked, 84 MB).
 inline constexpr size_t kMoeChunkPairs = 8192;
+// The tensor-core products' chunks (bf16 mode): 4x more pairs, so an expert's tiles of 64 are full
+// more often (each tile reads the expert's rows once); scratch ~336 MB at the 35B-A3B shape.
+inline constexpr size_t kMoeTcChunkPairs = 32768;
 
 // kernels/cpu/moe.h moe_route on the device: logits [T][E] -> experts [T][k], weights [T][k].
 // Same ranking (logits, ties to the lower index) and the same renormalisation sequence; the exps
@@ -57,13 +63,16 @@ cudaError_t moe_route(const float* logits, size_t n_tokens, size_t n_experts, si
                       float* weights, cudaStream_t stream);
 
 // Device scratch bytes moe_experts needs for `m` (its shape only).
-size_t moe_experts_scratch_bytes(const cpu::MoeExperts& m);
+size_t moe_experts_scratch_bytes(const cpu::MoeExperts& m, MatmulPrecision precision = MatmulPrecision::kF32);
 
 // kernels/cpu/moe.h moe_experts on the device; `scratch` holds moe_experts_scratch_bytes(m) bytes
 // (256-byte aligned, not in use by queued work). m.x must be 16-byte aligned. An expert id
 // outside [0, E) contributes nothing (the CPU reference throws instead). cudaErrorInvalidValue
 // for a shape cpu::moe_experts_problem rejects, an unaligned x or E > kMoeMaxExperts;
 // cudaErrorNotSupported for weight types other than Q8_0 (either layout).
-cudaError_t moe_experts(const cpu::MoeExperts& m, void* scratch, cudaStream_t stream);
+// precision kBf16TensorCores (the bf16 prefill mode) runs the grouped regime's products on bf16
+// tensor cores where moe_gemm_tc.h takes the shape; kF32 keeps every regime f32.
+cudaError_t moe_experts(const cpu::MoeExperts& m, void* scratch, cudaStream_t stream,
+                        MatmulPrecision precision = MatmulPrecision::kF32);
 
 }  // namespace ds::cuda

@@ -17,17 +17,27 @@
 //    product bound, test_backend_ops.cpp), propagated through SwiGLU (|silu'| <= 1.1) and the down
 //    product, plus 1e-6 relative for the exp / division ulps of silu and sigmoid, then the weighted
 //    slot sum and the shared row. The CUDA comparison allows twice that (both sides err); the
-//    float64 check allows it once. Every CUDA precision mode runs the f32 kernels today (the bf16
-//    grouped GEMM of prefill is not built yet), so the bound does not depend on the target.
+//    float64 check allows it once. In the bf16 mode, a grouped step (> 64 pairs) whose D and F are
+//    multiples of 128 runs its products on bf16 tensor cores (kernels/cuda/moe_gemm_tc.h): each
+//    weight d*q, each x and each h element rounded to bf16 (2^-9 relative each, as the project
+//    states it) before f32 accumulation, so each of the three products gets the dense bf16 bound of
+//    test_backend_ops.cpp, 4e-3 A + (K/16 + 16) 17 2^-24 A over its K (D for gate / up, F for
+//    down), in place of 2e-6 A, propagated the same way; the slot sum stays f32.
 //  * batch invariance: a step's rows minus the same tokens run one at a time, bits (all zero): on
-//    the CPU per-expert products do not depend on the batch; on CUDA both regimes share one dot
-//    and one combine sequence.
+//    the CPU per-expert products do not depend on the batch; on CUDA both f32 regimes share one dot
+//    and one combine sequence (the shapes of those cases are not the tensor cores', so the bf16
+//    mode runs them in f32 too). In the bf16 tensor-core regime a token computed one by one
+//    (gather, f32) differs from its batched bits, so there the case compares two grouped steps:
+//    a token's rows in a step of 4200 pairs minus the same token in a step of 300 pairs, and in a
+//    step of 32832 pairs (two tensor-core chunks, the second of 64 pairs: still grouped) minus a
+//    step of 1200, bits: each mma column is one pair's, whatever shares its tile.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -140,12 +150,34 @@ struct MoeReference {
 constexpr double kProduct = 2e-6;  // f32 product bound per sum|w x| (test_backend_ops.cpp)
 constexpr double kUlps = 1e-6;     // exp / division / multiply roundings, relative
 
+// The bf16 tensor-core product bound per sum|w x| over K columns (test_backend_ops.cpp
+// matmul_allowance: two bf16 operand roundings plus the f32 accumulation's).
+double bf16_product(size_t K) {
+  return 4e-3 + (static_cast<double>(K) / 16 + 16) * 17 * std::ldexp(1.0, -24);
+}
+
+// The product bounds of one moe_experts call: gate / up (K = D) and down (K = F).
+struct ProductBounds {
+  double gate_up = kProduct, down = kProduct;
+};
+
+// Whether the CUDA backend runs `s` on bf16 tensor cores for `target` (kernels/cuda/moe.h).
+bool runs_bf16(const MoeShape& s, const Target& target) {
+  return target.bf16_prefill && s.T * s.k > 64 && s.D % 128 == 0 && s.F % 128 == 0;
+}
+
+ProductBounds bounds_for(const MoeShape& s, const Target& target) {
+  if (!runs_bf16(s, target)) return {};
+  return {bf16_product(s.D), bf16_product(s.F)};
+}
+
 double silu(double g) {
   return g / (1 + std::exp(-g));
 }
 
 // One pair's SwiGLU activations h [F] and their error budget dh [F].
-void pair_activations(const MoeInputs& in, size_t t, size_t e, std::vector<double>& h, std::vector<double>& dh) {
+void pair_activations(const MoeInputs& in, size_t t, size_t e, double kp, std::vector<double>& h,
+                      std::vector<double>& dh) {
   const size_t D = in.s.D, F = in.s.F;
   const float* x = in.x.data() + t * D;
   for (size_t r = 0; r < F; ++r) {
@@ -157,11 +189,11 @@ void pair_activations(const MoeInputs& in, size_t t, size_t e, std::vector<doubl
       u += double(wu[c]) * x[c], au += std::fabs(double(wu[c]) * x[c]);
     }
     h[r] = silu(g) * u;
-    dh[r] = kProduct * (1.1 * ag * std::fabs(u) + std::fabs(silu(g)) * au) + kUlps * std::fabs(h[r]);
+    dh[r] = kp * (1.1 * ag * std::fabs(u) + std::fabs(silu(g)) * au) + kUlps * std::fabs(h[r]);
   }
 }
 
-MoeReference moe_reference(const MoeInputs& in) {
+MoeReference moe_reference(const MoeInputs& in, const ProductBounds& kp = {}) {
   const MoeShape& s = in.s;
   MoeReference ref;
   ref.y.assign(s.T * s.D, 0.0);
@@ -171,7 +203,7 @@ MoeReference moe_reference(const MoeInputs& in) {
     for (size_t j = 0; j < s.k; ++j) {
       const size_t e = static_cast<size_t>(in.experts[t * s.k + j]);
       const double w = in.weights[t * s.k + j];
-      pair_activations(in, t, e, h, dh);
+      pair_activations(in, t, e, kp.gate_up, h, dh);
       for (size_t r = 0; r < s.D; ++r) {
         const float* wd = in.down.deq.data() + (e * s.D + r) * s.F;
         double d = 0, ad = 0, prop = 0;
@@ -179,7 +211,7 @@ MoeReference moe_reference(const MoeInputs& in) {
           d += double(wd[c]) * h[c], ad += std::fabs(double(wd[c]) * h[c]), prop += std::fabs(double(wd[c])) * dh[c];
         }
         ref.y[t * s.D + r] += w * d;
-        ref.allowed[t * s.D + r] += w * (kProduct * ad + prop);
+        ref.allowed[t * s.D + r] += w * (kp.down * ad + prop);
         sum_abs[t * s.D + r] += std::fabs(w * d);
       }
     }
@@ -222,15 +254,17 @@ std::vector<float> run_experts(Backend& be, const MoeInputs& in, size_t t0, size
 }
 
 Case experts_case(const MoeShape& s) {
-  return {"moe_experts", shape_name(s), [=](Backend& be, const Target&) {
+  return {"moe_experts", shape_name(s), [=](Backend& be, const Target& target) {
             const MoeInputs in = make_inputs(s);
-            const MoeReference ref = moe_reference(in);
+            const MoeReference ref = moe_reference(in, bounds_for(s, target));
             Out y{"y",
                   run_experts(be, in, 0, s.T),
                   Metric::kPerElement,
                   0,
                   ref.allowed,
-                  "2x the f32 budget of the composition from float64 operand sums (file header)"};
+                  runs_bf16(s, target)
+                      ? "2x the bf16 tensor-core budget of the composition from float64 operand sums (file header)"
+                      : "2x the f32 budget of the composition from float64 operand sums (file header)"};
             for (double& a : y.allowed) a *= 2;
             return Outs{y};
           }};
@@ -249,13 +283,42 @@ Case invariance_case(const MoeShape& s) {
           }};
 }
 
+// Tokens [t0, t0 + n) of a step of all in.s.T tokens minus the same tokens run as a step of their
+// own (both grouped: > 64 pairs each), bits: the bf16 tensor-core regime's batch invariance.
+Case step_invariance_case(const MoeShape& s, size_t n) {
+  return {"moe_experts", shape_name(s) + " vs steps of " + std::to_string(n) + " tokens",
+          [=](Backend& be, const Target&) {
+            const MoeInputs in = make_inputs(s);
+            const std::vector<float> all = run_experts(be, in, 0, s.T);
+            std::vector<float> diff;
+            for (const size_t t0 : {size_t{0}, s.T - n}) {  // the first and the last chunk's tokens
+              const std::vector<float> part = run_experts(be, in, t0, n);
+              for (size_t i = 0; i < n * s.D; ++i) diff.push_back(all[t0 * s.D + i] - part[i]);
+            }
+            return Outs{bits("big step - small step", diff, "a token's bits do not depend on its step")};
+          }};
+}
+
 const std::vector<MoeShape>& expert_shapes() {
   static const std::vector<MoeShape> shapes = {
-      {8, 2, 96, 64, 1, true},      {8, 2, 96, 64, 3, false},   {8, 2, 96, 64, 17, true},
-      {8, 2, 96, 64, 300, true},    {8, 2, 160, 512, 17, true}, {8, 2, 512, 160, 40, false},
-      {256, 8, 256, 96, 1, true},   {256, 8, 256, 96, 3, true}, {256, 8, 256, 96, 17, true},
-      {256, 8, 256, 96, 300, true}, {8, 4, 2048, 512, 1, true}, {8, 4, 2048, 512, 17, true},
+      {8, 2, 96, 64, 1, true},
+      {8, 2, 96, 64, 3, false},
+      {8, 2, 96, 64, 17, true},
+      {8, 2, 96, 64, 300, true},
+      {8, 2, 160, 512, 17, true},
+      {8, 2, 512, 160, 40, false},
+      {256, 8, 256, 96, 1, true},
+      {256, 8, 256, 96, 3, true},
+      {256, 8, 256, 96, 17, true},
+      {256, 8, 256, 96, 300, true},
+      {8, 4, 2048, 512, 1, true},
+      {8, 4, 2048, 512, 17, true},
       {8, 2, 96, 64, 4200, true},  // 8400 pairs: past cuda::kMoeChunkPairs, two chunks on CUDA
+      // D, F multiples of 128: the bf16 mode's tensor-core products (and {8, 4, 2048, 512, 17}):
+      {8, 2, 256, 128, 300, true},    // GGUF-order rows, 75 pairs per expert: full and partial tiles
+      {8, 2, 512, 512, 150, false},   // split rows on both matrices
+      {256, 8, 256, 128, 40, true},   // 320 pairs over up to 256 experts: tiles of 1-3 pairs
+      {8, 2, 256, 128, 4128, false},  // 8256 pairs: two f32 chunks, the second of 64 pairs (gather)
 
   };
   return shapes;
@@ -271,6 +334,10 @@ void add_moe_cases(std::vector<Case>& cases) {
   for (const MoeShape& s : expert_shapes()) cases.push_back(experts_case(s));
   cases.push_back(invariance_case({256, 8, 256, 96, 17, true}));  // grouped (136 pairs) vs gather (8)
   cases.push_back(invariance_case({8, 2, 96, 64, 40, true}));     // grouped (80 pairs) vs gather (2)
+  // Tensor cores in the bf16 mode, the f32 tiles otherwise: 4200 pairs vs 300; 32832 pairs (on
+  // tensor cores two chunks, the second of 64 pairs) vs 1200.
+  cases.push_back(step_invariance_case({8, 2, 256, 128, 2100, true}, 150));
+  cases.push_back(step_invariance_case({16, 8, 128, 128, 4104, false}, 150));
 }
 
 namespace {
@@ -332,9 +399,11 @@ TEST(BackendOpsMoe, DISABLED_CudaTiming35bA3b) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const size_t E = 256, k = 8, D = 2048, F = 512;
   const HostMatrix gate = random_q8(E * F, D, 1), up = random_q8(E * F, D, 2), down = random_q8(E * D, F, 3);
-  const std::unique_ptr<Backend> be = make_cuda_backend(0);
+  // MOE_TIMING_F32=1: the f32 prefill mode (the f32 tiles of the grouped regime) instead of bf16.
+  const bool f32 = std::getenv("MOE_TIMING_F32") != nullptr;
+  const std::unique_ptr<Backend> be = make_cuda_backend(0, CudaBackendOptions{.bf16_prefill = !f32});
   Rng rng(5);
-  for (const size_t T : {1, 2, 4, 8, 64, 512, 2048}) {
+  for (const size_t T : {1, 2, 4, 8, 64, 512, 2048, 8192}) {
     MoeInputs in;
     in.s = {E, k, D, F, T, true};
     in.x = rng.vec(T * D, -0.05f, 0.05f);
@@ -363,8 +432,10 @@ TEST(BackendOpsMoe, DISABLED_CudaTiming35bA3b) {
     be->synchronize();
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kReps;
     const double bytes = static_cast<double>(used.size()) * (2.0 * F * (D / 32 * 34) + D * (F / 32 * 34));
-    std::printf("[ timing ] moe_experts 35B-A3B T=%zu (%zu experts): %.1f us, %.0f GB/s of expert bytes\n", T,
-                used.size(), us, bytes / us * 1e-3);
+    const double tflops = 6.0 * static_cast<double>(T * k * D * F) / us * 1e-6;
+    std::printf(
+        "[ timing ] moe_experts 35B-A3B %s T=%zu (%zu experts): %.1f us, %.0f GB/s of expert bytes, %.0f TFLOP/s\n",
+        f32 ? "f32" : "bf16", T, used.size(), us, bytes / us * 1e-3, tflops);
   }
 }
 #endif
