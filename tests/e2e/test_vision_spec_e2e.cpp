@@ -11,6 +11,7 @@
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -121,9 +122,12 @@ struct Served {
 class VisionSpecE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Names of this process's own: ctest runs each case as its own process, several at once, and
+    // a file rewritten under a running server's mapping changes its weights mid-request.
     const std::filesystem::path dir = testing::TempDir();
-    text_path_ = new std::string((dir / "vision_spec_tiny.gguf").string());
-    mmproj_path_ = new std::string((dir / "vision_spec_mmproj.gguf").string());
+    const std::string pid = std::to_string(::getpid());
+    text_path_ = new std::string((dir / ("vision_spec_tiny_" + pid + ".gguf")).string());
+    mmproj_path_ = new std::string((dir / ("vision_spec_mmproj_" + pid + ".gguf")).string());
     synth::SynthShape shape = synth::shape_by_name("tiny");
     ASSERT_EQ(shape.n_nextn, 1u);  // the MTP block --spec-k needs
     // Random MTP drafts are never accepted; leaning to repeat the input token, 10-25% of them are
