@@ -97,36 +97,53 @@ struct SplitState {  // per query head of the group, in shared memory
 };
 
 // Scores of the round's nk keys against the group's queries, scaled, into p[j][i]: warp w takes
-// keys w, w+8, ..., loading kBatch K rows before reducing any (several loads in flight). The
-// queries come from shared memory (qs[j][c], zero past head_dim): held in registers (64 per
-// lane at a group of 8) they made the kernel spill. Each dot sums e = 0, 1, ... from zero as
-// before, so the bits are those of the register version.
+// keys w, w+8, ..., loading kBatch K rows before reducing any (several loads in flight). Lane l
+// holds head dims 8l .. 8l+7 (KvRead::at8: one scale and 2-4 word loads per key for the 8-bit and
+// 16-bit types, not one load per value); a head_dim that is not a multiple of 8 reads value by
+// value. The queries come from shared memory (qs[j][c], zero past head_dim): held in registers
+// (64 per lane at a group of 8) they made the kernel spill.
 constexpr int kBatch = 4;
+template <KvType KT>
+__device__ void load_key_dims(const cpu::AttentionShape& s, const KvRead<KT>& K, size_t row, size_t head_off, int lane,
+                              bool vector, float (&v)[kPerLane]) {
+  const size_t c0 = static_cast<size_t>(lane) * kPerLane;
+  if (vector && c0 + kPerLane <= s.head_dim) {
+    K.at8(row, head_off + c0, v);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) v[e] = c0 + e < s.head_dim ? K.at(row, head_off + c0 + e) : 0.0f;
+}
+
 template <KvType KT>
 __device__ void score_keys(const cpu::AttentionShape& s, const KvRead<KT>& K, const size_t* rows, size_t head_off,
                            int nk, const float (*qs)[kMaxHeadDim], int group, float scale, float (*p)[kSub]) {
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  const bool vector = s.head_dim % kPerLane == 0;
   for (int i0 = warp; i0 < nk; i0 += kBatch * kWarps) {
     float kvv[kBatch][kPerLane];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * kWarps;
-      const size_t row = rows[i < nk ? i : i0];
+      if (i < nk) {
+        load_key_dims(s, K, rows[i], head_off, lane, vector, kvv[b]);
+      } else {
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        const size_t c = static_cast<size_t>(lane + kWarp * e);
-        kvv[b][e] = (i < nk && c < s.head_dim) ? K.at(row, head_off + c) : 0.0f;
+        for (int e = 0; e < kPerLane; ++e) kvv[b][e] = 0.0f;
       }
     }
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
       if (j >= group) break;
+      float q[kPerLane];
+      const float4* q4 = reinterpret_cast<const float4*>(&qs[j][lane * kPerLane]);
+      const float4 a = q4[0], c = q4[1];
+      q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w, q[4] = c.x, q[5] = c.y, q[6] = c.z, q[7] = c.w;
       float dot[kBatch] = {};
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) {
-        const float q = qs[j][lane + kWarp * e];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) dot[b] += q * kvv[b][e];
+        for (int b = 0; b < kBatch; ++b) dot[b] += q[e] * kvv[b][e];
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -166,7 +183,7 @@ template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads, 2)  // 2 blocks per SM: the grid is sized for that
     split_kernel(cpu::AttentionShape s, Work w, KvRead<KT> K, KvRead<VT> V, size_t block_size, float scale,
                  Partials part) {
-  __shared__ float qs[kGroup][kMaxHeadDim];
+  __shared__ __align__(16) float qs[kGroup][kMaxHeadDim];
   __shared__ float p[kGroup][kSub];
   __shared__ size_t rows[kSub];
   __shared__ SplitState st;

@@ -22,6 +22,51 @@ struct KvRead {
   __device__ __forceinline__ float at(size_t row, size_t c) const {
     return kv_load<T>(pool + row * row_bytes, data_bytes, c);
   }
+  // Values c0 .. c0+7 of pool row `row` (c0 a multiple of 8), each equal to at(row, c0 + e), in as
+  // few loads as the 4-byte row alignment allows (rows start on 4-byte boundaries: kv_type_problem):
+  // 16-bit types 4 words, byte types 2, q4r 1, plus one scale for block types (8 values never
+  // straddle a 32-value block).
+  __device__ __forceinline__ void at8(size_t row, size_t c0, float (&v)[8]) const {
+    const uint8_t* r = pool + row * row_bytes;
+    if constexpr (T == KvType::kF32) {
+      const float* f = reinterpret_cast<const float*>(r) + c0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = f[e];
+    } else if constexpr (T == KvType::kBf16 || T == KvType::kF16) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(r + 2 * c0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t x = w[i];
+        const uint16_t lo = static_cast<uint16_t>(x & 0xffffu), hi = static_cast<uint16_t>(x >> 16);
+        v[2 * i] = T == KvType::kBf16 ? kv_decode_bf16(lo) : kv_decode_f16(lo);
+        v[2 * i + 1] = T == KvType::kBf16 ? kv_decode_bf16(hi) : kv_decode_f16(hi);
+      }
+    } else if constexpr (T == KvType::kFp8 || T == KvType::kQ8_0) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(r + c0);
+      float scale = 1.0f;
+      if constexpr (T == KvType::kQ8_0) {
+        scale = kv_decode_f16(*reinterpret_cast<const uint16_t*>(r + data_bytes + 2 * (c0 / kKvQuantBlock)));
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t x = w[i];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const uint8_t byte = static_cast<uint8_t>(x >> (8 * b));
+          if constexpr (T == KvType::kFp8) {
+            v[4 * i + b] = kv_decode_fp8(byte);
+          } else {
+            v[4 * i + b] = static_cast<float>(static_cast<int8_t>(byte)) * scale;
+          }
+        }
+      }
+    } else {  // q4r: value 2i in the low nibble of byte i
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(r + c0 / 2);
+      const float scale = kv_decode_f16(*reinterpret_cast<const uint16_t*>(r + data_bytes + 2 * (c0 / kKvQuantBlock)));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = static_cast<float>(static_cast<int>((x >> (4 * e)) & 0xfu) - 8) * scale;
+    }
+  }
 };
 
 template <KvType T>
