@@ -12,6 +12,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/matmul_fast.h"
 #include "kernels/cuda/ptx_mma.cuh"
+#include "kernels/cuda/q8_span_fragments.cuh"
 #include "kernels/cuda/split_small_common.cuh"
 #include "kernels/cuda/weights.cuh"
 
@@ -41,12 +42,6 @@ constexpr size_t stage_bytes() {
   return static_cast<size_t>(NT) * 8 * act_row_bytes<R>();
 }
 
-// The lane's share of one span: 16 quants and the block scale of each of its 4 rows.
-struct SpanWeights {
-  uint4 q[4];
-  uint16_t d[4];
-};
-
 // row_ptr[i]: start of row (warp row + g + 8 i) (clamped into the matrix; never stored).
 __device__ __forceinline__ void load_span(const uint8_t* const (&row_ptr)[4], int cols, int span, int c,
                                           SpanWeights& s) {
@@ -55,25 +50,6 @@ __device__ __forceinline__ void load_span(const uint8_t* const (&row_ptr)[4], in
   for (int i = 0; i < 4; ++i) {
     s.q[i] = __ldcs(reinterpret_cast<const uint4*>(row_ptr[i] + col));
     s.d[i] = __ldcs(reinterpret_cast<const unsigned short*>(row_ptr[i] + cols + 2 * (col / 32)));
-  }
-}
-
-// A fragments of the span: a[mt][ks] = {row g lo, row g+8 lo, row g hi, row g+8 hi} of m tile mt
-// (rows 16 mt + g, + 8); lo / hi: columns 16c + 4ks + {0,1} / {2,3}. Each value is bf16(d * q),
-// rounded exactly like q8_pair_to_bf16 (d * q is exact in f32).
-__device__ __forceinline__ void span_fragments(const SpanWeights& s, uint32_t (&a)[2][4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int mt = i / 2, which = i % 2;
-    const float d = half_bits_to_float(s.d[i]);
-    const uint32_t words[4] = {s.q[i].x, s.q[i].y, s.q[i].z, s.q[i].w};
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      float f[4];
-      widen_int8x4(words[ks], f);
-      a[mt][ks][which] = ptx::pack_bf16(d * f[0], d * f[1]);
-      a[mt][ks][2 + which] = ptx::pack_bf16(d * f[2], d * f[3]);
-    }
   }
 }
 

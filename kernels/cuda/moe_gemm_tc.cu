@@ -18,6 +18,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_gemm_tc.h"
 #include "kernels/cuda/ptx_mma.cuh"
+#include "kernels/cuda/q8_span_fragments.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace ds::cuda::detail {
@@ -45,12 +46,6 @@ constexpr int block_rows() {
   return kWarps * warp_rows<kGateUp>();
 }
 
-// The lane's share of one span: 16 quants and the block scale of each of its 4 rows.
-struct SpanWeights {
-  uint4 q[4];
-  uint16_t d[4];
-};
-
 // 16 quants of a row from column col (col % 16 == 0) and their block's scale. Typed loads only: the
 // split rows are 16-byte aligned; a GGUF block is 2-byte aligned (offset 2 or 18 in its block).
 template <GgmlType W>
@@ -76,25 +71,6 @@ __device__ __forceinline__ void load_span(const uint8_t* const (&row_ptr)[4], in
   const int col = span * kSpanCols + 16 * c;
 #pragma unroll
   for (int i = 0; i < 4; ++i) load_quants<W>(row_ptr[i], cols, col, s.q[i], s.d[i]);
-}
-
-// A fragments of the span: a[mt][ks] = {row g lo, row g+8 lo, row g hi, row g+8 hi} of m tile mt
-// (rows i = 2 mt, 2 mt + 1 of the SpanWeights); lo / hi: columns 16c + 4ks + {0,1} / {2,3}. Each
-// value is bf16(d * q) rounded as q8_pair_to_bf16 does (d * q is exact in f32).
-__device__ __forceinline__ void span_fragments(const SpanWeights& s, uint32_t (&a)[2][4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int mt = i / 2, which = i % 2;
-    const float d = half_bits_to_float(s.d[i]);
-    const uint32_t words[4] = {s.q[i].x, s.q[i].y, s.q[i].z, s.q[i].w};
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      float f[4];
-      widen_int8x4(words[ks], f);
-      a[mt][ks][which] = ptx::pack_bf16(d * f[0], d * f[1]);
-      a[mt][ks][2 + which] = ptx::pack_bf16(d * f[2], d * f[3]);
-    }
-  }
 }
 
 // One span against the tile's first n_groups groups of 8 pairs (the rest are padding: skipped,
