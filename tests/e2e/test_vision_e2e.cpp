@@ -4,34 +4,18 @@
 // image hits the prefix cache, another image misses it; hostile image inputs get 400s and the
 // server keeps serving; a worker SIGKILLed mid-stream after an image prompt changes no token.
 #include <gtest/gtest.h>
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 #include <signal.h>
 
 #include <string>
 #include <vector>
 
 #include "coordinator/tokenizer/tokenizer.h"
+#include "tests/e2e/json_body.h"
 #include "tests/e2e/server_process.h"
 #include "tests/testutil/vision_reference.h"
 
 namespace ds::test {
 namespace {
-
-rapidjson::Document parse(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
-  EXPECT_FALSE(d.HasParseError()) << body.substr(0, 400);
-  return d;
-}
-
-std::string json_string(const std::string& s) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-  return sb.GetString();
-}
 
 // {"messages":[{"role":"user","content":[image parts..., text part]}]} plus `extra` members.
 std::string chat_body(const std::vector<std::string>& urls, const std::string& text, const std::string& extra) {
@@ -63,7 +47,7 @@ TEST_F(VisionE2E, TokenizeCountsImageTokensAsTheReference) {
     const VisionReferencePrompt ref = load_vision_reference_prompt(name);
     const HttpReply r = http_request(server_->port(), "POST", "/tokenize", chat_body(ref.image_urls, ref.text, ""));
     ASSERT_EQ(r.status, 200) << name << ": " << r.body;
-    rapidjson::Document d = parse(r.body);
+    rapidjson::Document d = parse_json_body(r.body);
     std::vector<int32_t> ids;
     for (const auto& t : d["tokens"].GetArray()) ids.push_back(t.GetInt());
     EXPECT_EQ(ids, ref.ids) << name;
@@ -75,7 +59,7 @@ TEST_F(VisionE2E, OneImageGreedyMatchesReference) {
   const Tokenizer tok = Tokenizer::from_file(vision_model_path());
   const HttpReply r = chat(chat_body(ref.image_urls, ref.text, kGreedy));
   ASSERT_EQ(r.status, 200) << r.body;
-  rapidjson::Document d = parse(r.body);
+  rapidjson::Document d = parse_json_body(r.body);
   EXPECT_EQ(d["usage"]["prompt_tokens"].GetUint(), ref.ids.size());
   const auto& content = d["choices"][0]["logprobs"]["content"].GetArray();
   ASSERT_EQ(content.Size(), ref.greedy_tokens.size());
@@ -94,7 +78,7 @@ TEST_F(VisionE2E, SameImageHitsThePrefixCacheAnotherMisses) {
   const auto cached = [&](const std::vector<std::string>& urls) {
     const HttpReply r = chat(chat_body(urls, "Tell me more about it, please.", kGreedy));
     EXPECT_EQ(r.status, 200) << r.body;
-    return parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].GetUint();
+    return parse_json_body(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].GetUint();
   };
   cached(one.image_urls);                  // the first turn publishes the image's blocks
   EXPECT_GT(cached(one.image_urls), 64u);  // past the image's 64 tokens
@@ -149,7 +133,7 @@ StreamedTokens streamed_tokens(const std::string& body) {
   StreamedTokens out;
   for (const std::string& e : sse_events(body)) {
     if (e == "[DONE]") continue;
-    rapidjson::Document d = parse(e);
+    rapidjson::Document d = parse_json_body(e);
     if (!d.HasMember("choices") || d["choices"].Empty()) continue;
     const auto& c = d["choices"][0];
     if (c.HasMember("finish_reason") && c["finish_reason"].IsString()) out.finish = c["finish_reason"].GetString();

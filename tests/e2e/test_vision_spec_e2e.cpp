@@ -8,9 +8,6 @@
 // reply must report drafts (usage.speculative) and some must be accepted (the text model is written
 // with SynthShape::echo so that random-weight drafts can be), so the comparison cannot pass vacuously.
 #include <gtest/gtest.h>
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,6 +17,7 @@
 
 #include "common/base64.h"
 #include "tests/coordinator/media/image_encoders.h"
+#include "tests/e2e/json_body.h"
 #include "tests/e2e/server_process.h"
 #include "tools/synth/generate.h"
 #include "tools/synth/mmproj.h"
@@ -27,20 +25,6 @@
 
 namespace ds::test {
 namespace {
-
-rapidjson::Document parse(const std::string& body) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
-  EXPECT_FALSE(d.HasParseError()) << body.substr(0, 400);
-  return d;
-}
-
-std::string json_string(const std::string& s) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-  return sb.GetString();
-}
 
 // A width x height RGB PNG with a `seed`-dependent pattern, as a data URL.
 std::string png_data_url(uint32_t width, uint32_t height, uint32_t seed) {
@@ -92,7 +76,7 @@ ChatResult chat(const ServerProcess& server, const std::string& body) {
   out.status = r.status;
   out.body = r.body;
   if (r.status != 200) return out;
-  const rapidjson::Document d = parse(r.body);
+  const rapidjson::Document d = parse_json_body(r.body);
   if (!d.IsObject() || !d.HasMember("choices")) return out;
   const auto& c = d["choices"][0];
   if (c["message"]["content"].IsString()) out.content = c["message"]["content"].GetString();
